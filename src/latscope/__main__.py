@@ -1,0 +1,3 @@
+from latscope.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,16 @@
+"""`latscope bench` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "bench (not implemented yet)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    print("latscope bench: not implemented yet")
+    return 2
