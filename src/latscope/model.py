@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 
 class ErrorKind(str, enum.Enum):
@@ -177,3 +178,32 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
         return (f.severity.rank, -float(share))
 
     return sorted(findings, key=key)
+
+
+@dataclass(slots=True)
+class RunContext:
+    """What a load run tells the things that watch it (metric scrapers, profilers).
+
+    ``start_ns`` is ``time.perf_counter_ns()`` at the run's start and ``start_wall`` the
+    ``time.time()`` taken at the same moment: together they map client timestamps to wall-clock
+    time, which server logs and other hosts use.
+    """
+
+    base_url: str  # e.g. "http://127.0.0.1:8000" (no trailing slash, no /v1)
+    run_dir: Path
+    headers: dict[str, str]  # auth headers to use; never log or write them
+    start_ns: int
+    start_wall: float
+
+
+class RunObserver(Protocol):
+    """Something that runs alongside a load run, e.g. the ``/metrics`` scraper.
+
+    ``start`` is awaited right before the first request is sent, ``stop`` after the last one
+    finished, also when the run is interrupted. Both run on the load generator's event loop, so
+    they must never block it: do I/O asynchronously and keep per-call work small.
+    """
+
+    async def start(self, ctx: RunContext) -> None: ...
+
+    async def stop(self, ctx: RunContext) -> None: ...
