@@ -1,16 +1,211 @@
-"""`latscope bench` (placeholder until its issue lands)."""
+"""`latscope bench`: send load to an OpenAI-compatible server and measure it honestly.
+
+Without ``--url`` it starts the embedded local vLLM (tiny model) and stops it afterwards. Flags
+that mean what ``vllm bench serve`` means also accept its names (``--max-concurrency``,
+``--request-rate``, ``--num-prompts``, ``--random-input-len``, ``--random-output-len``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import time
+from typing import Any
 
-HELP = "bench (not implemented yet)"
+HELP = "send load to an OpenAI-compatible server; print TTFT/ITL/TPOT/E2E, throughput, goodput"
+
+# Defaults for the embedded tiny vLLM: about a minute on 2 CPU cores.
+LOCAL_DEFAULTS = {"num_requests": 64, "concurrency": 8, "input_len": "128", "output_len": "64"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    target = parser.add_argument_group("target")
+    target.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000 "
+                        "(omitted: start the embedded local vLLM)")
+    target.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    target.add_argument("--model", help="model name (default: the first of GET /v1/models)")
+    target.add_argument("--api-key", help="API key (default: $LATSCOPE_API_KEY or "
+                        "$OPENAI_API_KEY); never printed or written")
+    target.add_argument("--no-stream", action="store_true", help="non-streaming requests")
+    target.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+
+    work = parser.add_argument_group("workload")
+    work.add_argument("--input-len", "--random-input-len", default=None,
+                      help="prompt tokens: 128, 64..256 (uniform) or 128~32 (normal)")
+    work.add_argument("--output-len", "--random-output-len", default=None,
+                      help="output tokens (max_tokens), same syntax")
+    work.add_argument("--mix", help="named mix NAME:WEIGHT:IN:OUT,... e.g. "
+                      "short:0.9:128:64,long:0.1:2048:256")
+    work.add_argument("--workload", help="TOML/YAML workload file (keys as the flags; mix list)")
+    work.add_argument("--dataset", help="ShareGPT JSON or JSONL ({\"prompt\": ..., "
+                      "\"output_len\": ...}) file")
+    work.add_argument("--dataset-format", choices=("auto", "sharegpt", "jsonl"), default="auto")
+    work.add_argument("--prefix-len", type=int, default=0, help="shared-prefix length (tokens)")
+    work.add_argument("--prefix-fraction", type=float, default=None,
+                      help="share of prompts that carry the shared prefix (default 1.0 "
+                      "when --prefix-len is set)")
+    work.add_argument("--no-ignore-eos", action="store_true",
+                      help="let the model stop early (default: ignore_eos, exact output lengths)")
+    work.add_argument("--tokenizer", help="HF tokenizer dir or tokenizer.json for exact counts "
+                      "(default: the server's /tokenize, else approximate)")
+    work.add_argument("--seed", type=int, default=0)
+
+    load = parser.add_argument_group("load")
+    load.add_argument("-c", "--concurrency", "--max-concurrency", type=int, default=None,
+                      help="closed loop: requests in flight (with --rate: a cap)")
+    load.add_argument("--rate", "--request-rate", type=float, default=None,
+                      help="open loop: requests/s (Poisson unless --burstiness)")
+    load.add_argument("--burstiness", type=float, default=1.0,
+                      help="gamma shape of inter-arrival gaps (1 = Poisson, <1 burstier)")
+    load.add_argument("-n", "--num-requests", "--num-prompts", type=int, default=None)
+    load.add_argument("--duration", type=float, default=None, help="run for this many seconds")
+    load.add_argument("--warmup", type=int, default=0, help="warm-up requests (not measured)")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--slo", help="goodput SLOs in ms, e.g. ttft=200,tpot=50,e2e=5000")
+    out.add_argument("--percentiles", default="50,90,95,99", help="e.g. 50,90,99,99.9")
+    out.add_argument("--output-dir", help="run directory (default: ./latscope-runs/bench-TIME)")
+    out.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    out.add_argument("--no-uvloop", action="store_true", help="use asyncio's default loop")
+    out.add_argument("--scrape-interval", type=float, default=2.0,
+                     help="scrape /metrics every S seconds during the run (0: off)")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("latscope bench: not implemented yet")
-    return 2
+    from rich.console import Console
+
+    from latscope.load import run_bench
+    from latscope.report.bench import print_bench
+
+    console = Console()
+    with _target(args, console) as (url, tokenizer_dir):
+        config = build_config(args, url, tokenizer_dir)
+        observers = _observers(args)
+        with _Progress(console, config, enabled=not args.no_progress) as progress:
+            result = run_bench(config, observers, on_record=progress.on_record)
+    print_bench(result.summary, console)
+    console.print(f"run directory: {result.run_dir}")
+    if observers:
+        _print_decomposition(result.run_dir, console)
+    return 0
+
+
+def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) -> Any:
+    from pathlib import Path
+
+    from latscope.load import BenchConfig, WorkloadSpec
+    from latscope.load.config import load_workload_file, parse_mix, parse_slo
+    from latscope.errors import ConfigError
+
+    local = not args.url
+    workload = WorkloadSpec(input_len=args.input_len or LOCAL_DEFAULTS["input_len"],
+                            output_len=args.output_len or LOCAL_DEFAULTS["output_len"],
+                            dataset=args.dataset, dataset_format=args.dataset_format,
+                            prefix_len=args.prefix_len, ignore_eos=not args.no_ignore_eos)
+    if args.workload:
+        for key, value in load_workload_file(args.workload).items():
+            setattr(workload, key, value)
+    if args.mix:
+        workload.mix = parse_mix(args.mix)
+    if args.prefix_fraction is not None:
+        workload.prefix_fraction = args.prefix_fraction
+    elif workload.prefix_len and not workload.prefix_fraction:
+        workload.prefix_fraction = 1.0
+    try:
+        percentiles = tuple(float(p) for p in args.percentiles.split(","))
+    except ValueError:
+        raise ConfigError(f"bad --percentiles {args.percentiles!r}: use e.g. 50,90,99") from None
+    num = args.num_requests
+    if num is None and args.duration is None:
+        num = LOCAL_DEFAULTS["num_requests"] if local else 100
+    concurrency = args.concurrency
+    if concurrency is None and args.rate is None:
+        concurrency = LOCAL_DEFAULTS["concurrency"]
+    return BenchConfig(
+        url=url, endpoint=args.endpoint, model=args.model,
+        api_key=args.api_key or os.environ.get("LATSCOPE_API_KEY")
+        or os.environ.get("OPENAI_API_KEY"),
+        stream=not args.no_stream, workload=workload, concurrency=concurrency, rate=args.rate,
+        burstiness=args.burstiness, num_requests=num, duration_s=args.duration,
+        warmup=args.warmup, seed=args.seed, slo=parse_slo(args.slo), percentiles=percentiles,
+        output_dir=Path(args.output_dir) if args.output_dir else None,
+        request_timeout_s=args.timeout, tokenizer=args.tokenizer or tokenizer_dir,
+        use_uvloop=not args.no_uvloop)
+
+
+@contextlib.contextmanager
+def _target(args: argparse.Namespace, console: Any):
+    if args.url:
+        yield args.url, None
+        return
+    from latscope.server.target import LocalTarget
+
+    console.print("[dim]no --url: starting the embedded local vLLM (tiny model)...[/dim]")
+    with LocalTarget() as target:
+        console.print(f"[dim]vLLM ready at {target.url} (log: {target.log_path})[/dim]")
+        tokenizer = getattr(target, "tokenizer_dir", None)
+        yield target.url, str(tokenizer) if tokenizer else None
+
+
+def _observers(args: argparse.Namespace) -> list[Any]:
+    if not args.scrape_interval or args.scrape_interval <= 0:
+        return []
+    try:
+        from latscope.server.scrape import MetricsScraper
+    except ImportError:
+        return []
+    return [MetricsScraper(interval_s=args.scrape_interval)]
+
+
+def _print_decomposition(run_dir: Any, console: Any) -> None:
+    try:
+        from latscope.analysis.decompose import decompose_run, print_decomposition
+    except ImportError:
+        return
+    print_decomposition(decompose_run(run_dir), console)
+
+
+class _Progress:
+    """A rich progress bar: done/total, req/s and p50 TTFT (recomputed at most 4 times/s)."""
+
+    def __init__(self, console: Any, config: Any, enabled: bool) -> None:
+        self.console, self.enabled = console, enabled
+        self.total = (config.num_requests + config.warmup) if config.num_requests else None
+        self.ttfts: list[float] = []
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.progress import TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[rate]} req/s  p50 TTFT {task.fields[ttft]}"),
+                                TimeElapsedColumn(), console=self.console, transient=True,
+                                refresh_per_second=2)
+            self.bar.start()
+            self.task = self.bar.add_task("bench", total=self.total, rate="-", ttft="-")
+        return self
+
+    def on_record(self, record: Any) -> None:
+        if not self.enabled:
+            return
+        self.done += 1
+        if record.ok and record.first_token_ns is not None and not record.warmup:
+            self.ttfts.append((record.first_token_ns - record.scheduled_ns) / 1e6)
+        now = time.perf_counter()
+        if now - self.last < 0.25 and self.done != self.total:
+            return
+        self.last = now
+        import statistics
+
+        ttft = f"{statistics.median(self.ttfts):.1f} ms" if self.ttfts else "-"
+        rate = f"{self.done / (now - self.t0):.1f}"
+        self.bar.update(self.task, completed=self.done, rate=rate, ttft=ttft)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.stop()

@@ -1,16 +1,64 @@
-"""`latscope doctor` (placeholder until its issue lands)."""
+"""`latscope doctor`: host, GPU and server-config checks for known latency killers (no load sent).
+
+Prints the findings (with evidence and fixes); ``--json`` writes them with the raw facts read;
+``--collect OUT.tar.gz`` captures this host's /proc, /sys and tool outputs for ``--root``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 
-HELP = "doctor (not implemented yet)"
+HELP = "check host, GPU and server config for known latency killers (no load sent)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--pid", type=int, help="server process id (found from a local --url "
+                        "when omitted): its environment, command line and CPU affinity are read")
+    parser.add_argument("--log", help="the server's startup log (vLLM)")
+    parser.add_argument("--root", help="analyse a tree captured by --collect (directory or "
+                        ".tar.gz) instead of this host")
+    parser.add_argument("--collect", metavar="OUT.tar.gz",
+                        help="capture this host's /proc, /sys and GPU tool outputs (secrets "
+                        "redacted) into OUT.tar.gz, for --root elsewhere")
+    parser.add_argument("--json", metavar="FILE", help="also write findings and facts as JSON")
+    parser.add_argument("--all", action="store_true", help="also show passed and skipped checks")
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                        help="environment variable holding the server's API key (default: "
+                        "%(default)s); sent as a bearer token, never printed")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("latscope doctor: not implemented yet")
-    return 2
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from latscope.env.collect import collect
+    from latscope.env.doctor import run_doctor
+    from latscope.model import Severity
+    from latscope.report.findings import print_findings
+
+    console = Console()
+    if args.collect:
+        out = collect(Path(args.collect), url=args.url, pid=args.pid, log=args.log)
+        console.print(f"wrote {out.path} ({out.files} files; tools: {', '.join(out.tools) or 'none'}"
+                      f"; pid: {out.pid if out.pid is not None else 'none'})")
+        console.print(f"analyse it with: latscope doctor --root {out.path}")
+        return 0
+    key = os.environ.get(args.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    report = run_doctor(url=args.url, pid=args.pid, log=args.log, root=args.root, headers=headers)
+    if args.json:
+        Path(args.json).write_bytes(report.to_json())
+    facts = report.facts
+    where = f"captured tree {args.root}" if args.root else "this host"
+    console.print(f"[bold]latscope doctor[/bold] on {where}; server pid: "
+                  f"{facts['pid'] if facts['pid'] is not None else 'unknown'}"
+                  f"{' (' + facts['pid_source'] + ')' if facts['pid_source'] else ''}; "
+                  f"environment read: {facts['env_source']}")
+    print_findings(report.findings, console, title="doctor", show_ok=args.all)
+    counts = {s: sum(f.severity == s for f in report.findings) for s in Severity}
+    console.print(", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
+                  + ("" if args.all else "  (--all shows passed and skipped checks)"))
+    return 0

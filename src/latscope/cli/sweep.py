@@ -1,16 +1,155 @@
-"""`latscope sweep` (placeholder until its issue lands)."""
+"""`latscope sweep`: raise the load step by step, find the knee, recommend an operating point.
+
+Each step is one ``latscope bench`` run (its own directory under the sweep's) with ``/metrics``
+scraped and the latency decomposed. ``sweep.json`` is rewritten after every step, so Ctrl-C keeps
+everything measured. See docs/sweep.md for every flag and number.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 
-HELP = "sweep (not implemented yet)"
+HELP = "raise concurrency or request rate step by step; find the knee and the load to run at"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    target = parser.add_argument_group("target")
+    where = target.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
+    where.add_argument("--local", action="store_true",
+                       help="start the embedded tiny vLLM for the sweep and stop it afterwards")
+    target.add_argument("--model", help="model name (default: the first of /v1/models)")
+    target.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    target.add_argument("--tokenizer", help="local tokenizer dir or tokenizer.json for exact lengths")
+
+    load = parser.add_argument_group("load")
+    mode = load.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", "--max-concurrency", dest="concurrency", default=None,
+                      help="closed loop: 'auto' (default) or a list, e.g. 1,4,16,64")
+    mode.add_argument("--request-rate", dest="rate", default=None,
+                      help="open loop (Poisson): 'auto' or a list of requests/s, e.g. 1,2,4")
+    load.add_argument("--start", type=float, default=1, help="auto: first load (default 1)")
+    load.add_argument("--factor", type=float, default=2.0, help="auto: growth per step (default 2)")
+    load.add_argument("--max-load", type=float, default=1024, help="auto: highest load (default 1024)")
+    load.add_argument("--refine", type=int, default=2,
+                      help="auto: steps bisecting around the knee after growth stops (default 2)")
+    load.add_argument("--max-steps", type=int, default=12)
+    load.add_argument("-n", "--num-requests", type=int, default=None,
+                      help="measured requests per step (default: max(32, 4 x load))")
+    load.add_argument("--duration", type=float, default=None, help="seconds per step instead of -n")
+    load.add_argument("--warmup", type=int, default=None,
+                      help="warm-up requests per step (default: one per slot, 2..64)")
+    load.add_argument("--input-len", default="128", help="prompt tokens: 128, 64..256 or 128~32")
+    load.add_argument("--output-len", default="64", help="output tokens (same syntax)")
+    load.add_argument("--workload", help="TOML/YAML workload file (overrides the lengths)")
+    load.add_argument("--seed", type=int, default=0)
+
+    judge = parser.add_argument_group("judgement")
+    judge.add_argument("--slo", help="e.g. ttft_p99_ms<=500,itl_p99_ms<=50 (keys of the step metrics)")
+    judge.add_argument("--latency-cap", default="e2e_p99_ms<=120000",
+                       help="stop once this no longer holds (default e2e_p99_ms<=120000)")
+    judge.add_argument("--max-error-rate", type=float, default=0.05)
+    judge.add_argument("--backoff", type=float, default=0.10,
+                       help="operating point = knee x (1 - backoff) (default 0.10)")
+    parser.add_argument("--scrape-interval", type=float, default=1.0, help="/metrics every N s")
+    parser.add_argument("-o", "--out", help="output dir (default latscope-runs/sweep-<UTC time>)")
+    parser.add_argument("--json", action="store_true", help="print sweep.json instead of tables")
+
+
+def _loads(text: str | None) -> list[float] | None:
+    from latscope.errors import ConfigError
+
+    if text is None or text == "auto":
+        return None
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"bad load list {text!r}: use 'auto' or numbers like 1,4,16") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError("loads must be > 0")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
-    print("latscope sweep: not implemented yet")
-    return 2
+    import contextlib
+    import sys
+
+    import orjson
+    from rich.console import Console
+
+    from latscope.analysis.knee import parse_slo
+    from latscope.analysis.sweep import StopRules, analyse, bench_step, run_sweep
+    from latscope.cli.tune import bench_base_config
+    from latscope.report.findings import print_findings
+    from latscope.report.sweep import decomposition_table, sweep_document, sweep_findings, sweep_table, write_json
+
+    console = Console(stderr=args.json)
+    mode = "rate" if args.rate is not None else "concurrency"
+    loads = _loads(args.rate if mode == "rate" else args.concurrency)
+    integer = mode == "concurrency"
+    slo = parse_slo(args.slo)
+    cap = parse_slo(args.latency_cap)
+    out = Path(args.out or f"latscope-runs/sweep-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    out.mkdir(parents=True, exist_ok=True)
+    rules = StopRules(max_error_rate=args.max_error_rate, latency_cap=cap[0] if cap else None,
+                      max_load=args.max_load, max_steps=args.max_steps)
+    unit = "concurrency" if integer else "request rate"
+
+    with contextlib.ExitStack() as stack:
+        url, model = args.url, args.model
+        if args.local:
+            from latscope.server.target import LocalTarget
+            console.print("starting the local vLLM target ...")
+            target = stack.enter_context(LocalTarget(log_dir=out))
+            url, model = target.url, target.model_name
+        base = bench_base_config(args, url, model)
+        meta = {"url": url, "mode": mode, "loads": loads or "auto", "slo": args.slo,
+                "latency_cap": args.latency_cap, "backoff": args.backoff,
+                "bench": base.public_dict()}
+
+        def measure(load: float, phase: str):
+            step_dir = out / f"step-{len(list(out.glob('step-*'))):02d}-{mode}-{load:g}"
+            console.print(f"[dim]{phase} step: {unit} {load:g} -> {step_dir}[/dim]")
+            cfg = base if args.num_requests or args.duration else \
+                bench_with_requests(base, max(32, int(4 * load)))
+            return bench_step(cfg, load, mode, step_dir, warmup=args.warmup,
+                              scrape_interval_s=args.scrape_interval)
+
+        def on_step(steps):
+            analysis = analyse(steps, slo, backoff=args.backoff, integer=integer)
+            findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
+            write_json(out / "sweep.json", sweep_document(steps, analysis, findings, meta))
+            last = steps[-1]
+            console.print(f"  {unit} {last.load:g}: {last.metrics.get('requests_per_s') or 0:.2f} req/s, "
+                          f"E2E p50 {last.metrics.get('e2e_p50_ms') or 0:.0f} ms"
+                          + (f"  [yellow]stop: {last.stop_reason}[/yellow]" if last.stop_reason else ""))
+
+        steps = run_sweep(measure, loads, start=args.start, factor=args.factor, refine=args.refine,
+                          integer=integer, rules=rules, on_step=on_step)
+
+    analysis = analyse(steps, slo, backoff=args.backoff, integer=integer)
+    findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
+    doc = sweep_document(steps, analysis, findings, meta)
+    write_json(out / "sweep.json", doc)
+    if args.json:
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    console.print(sweep_table(steps, analysis, unit))
+    if (decomposition := decomposition_table(steps, unit)) is not None:
+        console.print(decomposition)
+    print_findings(findings, console, title="Sweep")
+    if analysis.recommended is not None:
+        pred = analysis.predicted or {}
+        extra = (f" (interpolated: {pred['requests_per_s']:.2f} req/s, E2E p50 {pred['e2e_p50_ms']:.0f} ms)"
+                 if pred else "")
+        console.print(f"[bold]recommended {unit}: {analysis.recommended:g}[/bold]{extra}")
+    console.print(f"results: {out / 'sweep.json'}")
+    return 0
+
+
+def bench_with_requests(base, n: int):
+    import dataclasses
+
+    return dataclasses.replace(base, num_requests=n)

@@ -1,16 +1,71 @@
-"""`latscope trace` (placeholder until its issue lands)."""
+"""`latscope trace`: read profiler traces (Kineto JSON, rocprofv3, nsys SQLite), print where GPU
+time went and why the GPU waited, write JSON; `--compare A B` diffs two traces."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-HELP = "trace (not implemented yet)"
+HELP = "explain a GPU profiler trace: breakdown, top kernels, copies, idle gaps, findings"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="trace files or rocprofv3 CSV folders (format detected from content)")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                        help="diff two traces by breakdown, kernel category and kernel family")
+    parser.add_argument("--window", default="auto",
+                        help="auto (first to last GPU activity), steps (ProfilerStep#/execute_* "
+                             "annotations) or START_MS:END_MS from the first GPU activity")
+    parser.add_argument("--step-pattern", default=None,
+                        help="regex for step annotations used by --window steps")
+    parser.add_argument("--top", type=int, default=10, help="kernels shown (default 10)")
+    parser.add_argument("--no-clamp", action="store_true",
+                        help="keep AMD same-queue overlapping timestamps as recorded")
+    parser.add_argument("-o", "--output", type=Path, default=Path("latscope-trace.json"),
+                        help="JSON results file (default latscope-trace.json)")
+    parser.add_argument("--quiet", action="store_true", help="print findings only")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("latscope trace: not implemented yet")
-    return 2
+    import orjson
+    from rich.console import Console
+
+    from latscope.errors import ConfigError
+    from latscope.report.findings import findings_to_json, print_findings
+    from latscope.report.trace import print_comparison, print_result
+    from latscope.trace.analyze import AnalysisOptions, analyze_trace, to_json_units
+    from latscope.trace.compare import compare_results
+    from latscope.trace.findings import trace_findings
+    from latscope.trace.readers import read_trace
+
+    if not args.files and not args.compare:
+        raise ConfigError("give at least one trace FILE, or --compare A B")
+    options = AnalysisOptions(window=args.window, top_n=max(args.top, 15),
+                              clamp_queues=False if args.no_clamp else None)
+    if args.step_pattern:
+        options.step_pattern = args.step_pattern
+    console = Console()
+    output: dict = {"traces": []}
+    results = []
+    for path in args.files:
+        result = analyze_trace(read_trace(path), options)
+        findings = trace_findings(result)
+        results.append(result)
+        output["traces"].append({**to_json_units(result), "findings": findings_to_json(findings)})
+        _write(args.output, output, orjson)  # results so far survive a later bad file
+        if not args.quiet:
+            print_result(result, console, top_n=args.top)
+        print_findings(findings, console, title=f"Findings: {Path(path).name}")
+    if args.compare:
+        a, b = (analyze_trace(read_trace(p), options) for p in args.compare)
+        diff = compare_results(a, b)
+        output["compare"] = to_json_units(diff)
+        print_comparison(diff, console, top_n=args.top)
+    _write(args.output, output, orjson)
+    console.print(f"[dim]wrote {args.output}[/dim]")
+    return 0
+
+
+def _write(path: Path, data: dict, orjson) -> None:
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

@@ -1,16 +1,195 @@
-"""`latscope tune` (placeholder until its issue lands)."""
+"""`latscope tune`: restart the server per flag configuration, search adaptively, validate.
+
+Every trial starts the server (``--serve-cmd`` template or ``--local``), runs a fixed workload or a
+sweep on it, and stops it by process group. ``tune.json`` is rewritten after every trial; an
+interrupted tune goes on with ``latscope tune --resume DIR``. See docs/sweep.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+from typing import Any
 
-HELP = "tune (not implemented yet)"
+HELP = "search server flags (max-num-seqs, max-num-batched-tokens, ...) with few restarts"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    server = parser.add_argument_group("server")
+    server.add_argument("--serve-cmd", help="command with {flag} and {port} placeholders, e.g. "
+                        "\"vllm serve M --port {port} --max-num-seqs {max_num_seqs}\"")
+    server.add_argument("--local", action="store_true", help="tune the embedded tiny vLLM")
+    server.add_argument("--param", action="append", default=[],
+                        help="NAME=LO..HI (doubling), NAME=LO..HI*F or NAME=A,B,C; repeat per flag")
+    server.add_argument("--start", action="append", default=[],
+                        help="NAME=VALUE of the baseline configuration (default: middle values)")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, help="fixed port when --serve-cmd has no {port}")
+    server.add_argument("--ready-timeout", type=float, default=600.0)
+    server.add_argument("--health-path", default="/health",
+                        help="ready when GET PATH answers 200 (default /health)")
+    server.add_argument("--model", help="model name for requests (default: first of /v1/models)")
+    server.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    server.add_argument("--tokenizer", help="local tokenizer dir or tokenizer.json")
+
+    work = parser.add_argument_group("workload per trial")
+    work.add_argument("--per-trial", choices=("fixed", "sweep"), default="fixed",
+                      help="fixed: one run at --concurrency/--request-rate; sweep: find each "
+                           "configuration's highest throughput meeting the SLO")
+    work.add_argument("--concurrency", default="16", help="fixed: N; sweep: 'auto' or a list")
+    work.add_argument("--request-rate", dest="rate", help="open loop instead (req/s; list for sweep)")
+    work.add_argument("-n", "--num-requests", type=int, default=64)
+    work.add_argument("--duration", type=float, default=None)
+    work.add_argument("--warmup", type=int, default=None)
+    work.add_argument("--input-len", default="128")
+    work.add_argument("--output-len", default="64")
+    work.add_argument("--workload", help="TOML/YAML workload file")
+    work.add_argument("--seed", type=int, default=0)
+    work.add_argument("--scrape-interval", type=float, default=1.0)
+
+    goal = parser.add_argument_group("goal and search")
+    goal.add_argument("--slo", default="", help="e.g. ttft_p99_ms<=500,itl_p99_ms<=50")
+    goal.add_argument("--objective", default="requests_per_s",
+                      help="metric to maximise (default requests_per_s)")
+    goal.add_argument("--latency", default="e2e_p99_ms", help="latency axis of the Pareto front")
+    goal.add_argument("--search", choices=("coordinate", "grid"), default="coordinate")
+    goal.add_argument("--min-gain", type=float, default=0.03,
+                      help="relative gain a move needs (noise tolerance, default 0.03)")
+    goal.add_argument("--max-error-rate", type=float, default=0.05)
+    goal.add_argument("--validate", type=int, default=0, metavar="N",
+                      help="re-run chosen and starting configuration alternately N times each")
+
+    parser.add_argument("-o", "--out", help="output dir (default latscope-runs/tune-<UTC time>)")
+    parser.add_argument("--resume", metavar="DIR", help="continue the tune stored in DIR")
+    parser.add_argument("--json", action="store_true", help="print tune.json instead of tables")
+
+
+def bench_base_config(args: argparse.Namespace, url: str, model: str | None) -> Any:
+    """The BenchConfig every step or trial starts from (load and output dir set per run)."""
+    from latscope.load.config import BenchConfig, WorkloadSpec, load_workload_file
+
+    spec = WorkloadSpec(input_len=args.input_len, output_len=args.output_len)
+    if args.workload:
+        spec = WorkloadSpec(**{**spec.__dict__, **load_workload_file(args.workload)})
+    config = BenchConfig(url=url, endpoint=args.endpoint, model=model or None, workload=spec,
+                         num_requests=None if args.duration else args.num_requests,
+                         duration_s=args.duration, seed=args.seed, tokenizer=args.tokenizer)
+    return config
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from latscope.analysis.search import parse_param
+    from latscope.analysis.tune import TuneSpec
+    from latscope.errors import ConfigError
+
+    if bool(args.serve_cmd) == bool(args.local):
+        raise ConfigError("give exactly one of --serve-cmd TEMPLATE or --local")
+    if not args.param:
+        raise ConfigError("give at least one --param NAME=LO..HI")
+    params = [parse_param(p) for p in args.param]
+    start = None
+    if args.start:
+        by_name = {p.name: p for p in params}
+        start = {p.name: p.values[(len(p.values) - 1) // 2] for p in params}
+        for item in args.start:
+            name, _, value = item.partition("=")
+            name = name.strip().replace("-", "_")
+            if name not in by_name:
+                raise ConfigError(f"--start {item!r}: no --param named {name}")
+            start[name] = type(by_name[name].values[0])(value)
+    workload = {k: getattr(args, k) for k in ("per_trial", "concurrency", "rate", "num_requests",
+                                              "duration", "warmup", "input_len", "output_len",
+                                              "workload", "seed", "scrape_interval", "endpoint",
+                                              "model", "tokenizer", "host", "port", "ready_timeout",
+                                              "health_path")}
+    return TuneSpec(params=params, serve_cmd=args.serve_cmd, local=args.local, slo=args.slo,
+                    workload=workload, objective=args.objective, latency=args.latency,
+                    strategy=args.search, start=start, min_gain=args.min_gain,
+                    max_error_rate=args.max_error_rate)
+
+
+def _measure(spec: Any) -> Any:
+    from latscope.analysis.knee import parse_slo
+    from latscope.analysis.tune import fixed_measure, sweep_measure
+    from latscope.cli.sweep import _loads
+
+    w = argparse.Namespace(**spec.workload)
+    base = bench_base_config(w, "http://127.0.0.1", w.model)
+    mode = "rate" if w.rate else "concurrency"
+    text = w.rate or w.concurrency
+    if w.per_trial == "sweep":
+        return sweep_measure(base, mode, _loads(text), parse_slo(spec.slo), objective=spec.objective,
+                             warmup=w.warmup, scrape_interval_s=w.scrape_interval)
+    return fixed_measure(base, mode, float(text), warmup=w.warmup, scrape_interval_s=w.scrape_interval)
+
+
+def _launch(spec: Any) -> Any:
+    from latscope.analysis.tune import local_launcher, serve_cmd_launcher
+
+    w = spec.workload
+    if spec.local:
+        return local_launcher(ready_timeout=w["ready_timeout"])
+    return serve_cmd_launcher(spec.serve_cmd, host=w["host"], port=w["port"],
+                              ready_timeout=w["ready_timeout"], model=w["model"] or "",
+                              health_path=w.get("health_path", "/health"))
 
 
 def run(args: argparse.Namespace) -> int:
-    print("latscope tune: not implemented yet")
-    return 2
+    import sys
+
+    import orjson
+    from rich.console import Console
+
+    from latscope.analysis.tune import TuneState, Tuner
+    from latscope.errors import ConfigError
+    from latscope.report.sweep import trials_table, validation_lines
+
+    console = Console(stderr=args.json)
+    if args.resume:
+        state = TuneState.load(Path(args.resume))
+        console.print(f"resuming {state.path}: {len(state.cache())} finished trial(s) reused")
+    else:
+        out = Path(args.out or f"latscope-runs/tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        if (out / "tune.json").exists():
+            raise ConfigError(f"{out} already holds a tune; continue it with --resume {out}")
+        state = TuneState(out, _spec(args))
+        state.save()
+    spec = state.spec
+
+    def on_trial(trial: Any) -> None:
+        cfg = " ".join(f"{k}={v}" for k, v in trial.config.items())
+        value = trial.metrics.get(spec.objective)
+        console.print(f"  trial {len(state.trials) - 1} ({trial.purpose}) {cfg}: {trial.status}"
+                      + (f", {spec.objective} {value:.3g}, SLO {'met' if trial.feasible else 'missed'}"
+                         if value is not None else f" {trial.error}"))
+
+    tuner = Tuner(state, _launch(spec), _measure(spec), on_trial=on_trial)
+    result = tuner.search()
+    validation = None
+    if args.validate:
+        validation = tuner.validate(result.order[0], result.best, args.validate)
+    if args.json:
+        sys.stdout.write(state.path.read_text())
+        return 0
+    res = state.result
+    console.print(trials_table(state.trials, spec.objective, spec.latency, res["best"]))
+    n_val = sum(t.purpose != "search" for t in state.trials)
+    console.print(f"restarts for the search: {res['restarts']} ({res['strategy']}); full grid: "
+                  f"{res['grid_size']}; validation runs: {n_val}; servers started this session: "
+                  f"{tuner.restarts_this_session}")
+    console.print(f"pareto front ({spec.objective} vs {spec.latency}): "
+                  + "; ".join(_cfg(c) for c in res["pareto"]))
+    verdict = "meets the SLO" if res["best_feasible"] else "[red]no configuration met the SLO[/red]"
+    value = f"{res['best_value']:.4g}" if res["best_value"] is not None else "-"
+    console.print(f"[bold]best: {_cfg(res['best'])}[/bold] ({spec.objective} {value}; {verdict}); "
+                  f"baseline: {_cfg(res['baseline'])}")
+    if validation:
+        for line in validation_lines(validation):
+            console.print(line)
+    console.print(f"state: {state.path}")
+    return 0
+
+
+def _cfg(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())

@@ -1,1 +1,103 @@
-"""latscope.trace.readers."""
+"""Trace readers: detect a file's format from its content, then hand it to one reader module.
+
+Detection looks at bytes, not the file name: gzip magic (then the decompressed head), the SQLite
+magic plus the tables inside, the top-level JSON keys, or a CSV header. Every reader returns a
+``latscope.trace.model.TraceEvents``; any file that is not a trace, or is cut short, raises
+``TraceFormatError`` naming the expected format and the byte offset where reading stopped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from latscope.errors import TraceFormatError
+from latscope.trace.model import TraceEvents
+from latscope.trace.readers.stream import GZIP_MAGIC, open_binary
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+FORMATS = ("kineto", "rocprofv3-json", "rocprofv3-csv", "nsys-sqlite", "rocpd-sqlite")
+_HEAD_BYTES = 1 << 20
+
+
+def detect_format(path: Path) -> str:
+    """Return one of ``FORMATS`` for ``path`` (a file or a rocprofv3 CSV folder)."""
+    if path.is_dir():
+        if any(path.glob("*kernel_trace.csv")) or any(path.glob("*memory_copy_trace.csv")):
+            return "rocprofv3-csv"
+        raise TraceFormatError("folder holds no rocprofv3 *kernel_trace.csv", path=str(path),
+                               expected="rocprofv3 CSV folder")
+    if not path.is_file():
+        raise TraceFormatError("no such file", path=str(path))
+    with open(path, "rb") as raw:
+        magic = raw.read(16)
+    if magic.startswith(SQLITE_MAGIC) or _gz_head(path, 16).startswith(SQLITE_MAGIC):
+        return _detect_sqlite(path)
+    head = _gz_head(path, _HEAD_BYTES) if magic.startswith(GZIP_MAGIC) else _head(path)
+    text = head.lstrip()
+    if not text:
+        raise TraceFormatError("file is empty", path=str(path), offset=0,
+                               expected="a trace (Kineto JSON, rocprofv3, nsys SQLite)")
+    if text[:1] in (b"{", b"["):
+        if b'"rocprofiler-sdk-tool"' in head:
+            return "rocprofv3-json"
+        if b'"traceEvents"' in head or b'"ph"' in head:
+            return "kineto"
+    first_line = text.split(b"\n", 1)[0]
+    if b"Kernel_Name" in first_line or b"MEMORY_COPY" in text[:4096]:
+        return "rocprofv3-csv"
+    raise TraceFormatError("not a recognised trace", path=str(path), offset=0,
+                           expected="Kineto JSON, rocprofv3 JSON/CSV or nsys SQLite")
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(_HEAD_BYTES)
+
+
+def _gz_head(path: Path, size: int) -> bytes:
+    try:
+        with open_binary(path) as f:
+            return f.read(size)
+    except (OSError, EOFError):
+        return b""
+
+
+def _detect_sqlite(path: Path) -> str:
+    from latscope.trace.readers.sqlite_util import open_sqlite
+
+    with open_sqlite(path) as conn:
+        try:
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        except sqlite3.DatabaseError as exc:
+            raise TraceFormatError(f"unreadable SQLite file ({exc})", path=str(path), offset=0,
+                                   expected="nsys or rocpd SQLite") from None
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        return "nsys-sqlite"
+    if any(t.startswith("rocpd_") for t in tables):
+        return "rocpd-sqlite"
+    raise TraceFormatError("SQLite file has no nsys (CUPTI_ACTIVITY_KIND_*) or rocpd tables",
+                           path=str(path), offset=0, expected="nsys or rocpd SQLite")
+
+
+def read_trace(path: str | Path, fmt: str | None = None) -> TraceEvents:
+    """Read any supported trace into the event model (format detected unless ``fmt`` is given)."""
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    if fmt == "kineto":
+        from latscope.trace.readers.kineto import read_kineto
+        return read_kineto(path)
+    if fmt == "rocprofv3-json":
+        from latscope.trace.readers.rocprofv3_json import read_rocprofv3_json
+        return read_rocprofv3_json(path)
+    if fmt == "rocprofv3-csv":
+        from latscope.trace.readers.rocprofv3_csv import read_rocprofv3_csv
+        return read_rocprofv3_csv(path)
+    if fmt == "nsys-sqlite":
+        from latscope.trace.readers.nsys_sqlite import read_nsys_sqlite
+        return read_nsys_sqlite(path)
+    if fmt == "rocpd-sqlite":
+        from latscope.trace.readers.rocpd_sqlite import read_rocpd_sqlite
+        return read_rocpd_sqlite(path)
+    raise TraceFormatError(f"unknown format {fmt!r}", path=str(path), expected=", ".join(FORMATS))

@@ -1,0 +1,329 @@
+"""Findings about the server, read from its log (``findings_from_log``) and its ``/metrics``
+snapshots (``findings_from_metrics``), in latscope's one ``Finding`` form.
+
+The rules are the ones in ``shared/docs/vllm-facts.md`` section 6 (checks 3-6 and 18-19); each
+finding cites the exact values it read and the log line or metric they came from. Thresholds are
+stated where they are defined, and a rule fires only on values it has actually read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.model import Evidence, Finding, MetricSnapshot, Severity
+from latscope.server.logs import ServerLog, StatsPoint
+from latscope.server.metrics import counter_delta, gauge_series, has_vllm_series
+
+FACTS = "shared/docs/vllm-facts.md"
+# KV cache usage at or above this fraction counts as saturated: new requests start to wait for
+# blocks and running ones get preempted (vllm-facts.md section 6, check 6: "~1 sustained").
+KV_SATURATED = 0.90
+# Per-request log lines above this (access log alone is 1) mean extra logging per request.
+LINES_PER_REQUEST_HIGH = 2.0
+
+
+def effective_max_num_seqs(log: ServerLog) -> tuple[int | None, str]:
+    """max_num_seqs and where it came from: the log, or vLLM's documented default by device.
+
+    The default is not logged at INFO. vLLM sets it from device memory
+    (``EngineArgs.get_batch_defaults``, vllm-facts.md section 3): 1024 on GPUs with >= 70 GiB
+    (A100 excepted, which the log does not let us rule out), 256 below; 128 on CPU (its DEBUG
+    line says so).
+    """
+    cfg = log.config
+    if cfg.get("max_num_seqs") is not None:
+        return int(cfg["max_num_seqs"]), log.source("max_num_seqs")
+    if cfg.get("kv_device") == "GPU" and cfg.get("device_memory_gib"):
+        mem = float(cfg["device_memory_gib"])
+        value = 1024 if mem >= 70 else 256
+        return value, (f"inferred: vLLM default for a {mem:g} GiB GPU "
+                       f"({log.source('device_memory_gib')}; get_batch_defaults)")
+    return None, "not in the log"
+
+
+def findings_from_log(log: ServerLog) -> list[Finding]:
+    findings = [_queue_finding(log), _queue_full_batch_finding(log), _kv_finding_from_log(log), _preemption_finding_from_log(log),
+                _debug_logging_finding(log), _request_logging_finding(log)]
+    return [f for f in findings if f is not None]
+
+
+def _stat_evidence(log: ServerLog, p: StatsPoint) -> list[Evidence]:
+    src = f"{log.name}:{p.line} ({p.timestamp})"
+    out = [Evidence("Running", p.running, "reqs", src), Evidence("Waiting", p.waiting, "reqs", src)]
+    if p.kv_usage_pct is not None:
+        out.append(Evidence(f"{p.kv_device or ''} KV cache usage".strip(), p.kv_usage_pct, "%", src))
+    return out
+
+
+def _queue_finding(log: ServerLog) -> Finding | None:
+    """Requests wait while the batch has room: the per-step token budget is the limit."""
+    max_seqs, seqs_source = effective_max_num_seqs(log)
+    queued = [p for p in log.stats if (p.waiting or 0) > 0 and p.running is not None]
+    if not queued:
+        return None
+    below = [p for p in queued if max_seqs is None or p.running < max_seqs]
+    kv_bound = [p for p in below if (p.kv_usage_pct or 0) >= KV_SATURATED * 100]
+    budget_bound = [p for p in below if p not in kv_bound]
+    if not budget_bound:
+        return None  # queueing at max_num_seqs or with full KV is reported elsewhere
+    worst = max(budget_bound, key=lambda p: p.waiting or 0)
+    mbt = log.config.get("max_num_batched_tokens")
+    evidence = _stat_evidence(log, worst)
+    evidence.append(Evidence("max_num_seqs", max_seqs, "", seqs_source))
+    evidence.append(Evidence("max_num_batched_tokens", mbt, "tokens",
+                             log.source("max_num_batched_tokens") if mbt else "not in the log"))
+    evidence.append(Evidence("stats intervals with this pattern", len(budget_bound),
+                             f"of {len(log.stats)}", log.name))
+    known = max_seqs is not None
+    return Finding(
+        id="server.queue_token_budget",
+        severity=Severity.WARNING if len(budget_bound) >= 2 and known else Severity.INFO,
+        title=(f"Requests queue while the batch is below max_num_seqs (Running {worst.running}, "
+               f"Waiting {worst.waiting}, KV {worst.kv_usage_pct}%): the per-step token budget "
+               f"(max_num_batched_tokens={mbt}) admits prompts too slowly"
+               if known else
+               f"Requests queue (Running {worst.running}, Waiting {worst.waiting}) with KV cache "
+               f"at {worst.kv_usage_pct}%; max_num_seqs is not in the log, so the bound is unknown"),
+        evidence=evidence,
+        why=("Each engine step schedules at most max_num_batched_tokens tokens; long prompts use "
+             "the budget up, so new requests wait in the queue although batch slots and KV cache "
+             "are free. Their wait is part of TTFT."),
+        fix=("Raise --max-num-batched-tokens (prefill admits more prompt tokens per step; ITL can "
+             "rise) or spread the load over more replicas; measure with `latscope sweep` over "
+             "max_num_batched_tokens rather than assuming."),
+        reference=f"{FACTS} sections 3 and 6 (checks 3, 4, 11, 12)",
+        layer="queue")
+
+
+def _queue_full_batch_finding(log: ServerLog) -> Finding | None:
+    """Requests wait because the batch already holds max_num_seqs requests."""
+    max_seqs, seqs_source = effective_max_num_seqs(log)
+    if max_seqs is None:
+        return None
+    full = [p for p in log.stats if (p.waiting or 0) > 0 and (p.running or 0) >= max_seqs]
+    if not full:
+        return None
+    worst = max(full, key=lambda p: p.waiting or 0)
+    evidence = _stat_evidence(log, worst)
+    evidence.append(Evidence("max_num_seqs", max_seqs, "", seqs_source))
+    evidence.append(Evidence("stats intervals with a full batch and a queue", len(full),
+                             f"of {len(log.stats)}", log.name))
+    return Finding(
+        id="server.queue_max_num_seqs",
+        severity=Severity.WARNING if len(full) >= 2 else Severity.INFO,
+        title=(f"Requests queue because the batch is full: Running {worst.running} = max_num_seqs "
+               f"{max_seqs}, Waiting {worst.waiting}"),
+        evidence=evidence,
+        why="The scheduler runs at most max_num_seqs requests at once; the rest wait in the queue, "
+            "and the wait is part of their TTFT.",
+        fix=("Raise --max-num-seqs if the KV cache has room (see KV cache usage), or add replicas; "
+             "measure the TTFT/ITL trade-off with `latscope sweep`."),
+        reference=f"{FACTS} sections 3 and 6 (checks 3-4)",
+        layer="queue")
+
+
+def _kv_finding_from_log(log: ServerLog) -> Finding | None:
+    full = [p for p in log.stats if (p.kv_usage_pct or 0) >= KV_SATURATED * 100]
+    if not full:
+        return None
+    worst = max(full, key=lambda p: p.kv_usage_pct or 0)
+    evidence = _stat_evidence(log, worst)
+    evidence.append(Evidence("stats intervals at >= 90% KV", len(full), f"of {len(log.stats)}", log.name))
+    return _kv_finding(evidence, worst.kv_usage_pct or 0.0, len(full) >= 2)
+
+
+def _kv_finding(evidence: list[Evidence], pct: float, sustained: bool) -> Finding:
+    return Finding(
+        id="server.kv_saturation",
+        severity=Severity.WARNING if sustained else Severity.INFO,
+        title=f"KV cache usage reached {pct:.1f}%: requests wait for blocks and may be preempted",
+        evidence=evidence,
+        why=("With the KV cache full the scheduler cannot admit new requests and preempts running "
+             "ones, which are then recomputed: TTFT and tail latency grow."),
+        fix=("Give the KV cache more memory (--gpu-memory-utilization, FP8 KV cache, more TP), or "
+             "lower --max-num-seqs / --max-num-batched-tokens; measure the effect with a sweep."),
+        reference=f"{FACTS} section 6 (checks 5-6)",
+        layer="queue")
+
+
+def _preemption_finding_from_log(log: ServerLog) -> Finding | None:
+    points = [p for p in log.stats if (p.preemptions or 0) > 0]
+    if not points:
+        return None
+    total = sum(p.preemptions or 0 for p in points)
+    first = points[0]
+    evidence = [Evidence("Preemptions (sum over stats lines)", total, "",
+                         f"{log.name}:{first.line} and {len(points) - 1} more lines")]
+    return _preemption_finding(evidence, total)
+
+
+def _preemption_finding(evidence: list[Evidence], count: float) -> Finding:
+    return Finding(
+        id="server.preemptions", severity=Severity.WARNING,
+        title=f"{count:g} preemptions: requests were evicted and recomputed",
+        evidence=evidence,
+        why="A preempted request loses its KV cache and is recomputed later: a stall for it and "
+            "wasted compute for everyone (the V1 scheduler never logs this; it is counted only).",
+        fix="Raise --gpu-memory-utilization, use an FP8 KV cache or more TP, or lower "
+            "--max-num-seqs / --max-num-batched-tokens.",
+        reference=f"{FACTS} sections 2 (Preemption) and 6 (check 5)",
+        layer="queue")
+
+
+def _debug_logging_finding(log: ServerLog) -> Finding | None:
+    if log.config.get("log_level") != "DEBUG":
+        return None
+    rate = log.line_rate
+    debug_lines = rate.by_level.get("DEBUG", 0)
+    evidence = [Evidence("DEBUG lines", debug_lines, f"of {rate.total_lines}", log.name),
+                Evidence("log lines per second (whole log)", rate.lines_per_s, "lines/s", log.name),
+                Evidence("log lines per second (busiest 10 s)", rate.peak_lines_per_s, "lines/s",
+                         log.name),
+                Evidence("per-step 'Running batch with' lines", rate.step_lines, "", log.name)]
+    if rate.lines_per_request is not None:
+        evidence.append(Evidence("lines per request", rate.lines_per_request, "", log.name))
+    return Finding(
+        id="server.debug_logging", severity=Severity.WARNING,
+        title="The server logs at DEBUG level (VLLM_LOGGING_LEVEL=DEBUG): lines every engine step",
+        evidence=evidence,
+        why="DEBUG writes several lines per engine step from the worker and the engine core; "
+            "formatting and writing them takes time on the processes that schedule the GPU.",
+        fix="Unset VLLM_LOGGING_LEVEL (INFO is the default) outside debugging sessions.",
+        reference=f"{FACTS} section 6 (check 19)",
+        layer="config")
+
+
+def _request_logging_finding(log: ServerLog) -> Finding | None:
+    rate = log.line_rate
+    cfg = log.config
+    per_request = rate.request_lines_per_request
+    heavy = per_request is not None and per_request > LINES_PER_REQUEST_HIGH
+    if not cfg.get("request_logging") and not heavy:
+        return None
+    evidence = [Evidence("request log lines", rate.request_lines, "", log.name),
+                Evidence("requests seen", rate.requests, "", log.name),
+                Evidence("request lines per request", per_request, "", log.name),
+                Evidence("uvicorn access-log lines", rate.access_log_lines, "", log.name)]
+    if "enable_log_requests" in cfg:
+        evidence.append(Evidence("enable_log_requests", cfg["enable_log_requests"], "",
+                                 log.source("enable_log_requests")))
+    return Finding(
+        id="server.request_logging",
+        severity=Severity.WARNING if cfg.get("request_logging") else Severity.INFO,
+        title=(f"Per-request logging is on: {per_request:.1f} log lines per request"
+               if per_request else "Per-request logging is on"),
+        evidence=evidence,
+        why="--enable-log-requests logs every request's parameters (and, before 0.20, its whole "
+            "prompt) on the API server's event loop, which also streams every response.",
+        fix="Drop --enable-log-requests in production, or cap it with --max-log-len; "
+            "--disable-uvicorn-access-log removes the access-log line.",
+        reference=f"{FACTS} sections 2 (Requests) and 6 (check 18)",
+        layer="frontend")
+
+
+def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/metrics"
+                          ) -> list[Finding]:
+    """Findings from the scrapes of one run (first and last bound the window)."""
+    if not snapshots:
+        return [Finding("server.metrics_missing", Severity.SKIPPED,
+                        "No /metrics snapshot was taken: server-side checks did not run")]
+    if not any(has_vllm_series(s) for s in snapshots):
+        return [Finding(
+            "server.stats_disabled", Severity.INFO,
+            "The server exposes no vllm:* series (started with --disable-log-stats, or not vLLM): "
+            "queue/prefill/decode cannot be separated",
+            evidence=[Evidence("vllm:* series", 0, "", source)],
+            fix="Drop --disable-log-stats to let latscope split server time.",
+            reference=f"{FACTS} section 1 (Exposition)", layer="config")]
+    first, last = snapshots[0], snapshots[-1]
+    out: list[Finding] = []
+    pre = counter_delta(first, last, "vllm:num_preemptions_total")
+    if pre is not None and pre.delta > 0:
+        out.append(_preemption_finding([Evidence("vllm:num_preemptions_total increase",
+                                                 pre.delta, "", source),
+                                        Evidence("rate", pre.rate_per_s, "/s", source)], pre.delta))
+    kv = gauge_series(snapshots, "vllm:kv_cache_usage_perc", combine=max)
+    if kv:
+        high = [v for _, v in kv if v >= KV_SATURATED]
+        if high:
+            out.append(_kv_finding([Evidence("vllm:kv_cache_usage_perc max", max(high), "", source),
+                                    Evidence("scrapes >= 0.90", len(high), f"of {len(kv)}", source)],
+                                   max(high) * 100, len(high) >= 2))
+    out.extend(_waiting_reason_findings(snapshots, source))
+    return out
+
+
+def _waiting_reason_findings(snapshots: list[MetricSnapshot], source: str) -> list[Finding]:
+    deferred = gauge_series(snapshots, "vllm:num_requests_waiting_by_reason", {"reason": "deferred"})
+    peak = max((v for _, v in deferred), default=0.0)
+    if peak <= 0:
+        return []
+    return [Finding(
+        "server.waiting_deferred", Severity.INFO,
+        f"Up to {peak:g} requests were deferred (LoRA budget, KV transfer or blocked status), "
+        "not waiting for capacity",
+        evidence=[Evidence("vllm:num_requests_waiting_by_reason{reason=deferred} max", peak, "reqs",
+                           source)],
+        why="Deferred requests wait on a transient constraint rather than on batch capacity.",
+        fix="Check LoRA slots (--max-loras) and KV-transfer settings.",
+        reference=f"{FACTS} section 1 (Labels)", layer="queue")]
+
+
+def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, Any]:
+    """Peak gauges over the run, for reports."""
+    return {name: max((v for _, v in gauge_series(snapshots, name, combine=comb)), default=None)
+            for name, comb in (("vllm:num_requests_running", sum),
+                               ("vllm:num_requests_waiting", sum),
+                               ("vllm:kv_cache_usage_perc", max))} if snapshots else {}
+
+
+__all__ = ["findings_from_log", "findings_from_metrics", "effective_max_num_seqs",
+           "metrics_overview"]
+
+
+# Shares of client TTFT above which a component "dominates" / is worth naming.
+DOMINANT_SHARE = 0.5
+NOTABLE_SHARE = 0.2
+_DECOMPOSITION_RULES = {  # component key -> (finding id, layer, why, fix, check in FACTS section 6)
+    "ttft.server.queue": (
+        "server.queue_dominates_ttft", "queue",
+        "Requests spend this share of their TTFT waiting for the scheduler: the server is "
+        "overloaded for this load (batch full, token budget used up or KV cache full).",
+        "Lower the load per replica or add replicas; if the batch is capped by max_num_seqs or "
+        "max_num_batched_tokens while KV cache is free, raise them and measure with a sweep.", 3),
+    "ttft.network": (
+        "server.network_frontend_share", "network",
+        "Time between the client and vLLM's frontend (network, proxies, HTTP handling, "
+        "client parsing) is this share of TTFT.",
+        "Co-locate client and server, remove proxies or SSE buffering, check the client's CPU.", 1),
+    "ttft.server.other": (
+        "server.frontend_processing_share", "frontend",
+        "Tokenization, API-server <-> engine IPC and output processing take this share of TTFT.",
+        "Scale the API server (--api-server-count) or pre-tokenize; check the API server's CPU.", 2),
+    "ttft.server.prefill": (
+        "server.prefill_share", "prefill",
+        "Prefill (SCHEDULED -> first token) is this share of TTFT.",
+        "Shorter prompts, prefix caching for shared prefixes, or a max_num_batched_tokens that "
+        "fits the prompts in fewer chunks; measure.", 12),
+}
+
+
+def findings_from_decomposition(result: Any) -> list[Finding]:
+    """Name the components of client TTFT that take a large, measured share of it."""
+    out = []
+    ttft = result.component("ttft")
+    for key, (fid, layer, why, fix, check) in _DECOMPOSITION_RULES.items():
+        comp = result.component(key)
+        if comp is None or comp.share is None or comp.mean_ms is None or comp.share < NOTABLE_SHARE:
+            continue
+        dominant = comp.share >= DOMINANT_SHARE and result.dominant_ttft == key
+        out.append(Finding(
+            id=fid, severity=Severity.CRITICAL if dominant else Severity.WARNING,
+            title=f"{comp.label}: {comp.mean_ms:.1f} ms of a {ttft.mean_ms:.1f} ms mean TTFT "
+                  f"({comp.share:.0%})",
+            evidence=[Evidence(f"{comp.label} mean", round(comp.mean_ms, 3), "ms", comp.source),
+                      Evidence("client TTFT mean", round(ttft.mean_ms, 3), "ms", ttft.source)],
+            why=why, fix=fix, reference=f"{FACTS} section 6 (check {check}); docs/observe.md",
+            layer=layer,
+            impact={"metric": "ttft_mean_ms", "value": comp.mean_ms, "share": comp.share}))
+    return out

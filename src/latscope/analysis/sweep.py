@@ -1,0 +1,283 @@
+"""Sweep orchestration: measure a server at growing load, stop early, bisect around the knee.
+
+A sweep is a sequence of steps, each one load run (``measure(load) -> Step``) at one concurrency
+(closed loop) or request rate (open loop). ``auto`` starts low and grows the load geometrically
+until throughput stops growing (at most ``SATURATION_GAIN`` over the best step so far), errors
+pass ``max_error_rate``, a latency cap is passed or ``max_load`` is reached; then it measures the
+geometric midpoints on either side of the Kneedle knee (``refine`` steps), instead of walking a
+fixed grid. A list of loads is measured as given, with the same early stops. The caller's
+``on_step`` runs after every step so results reach disk as they are gathered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from latscope.analysis.knee import (
+    SATURATION_GAIN, CurvePoint, Knee, SloTerm, find_knee, highest_load_meeting, interpolate,
+    operating_point,
+)
+
+# The latency the knee is read on: p50 E2E covers queueing, prefill and decode of a request.
+KNEE_LATENCY = "e2e_p50_ms"
+THROUGHPUT = "requests_per_s"
+
+
+@dataclass(slots=True)
+class Step:
+    """One measured load: flat metrics (see ``flatten_summary``), where the run lives, and the
+    per-step latency decomposition (mean ms per component) when it could be computed."""
+
+    load: float
+    metrics: dict[str, Any]
+    run_dir: str = ""
+    decomposition: dict[str, float] = field(default_factory=dict)
+    stop_reason: str = ""  # why the sweep stopped after this step ("" if it did not)
+    phase: str = "grow"  # grow | refine | list
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Step:
+        return cls(**data)
+
+
+def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``analysis.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``."""
+    flat: dict[str, Any] = {}
+    for metric in ("ttft", "itl", "tpot", "e2e"):
+        dist = summary.get(f"{metric}_ms") or {}
+        for stat, value in dist.items():
+            if stat != "count":
+                flat[f"{metric}_{stat}_ms"] = value
+    thr = summary.get("throughput") or {}
+    flat.update({k: v for k, v in thr.items()})
+    req = summary.get("requests") or {}
+    total = req.get("total") or 0
+    flat["requests_total"] = total
+    flat["requests_failed"] = req.get("failed", 0)
+    flat["error_rate"] = (req.get("failed", 0) / total) if total else None
+    flat["duration_s"] = summary.get("duration_s")
+    return flat
+
+
+def noise_estimates(summary: dict[str, Any], metrics: dict[str, Any]) -> dict[str, float]:
+    """Standard errors of the knee's two numbers, from the spread of E2E within the step.
+
+    Median: 1.2533 * std / sqrt(n) (large-sample normal approximation). Throughput: by Little's
+    law X = N / mean(E2E), so its relative error is that of the mean E2E, std / (mean * sqrt(n)).
+    Approximations, used only to perturb the curve when judging the knee's stability.
+    """
+    e2e = summary.get("e2e_ms") or {}
+    n, std, mean = e2e.get("count") or 0, e2e.get("std"), e2e.get("mean")
+    if n < 2 or not std or not mean:
+        return {}
+    out = {"e2e_p50_ms_se": 1.2533 * std / math.sqrt(n)}
+    if metrics.get(THROUGHPUT):
+        out["requests_per_s_se"] = metrics[THROUGHPUT] * std / (mean * math.sqrt(n))
+    return out
+
+
+def curve(steps: Sequence[Step], latency: str = KNEE_LATENCY) -> list[CurvePoint]:
+    """The throughput–latency curve of the steps that produced both numbers."""
+    pts = []
+    for s in steps:
+        thr, lat = s.metrics.get(THROUGHPUT), s.metrics.get(latency)
+        if thr is not None and lat is not None:
+            pts.append(CurvePoint(s.load, float(thr), float(lat),
+                                  float(s.metrics.get("requests_per_s_se") or 0.0),
+                                  float(s.metrics.get(f"{latency}_se") or 0.0)))
+    return pts
+
+
+@dataclass(slots=True)
+class StopRules:
+    max_error_rate: float = 0.05
+    latency_cap: SloTerm | None = None  # e.g. e2e_p99_ms<=30000: stop once it no longer holds
+    max_load: float = 1024
+    max_steps: int = 12
+
+
+def stop_reason(steps: Sequence[Step], rules: StopRules) -> str:
+    """Why to stop after the last step, or "" to go on."""
+    last = steps[-1]
+    m = last.metrics
+    if (m.get("error_rate") or 0.0) > rules.max_error_rate:
+        return f"error rate {m['error_rate']:.1%} > {rules.max_error_rate:.0%}"
+    if rules.latency_cap is not None and not rules.latency_cap.holds(m):
+        return f"latency cap {rules.latency_cap} passed ({m.get(rules.latency_cap.metric)})"
+    earlier = [s.metrics.get(THROUGHPUT) or 0.0 for s in steps[:-1]]
+    if earlier and (thr := m.get(THROUGHPUT)) is not None:
+        best = max(earlier)
+        if thr <= best * (1.0 + SATURATION_GAIN):
+            verb = "fell" if thr < best else "grew < " + f"{SATURATION_GAIN:.0%}"
+            return f"throughput {verb} ({thr:.3g} req/s vs best {best:.3g})"
+    if last.load >= rules.max_load:
+        return f"max load {rules.max_load:g} reached"
+    if len(steps) >= rules.max_steps:
+        return f"max steps {rules.max_steps} reached"
+    return ""
+
+
+def _midpoint(lo: float, hi: float, integer: bool) -> float | None:
+    mid = math.sqrt(lo * hi)
+    if integer:
+        mid = round(mid)
+        return mid if lo < mid < hi else None
+    return mid if hi / lo > 1.1 else None  # rates closer than 10% are within noise of each other
+
+
+def refine_candidates(steps: Sequence[Step], knee_load: float, integer: bool) -> list[float]:
+    """Geometric midpoints between the knee and its measured neighbours, widest gap first."""
+    loads = sorted(s.load for s in steps)
+    i = loads.index(knee_load)
+    gaps = []
+    if i > 0:
+        gaps.append((loads[i - 1], knee_load))
+    if i + 1 < len(loads):
+        gaps.append((knee_load, loads[i + 1]))
+    gaps.sort(key=lambda g: g[1] / g[0], reverse=True)
+    return [m for lo, hi in gaps if (m := _midpoint(lo, hi, integer)) is not None]
+
+
+def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | None, *,
+              start: float = 1, factor: float = 2.0, refine: int = 2, integer: bool = True,
+              rules: StopRules | None = None,
+              on_step: Callable[[list[Step]], None] = lambda steps: None) -> list[Step]:
+    """Measure steps (``loads`` as given, or ``auto`` when None) and return them by load."""
+    rules = rules or StopRules()
+    steps: list[Step] = []
+
+    def take(load: float, phase: str) -> Step:
+        step = measure(load, phase)
+        step.phase = phase
+        steps.append(step)
+        return step
+
+    plan = list(loads) if loads else None
+    load = plan.pop(0) if plan else start
+    while True:
+        step = take(load, "list" if loads else "grow")
+        step.stop_reason = stop_reason(steps, rules)
+        on_step(steps)
+        if step.stop_reason:
+            break
+        if plan is not None:
+            if not plan:
+                break
+            load = plan.pop(0)
+        else:
+            nxt = load * factor
+            load = min(round(nxt) if integer else nxt, rules.max_load)
+    if loads is None:
+        _refine(take, steps, refine, integer, on_step)
+    return sorted(steps, key=lambda s: s.load)
+
+
+def _refine(take: Callable[[float, str], Step], steps: list[Step], budget: int, integer: bool,
+            on_step: Callable[[list[Step]], None]) -> None:
+    for _ in range(budget):
+        knee = find_knee(curve(steps))
+        if knee is None:
+            return
+        candidates = [c for c in refine_candidates(steps, knee.load, integer)
+                      if c not in {s.load for s in steps}]
+        if not candidates:
+            return
+        take(candidates[0], "refine")
+        on_step(steps)
+
+
+@dataclass(slots=True)
+class SweepAnalysis:
+    knee: Knee | None
+    slo_load: float | None
+    slo_monotone: bool
+    recommended: float | None
+    predicted: dict[str, float] | None  # interpolated throughput/latency at the recommendation
+    grows_at_knee: dict[str, float]  # decomposition component -> ms added from knee to next step
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["knee"] = self.knee.to_dict() if self.knee else None
+        return data
+
+
+def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0.10,
+            integer: bool = True, latency: str = KNEE_LATENCY) -> SweepAnalysis:
+    """Knee, highest load meeting the SLO, the operating point and what grows at the knee."""
+    pts = curve(steps, latency)
+    knee = find_knee(pts, latency)
+    slo_load, monotone = (highest_load_meeting([(s.load, s.metrics) for s in steps], slo)
+                          if slo else (None, True))
+    recommended = predicted = None
+    if knee is not None:
+        recommended = operating_point(knee.load, backoff=backoff, slo_load=slo_load, integer=integer)
+    elif slo_load is not None:
+        recommended = slo_load
+    if recommended is not None and (at := interpolate(pts, recommended)):
+        predicted = {THROUGHPUT: at[0], latency: at[1]}
+    return SweepAnalysis(knee, slo_load, monotone, recommended, predicted,
+                         _growth_past(steps, knee.load) if knee else {})
+
+
+def _growth_past(steps: Sequence[Step], knee_load: float) -> dict[str, float]:
+    """Per decomposition component: mean ms at the first step past the knee minus at the knee."""
+    ordered = sorted(steps, key=lambda s: s.load)
+    loads = [s.load for s in ordered]
+    i = loads.index(knee_load)
+    if i + 1 >= len(ordered):
+        return {}
+    at, past = ordered[i].decomposition, ordered[i + 1].decomposition
+    growth = {k: past[k] - at[k] for k in at if k in past
+              and isinstance(at[k], (int, float)) and isinstance(past[k], (int, float))}
+    return dict(sorted(growth.items(), key=lambda kv: kv[1], reverse=True))
+
+
+# --- wiring to the load generator and the /metrics scraper ------------------------------------
+
+# Leaves of the latency decomposition compared across steps ("what grows at the knee").
+GROWTH_KEYS = ("ttft.send_lag", "ttft.network", "ttft.server.queue", "ttft.server.prefill",
+               "ttft.server.other", "e2e.decode")
+
+
+def step_decomposition(records: Sequence[Any], snapshots: Sequence[Any]) -> dict[str, float]:
+    """Mean ms of each decomposition leaf (``analysis.decompose``) of one step; None-free."""
+    from latscope.analysis.decompose import decompose
+
+    result = decompose(records, list(snapshots))
+    return {c.key: c.mean_ms for c in result.components
+            if c.key in GROWTH_KEYS and c.mean_ms is not None}
+
+
+def bench_step(base: Any, load: float, mode: str, run_dir: Path, *, warmup: int | None,
+               scrape_interval_s: float) -> Step:
+    """One load run at ``load`` (``mode`` "concurrency" or "rate") with /metrics scraped.
+
+    ``base`` is a ``latscope.load.BenchConfig``; warm-up defaults to one request per concurrency
+    slot (at least 2) so each step starts from a filled batch rather than an idle server.
+    """
+    try:
+        from latscope.load import run_bench
+    except ImportError:  # the package may not re-export it
+        from latscope.load.runner import run_bench
+    from latscope.server.scrape import MetricsScraper
+
+    changes: dict[str, Any] = {"output_dir": run_dir}
+    if mode == "concurrency":
+        changes.update(concurrency=int(load), rate=None)
+    else:
+        changes.update(rate=float(load))
+    changes["warmup"] = warmup if warmup is not None else max(2, int(min(load, 64)))
+    config = dataclasses.replace(base, **changes)
+    scraper = MetricsScraper(scrape_interval_s)
+    result = run_bench(config, observers=[scraper])
+    metrics = flatten_summary(result.summary)
+    metrics.update(noise_estimates(result.summary, metrics))
+    return Step(load, metrics, run_dir=str(result.run_dir),
+                decomposition=step_decomposition(result.records, scraper.snapshots))

@@ -1,0 +1,378 @@
+"""Tune orchestration: one server per configuration, a measured workload, state on disk, resume.
+
+A trial starts the server with one configuration (``launch``), runs the workload on it
+(``measure``), stops the server and scores the metrics against the SLO: feasible configurations
+score their throughput, infeasible ones minus their summed relative SLO violation (so the search
+still moves toward feasibility). ``tune.json`` is rewritten atomically after every change of a
+trial, so an interrupted tune (Ctrl-C, a crash, a killed machine) resumes from it: finished trials
+are served from that file to the search and never re-run; a trial that was running is re-run.
+``--validate`` runs the chosen and the starting configuration alternately (A B B A ..., which
+cancels a linear drift of the machine) and reports the paired improvement with a t interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shlex
+import string
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator, Sequence
+
+import numpy as np
+import orjson
+
+from latscope.analysis.knee import SloTerm, meets_slo, parse_slo
+from latscope.analysis.search import (
+    STRATEGIES, Config, Outcome, Param, SearchResult, Value, config_key, pareto_front,
+)
+from latscope.errors import ConfigError, LatscopeError
+
+STATE_FILE = "tune.json"
+STATE_VERSION = 1
+# launch(config, trial_dir) -> context manager yielding (base_url, model_name)
+Launch = Callable[[Config, Path], ContextManager[tuple[str, str]]]
+# measure(base_url, model_name, run_dir) -> flat metrics (see analysis.sweep.flatten_summary)
+Measure = Callable[[str, str, Path], dict[str, Any]]
+
+
+@dataclass(slots=True)
+class TuneSpec:
+    """What defines a tune; stored in the state so ``--resume DIR`` needs no flags again."""
+
+    params: list[Param]
+    serve_cmd: str | None  # template with {name} placeholders; None with ``local``
+    local: bool
+    slo: str
+    workload: dict[str, Any]  # BenchConfig fields (concurrency, num_requests, lengths, ...)
+    objective: str = "requests_per_s"
+    latency: str = "e2e_p99_ms"  # the latency axis of the Pareto front
+    strategy: str = "coordinate"
+    start: Config | None = None
+    min_gain: float = 0.03
+    max_error_rate: float = 0.05
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["params"] = [{"name": p.name, "values": list(p.values)} for p in self.params]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TuneSpec:
+        data = dict(data)
+        data["params"] = [Param(p["name"], tuple(p["values"])) for p in data["params"]]
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class Trial:
+    config: Config
+    status: str = "running"  # running | done | failed | interrupted
+    purpose: str = "search"  # search | validate-baseline | validate-candidate
+    metrics: dict[str, Any] = field(default_factory=dict)
+    feasible: bool = False
+    value: float = -math.inf
+    run_dir: str = ""
+    error: str = ""
+    started: float = 0.0  # wall-clock seconds
+    finished: float = 0.0
+
+
+class TuneState:
+    """The tune's file: spec, every trial, validation and result; saved after each change."""
+
+    def __init__(self, out_dir: Path, spec: TuneSpec) -> None:
+        self.out_dir = out_dir
+        self.spec = spec
+        self.trials: list[Trial] = []
+        self.validation: dict[str, Any] | None = None
+        self.result: dict[str, Any] | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.out_dir / STATE_FILE
+
+    @classmethod
+    def load(cls, out_dir: Path) -> TuneState:
+        path = out_dir / STATE_FILE
+        try:
+            data = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise ConfigError(f"{out_dir}: no {STATE_FILE} here, nothing to resume") from None
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not a tune state file ({exc})") from None
+        if data.get("version") != STATE_VERSION:
+            raise ConfigError(f"{path}: state version {data.get('version')} is not {STATE_VERSION}")
+        state = cls(out_dir, TuneSpec.from_dict(data["spec"]))
+        state.trials = [Trial(**_with_inf(t)) for t in data["trials"]]
+        state.validation = data.get("validation")
+        state.result = data.get("result")
+        return state
+
+    def save(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        data = {"version": STATE_VERSION, "spec": self.spec.to_dict(),
+                "trials": [_json_safe(asdict(t)) for t in self.trials],
+                "validation": self.validation, "result": self.result}
+        tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        os.replace(tmp, self.path)  # a reader (or a resume after a crash) never sees half a file
+
+    def cache(self) -> dict[tuple[Value, ...], Outcome]:
+        """Finished search trials as the search's memo; running/interrupted ones are re-run."""
+        return {config_key(t.config, self.spec.params): Outcome(t.feasible, t.value)
+                for t in self.trials if t.purpose == "search" and t.status in ("done", "failed")}
+
+    def search_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.purpose == "search" and t.status in ("done", "failed")]
+
+
+def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
+    value = data.get("value")
+    if isinstance(value, float) and math.isinf(value):
+        data["value"] = "-inf" if value < 0 else "inf"
+    return data
+
+
+def _with_inf(data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(data.get("value"), str):
+        data = {**data, "value": float(data["value"])}
+    return data
+
+
+def score(metrics: dict[str, Any], slo: Sequence[SloTerm], objective: str,
+          max_error_rate: float) -> Outcome:
+    """Feasible: throughput. Infeasible: minus the summed relative violation of each term."""
+    violation = 0.0
+    for term in slo:
+        if term.holds(metrics):
+            continue
+        value = metrics.get(term.metric)
+        if value is None:
+            violation += 1.0
+        else:
+            violation += abs(float(value) - term.limit) / max(abs(term.limit), 1e-9)
+    errors = metrics.get("error_rate") or 0.0
+    if errors > max_error_rate:
+        violation += errors
+    value = metrics.get(objective)
+    if violation == 0.0 and value is not None and meets_slo(metrics, slo):
+        return Outcome(True, float(value))
+    return Outcome(False, -violation if violation else -math.inf)
+
+
+class Tuner:
+    """Runs trials for the search and for validation, writing the state after each change."""
+
+    def __init__(self, state: TuneState, launch: Launch, measure: Measure,
+                 on_trial: Callable[[Trial], None] = lambda t: None) -> None:
+        self.state = state
+        self.launch = launch
+        self.measure = measure
+        self.on_trial = on_trial
+        self.slo = parse_slo(state.spec.slo)
+        self.restarts_this_session = 0
+
+    def run_trial(self, config: Config, purpose: str = "search") -> Trial:
+        index = len(self.state.trials)
+        label = "-".join(f"{k}={v}" for k, v in config.items())
+        trial_dir = self.state.out_dir / "trials" / f"{index:03d}-{purpose}-{label}"
+        trial = Trial(dict(config), purpose=purpose, run_dir=str(trial_dir.relative_to(self.state.out_dir)),
+                      started=time.time())
+        self.state.trials.append(trial)
+        self.state.save()
+        try:
+            self.restarts_this_session += 1
+            with self.launch(config, trial_dir) as (url, model):
+                trial.metrics = self.measure(url, model, trial_dir / "run")
+            outcome = score(trial.metrics, self.slo, self.state.spec.objective,
+                            self.state.spec.max_error_rate)
+            trial.status, trial.feasible, trial.value = "done", outcome.feasible, outcome.value
+        except LatscopeError as exc:  # the server did not start, or the run failed: record it
+            trial.status, trial.error = "failed", str(exc).splitlines()[0]
+        except BaseException:
+            trial.status = "interrupted"
+            raise
+        finally:
+            trial.finished = time.time()
+            self.state.save()
+        self.on_trial(trial)
+        return trial
+
+    def evaluate(self, config: Config) -> Outcome:
+        trial = self.run_trial(config)
+        return Outcome(trial.feasible, trial.value)
+
+    def search(self) -> SearchResult:
+        spec = self.state.spec
+        strategy = STRATEGIES.get(spec.strategy)
+        if strategy is None:
+            raise ConfigError(f"unknown search {spec.strategy!r}; use one of {sorted(STRATEGIES)}")
+        result = strategy(spec.params, self.evaluate, start=spec.start, min_gain=spec.min_gain,
+                          cache=self.state.cache())
+        self.state.result = summarize_result(self.state, result)
+        self.state.save()
+        return result
+
+    def validate(self, baseline: Config, candidate: Config, repeats: int) -> dict[str, Any]:
+        """A B B A ... ``repeats`` pairs; trials already on disk from an earlier run are reused."""
+        done = [t for t in self.state.trials if t.purpose.startswith("validate") and t.status == "done"]
+        runs = {"validate-baseline": [t for t in done if t.purpose == "validate-baseline"],
+                "validate-candidate": [t for t in done if t.purpose == "validate-candidate"]}
+        for i in range(repeats):
+            order = ["validate-baseline", "validate-candidate"]
+            for purpose in order if i % 2 == 0 else order[::-1]:
+                if len(runs[purpose]) > i:
+                    continue
+                trial = self.run_trial(baseline if purpose.endswith("baseline") else candidate,
+                                       purpose)
+                if trial.status == "done":
+                    runs[purpose].append(trial)
+        metrics = {}
+        for key, higher_better in ((self.state.spec.objective, True), (self.state.spec.latency, False)):
+            base = [t.metrics.get(key) for t in runs["validate-baseline"][:repeats]]
+            cand = [t.metrics.get(key) for t in runs["validate-candidate"][:repeats]]
+            metrics[key] = paired_change(base, cand, higher_better=higher_better)
+        self.state.validation = {"baseline": baseline, "candidate": candidate, "repeats": repeats,
+                                 "order": "ABBA", "metrics": metrics}
+        self.state.save()
+        return self.state.validation
+
+
+def paired_change(baseline: Sequence[float | None], candidate: Sequence[float | None], *,
+                  higher_better: bool, confidence: float = 0.95) -> dict[str, Any]:
+    """Relative change candidate/baseline - 1 over pairs, with a t interval on the log ratios.
+
+    Log ratios make the interval symmetric for gains and losses and independent of the scale;
+    a t interval is what n of 2-10 pairs allows (no normality can be checked with so few, so
+    the report gives the individual ratios too). The verdict is "better" / "worse" only when the
+    whole interval lies on one side of zero, else "no significant difference".
+    """
+    from scipy import stats as sps  # only validation needs scipy (a vLLM dependency anyway)
+
+    pairs = [(b, c) for b, c in zip(baseline, candidate)
+             if b is not None and c is not None and b > 0 and c > 0]
+    ratios = np.array([c / b for b, c in pairs])
+    out: dict[str, Any] = {"n": len(pairs), "ratios": ratios.tolist(),
+                           "baseline_median": float(np.median([b for b, _ in pairs])) if pairs else None,
+                           "candidate_median": float(np.median([c for _, c in pairs])) if pairs else None,
+                           "higher_is_better": higher_better, "confidence": confidence}
+    if len(pairs) < 2:
+        out.update(change=float(ratios[0] - 1) if pairs else None, ci=None,
+                   verdict="not enough pairs for an interval (need >= 2)")
+        return out
+    logs = np.log(ratios)
+    mean, sem = float(logs.mean()), float(logs.std(ddof=1) / math.sqrt(len(logs)))
+    half = float(sps.t.ppf(0.5 + confidence / 2, len(logs) - 1)) * sem
+    lo, hi = math.expm1(mean - half), math.expm1(mean + half)
+    good_side = lo > 0 if higher_better else hi < 0
+    bad_side = hi < 0 if higher_better else lo > 0
+    verdict = "better" if good_side else "worse" if bad_side else "no significant difference"
+    out.update(change=math.expm1(mean), ci=[lo, hi], verdict=verdict)
+    return out
+
+
+def summarize_result(state: TuneState, result: SearchResult) -> dict[str, Any]:
+    """Best configuration, baseline, Pareto front over search trials and the restarts used."""
+    spec = state.spec
+    trials = state.search_trials()
+    done = [t for t in trials if t.status == "done"]
+    pts = [(float(t.metrics.get(spec.objective) or math.nan), float(t.metrics.get(spec.latency) or math.nan))
+           for t in done]
+    return {"best": result.best, "best_feasible": result.best_outcome.feasible,
+            "best_value": result.best_outcome.value if math.isfinite(result.best_outcome.value) else None,
+            "baseline": result.order[0], "strategy": result.strategy,
+            "restarts": result.evaluated, "grid_size": result.grid_size,
+            "failed": sum(t.status == "failed" for t in trials),
+            "pareto": [done[i].config for i in pareto_front(pts)]}
+
+
+def flag_args(config: Config) -> list[str]:
+    """``{"max_num_seqs": 8}`` -> ``["--max-num-seqs", "8"]`` (vLLM's spelling of its flags)."""
+    return [part for name, value in config.items()
+            for part in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def serve_command(template: str, config: Config, port: int) -> list[str]:
+    """Fill ``{name}``/``{port}`` placeholders; every tuned flag must appear in the template."""
+    names = {field_name for _, field_name, _, _ in string.Formatter().parse(template) if field_name}
+    missing = sorted(set(config) - names)
+    if missing:
+        raise ConfigError(f"--serve-cmd has no placeholder for {', '.join('{' + m + '}' for m in missing)}: "
+                          "tuning it would change nothing")
+    unknown = sorted(names - set(config) - {"port"})
+    if unknown:
+        raise ConfigError(f"--serve-cmd placeholder(s) {unknown} match no --param (or {{port}})")
+    return shlex.split(template.format(**config, port=port))
+
+
+def serve_cmd_launcher(template: str, *, host: str = "127.0.0.1", port: int | None = None,
+                       ready_timeout: float = 600.0, model: str = "",
+                       health_path: str = "/health") -> Launch:
+    """Start ``template`` filled with the configuration as a ``ManagedServer`` (own process group,
+    ready when ``/health`` answers, stopped by group: never by name)."""
+    from latscope.server.process import ManagedServer
+    from latscope.server.target import free_port
+
+    @contextlib.contextmanager
+    def launch(config: Config, trial_dir: Path) -> Iterator[tuple[str, str]]:
+        chosen = port or free_port(host)
+        url = f"http://{host}:{chosen}"
+        server = ManagedServer(serve_command(template, config, chosen), log_path=trial_dir / "server.log",
+                               health_url=f"{url}{health_path}", ready_timeout=ready_timeout)
+        with server:
+            yield url, model
+
+    return launch
+
+
+def local_launcher(*, ready_timeout: float = 600.0, model: str = "tiny") -> Launch:
+    """The embedded vLLM (``LocalTarget``) with the configuration as vLLM flags."""
+    from latscope.server.target import LocalTarget
+
+    @contextlib.contextmanager
+    def launch(config: Config, trial_dir: Path) -> Iterator[tuple[str, str]]:
+        with LocalTarget(model=model, serve_args=flag_args(config), log_dir=trial_dir,
+                         ready_timeout=ready_timeout) as target:
+            yield target.url, target.model_name
+
+    return launch
+
+
+def fixed_measure(base: Any, mode: str, load: float, *, warmup: int | None,
+                  scrape_interval_s: float) -> Measure:
+    """Every trial runs the same bench workload (``base``: a BenchConfig) at one load."""
+    from latscope.analysis.sweep import bench_step
+
+    def measure(url: str, model: str, run_dir: Path) -> dict[str, Any]:
+        import dataclasses
+        cfg = dataclasses.replace(base, url=url, model=model or base.model)
+        step = bench_step(cfg, load, mode, run_dir, warmup=warmup, scrape_interval_s=scrape_interval_s)
+        return {**step.metrics, "load": load, "decomposition": step.decomposition}
+
+    return measure
+
+
+def sweep_measure(base: Any, mode: str, loads: Sequence[float] | None, slo: Sequence[SloTerm], *,
+                  objective: str, warmup: int | None, scrape_interval_s: float,
+                  rules: Any = None) -> Measure:
+    """Every trial sweeps its server; the trial's metrics are those of the step with the highest
+    ``objective`` that meets the SLO (the configuration's capacity under the SLO), or of the
+    lowest step when none does (so the trial is infeasible and scored by its violation)."""
+    from latscope.analysis.sweep import bench_step, run_sweep
+
+    def measure(url: str, model: str, run_dir: Path) -> dict[str, Any]:
+        import dataclasses
+        cfg = dataclasses.replace(base, url=url, model=model or base.model)
+        steps = run_sweep(lambda load, phase: bench_step(cfg, load, mode, run_dir / f"{mode}-{load:g}",
+                                                         warmup=warmup, scrape_interval_s=scrape_interval_s),
+                          loads, integer=mode == "concurrency", rules=rules)
+        ok = [s for s in steps if meets_slo(s.metrics, slo)]
+        pick = max(ok, key=lambda s: s.metrics.get(objective) or 0.0) if ok else steps[0]
+        return {**pick.metrics, "load": pick.load, "decomposition": pick.decomposition,
+                "sweep": [{"load": s.load, objective: s.metrics.get(objective)} for s in steps]}
+
+    return measure

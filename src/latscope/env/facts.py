@@ -1,0 +1,86 @@
+"""The facts doctor gathers once and every check reads: the host view, the server process's
+environment and CPU affinity, the GPUs found (by which tool), and what the server said about itself.
+
+Checks are plain functions ``check(facts) -> list[Finding]``; keeping the reading here and the
+judging in the checks lets each check be tested on a fake tree without running anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from latscope.env.gputools import GpuInfo, GpuProcess, Topology
+from latscope.env.hostview import HostView
+from latscope.model import Evidence, Finding, Severity
+
+
+@dataclass(slots=True)
+class PciGpu:
+    """One GPU as sysfs shows it (``/sys/bus/pci/devices/<bdf>``)."""
+
+    bdf: str
+    vendor: str  # "nvidia" | "amd"
+    numa_node: int | None = None
+    current_link_speed: str = ""
+    max_link_speed: str = ""
+    current_link_width: str = ""
+    max_link_width: str = ""
+
+
+@dataclass(slots=True)
+class GpuFacts:
+    vendor: str = ""  # "nvidia" | "amd" | "" (none found)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    gpus_source: str = ""
+    pci: list[PciGpu] = field(default_factory=list)
+    topology: Topology | None = None
+    topology_source: str = ""
+    processes: list[GpuProcess] = field(default_factory=list)
+    processes_source: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    tools_found: list[str] = field(default_factory=list)
+    tools_missing: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ServerFacts:
+    """What the server's endpoints and startup log say (any part may be missing)."""
+
+    url: str | None = None
+    endpoints: dict[str, Any] = field(default_factory=dict)  # path -> HTTP status or error text
+    version: str | None = None
+    version_source: str = ""
+    models: list[dict[str, Any]] = field(default_factory=list)
+    metrics_text: str | None = None
+    metrics_error: str | None = None
+    log_path: str | None = None
+    log_config: Any = None  # latscope.server.logs config object, when a log was parsed
+    log_error: str | None = None
+    # Simple values read from the log or the command line: name -> (value, source)
+    settings: dict[str, tuple[Any, str]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Facts:
+    host: HostView
+    pid: int | None = None
+    pid_source: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    env_source: str = ""
+    cmdline: list[str] = field(default_factory=list)
+    gpu: GpuFacts = field(default_factory=GpuFacts)
+    server: ServerFacts = field(default_factory=ServerFacts)
+
+    def vllm_version(self) -> tuple[str | None, str]:
+        if self.server.version:
+            return self.server.version, self.server.version_source
+        return self.gpu.versions.get("vllm"), self.gpu.versions.get("vllm_source", "")
+
+
+def skipped(check_id: str, reason: str, layer: str) -> Finding:
+    return Finding(id=check_id, severity=Severity.SKIPPED, title=f"skipped: {reason}", layer=layer)
+
+
+def ev(name: str, value: Any, source: str, unit: str = "") -> Evidence:
+    return Evidence(name=name, value=value, unit=unit, source=source)

@@ -1,0 +1,156 @@
+"""Findings from a ``NetReport``: each measured layer as evidence, and a verdict that puts the
+network next to the server's measured TTFT ("network is 0.4 ms of a 62 ms TTFT").
+
+Definitions (ms; percentiles with numpy's linear interpolation via ``analysis.stats``):
+- HTTP round trip = GET ``/health`` over a kept-alive connection, request sent -> headers received
+  (network both ways + the server's HTTP handling of /health);
+- new-connection cost = p50(GET on a fresh connection) - p50(GET on the kept-alive connection);
+- jitter = mean |x[i] - x[i-1]| over consecutive kept-alive round trips (RFC 3393 style);
+- client TTFT = completion request sent -> first chunk with text; delivery gap = time between
+  consecutive chunks with text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from latscope.analysis.stats import distribution
+from latscope.model import Evidence, Finding, Severity
+
+# Above this share of TTFT the network is worth acting on (a quarter of the wait).
+NETWORK_SHARE_WARN = 0.25
+# vllm-facts.md s6 #1: client TTFT - server TTFT above this on a LAN points at network or proxy.
+OUTSIDE_ENGINE_WARN_MS = 10.0
+REF = "vllm-facts.md section 6 #1; docs/doctor.md (latscope net)"
+
+
+def _p50(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def jitter_ms(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    return float(np.mean(np.abs(np.diff(values))))
+
+
+def _dist_evidence(name: str, values: list[float], source: str) -> list[Evidence]:
+    d = distribution(values, (50, 90, 99))
+    return [Evidence(f"{name} p50 / p90 / p99 / max", f"{d['p50']:.3f} / {d['p90']:.3f} / "
+                     f"{d['p99']:.3f} / {d['max']:.3f}", "ms", f"{source}, n={d['count']}")]
+
+
+def net_findings(r: Any) -> list[Finding]:
+    out = [_connect_finding(r), _http_finding(r), _reuse_finding(r), _stream_finding(r),
+           _iperf3_finding(r), _verdict(r)]
+    if r.error:
+        out.append(Finding("net.error", Severity.CRITICAL, r.error, layer="network"))
+    return [f for f in out if f is not None]
+
+
+def _connect_finding(r: Any) -> Finding:
+    evidence = [Evidence("DNS lookup", "IP literal (no lookup)" if r.dns_is_literal
+                         else round(r.dns_ms, 3), "" if r.dns_is_literal else "ms", "getaddrinfo")]
+    evidence += _dist_evidence("TCP connect", r.tcp_connect_ms, f"connect() to {r.address}")
+    if r.tls_handshake_ms:
+        evidence += _dist_evidence("TLS handshake", r.tls_handshake_ms, "SSLSocket.do_handshake")
+    return Finding("net.connect", Severity.INFO,
+                   f"TCP connect {_p50(r.tcp_connect_ms):.2f} ms to {r.address} (reaches the first "
+                   "TCP endpoint: a proxy or load balancer if there is one)", evidence,
+                   layer="network", reference=REF)
+
+
+def _http_finding(r: Any) -> Finding | None:
+    if not r.keepalive_ms:
+        return None
+    rtt, connect = _p50(r.keepalive_ms), _p50(r.tcp_connect_ms)
+    evidence = _dist_evidence("HTTP round trip (kept-alive)", r.keepalive_ms,
+                              f"GET {r.health_path} -> HTTP {r.health_status}")
+    evidence.append(Evidence("jitter (mean |consecutive difference|)", round(jitter_ms(
+        r.keepalive_ms) or 0.0, 3), "ms", "kept-alive round trips"))
+    evidence.append(Evidence("TCP connect p50", round(connect, 3), "ms", f"connect() to {r.address}"))
+    title = f"HTTP round trip {rtt:.2f} ms over a reused connection"
+    why = ""
+    if rtt - connect > max(2.0, 3 * connect):
+        title += f"; TCP connect only {connect:.2f} ms"
+        why = ("The TCP handshake is answered much faster than an HTTP request: either an "
+               "intermediary (proxy, load balancer, mesh sidecar) terminates TCP closer than the "
+               "server, or the server takes the difference to answer /health.")
+    return Finding("net.http_rtt", Severity.INFO, title, evidence, why=why, layer="network",
+                   reference=REF)
+
+
+def _reuse_finding(r: Any) -> Finding | None:
+    if not r.new_connection_ms or not r.keepalive_ms:
+        return None
+    cost = _p50(r.new_connection_ms) - _p50(r.keepalive_ms)
+    evidence = _dist_evidence("GET on a new connection", r.new_connection_ms, f"GET {r.health_path}")
+    evidence += _dist_evidence("GET on a reused connection", r.keepalive_ms, f"GET {r.health_path}")
+    evidence.append(Evidence("new-connection cost (p50 difference)", round(cost, 3), "ms", "measured"))
+    severity = Severity.WARNING if cost > 1.0 and cost > 0.2 * _p50(r.keepalive_ms) else Severity.INFO
+    return Finding("net.connection_reuse", severity,
+                   f"a new connection costs {cost:.2f} ms per request more than a reused one",
+                   evidence, why="A client that does not keep connections alive pays it on every "
+                   "request, TTFT included.",
+                   fix="reuse connections (HTTP keep-alive / a shared client session)",
+                   layer="network", reference=REF)
+
+
+def _stream_finding(r: Any) -> Finding | None:
+    s = r.stream
+    if not s.gaps_ms:
+        return None
+    evidence = _dist_evidence("delivery gap between text chunks", s.gaps_ms,
+                              f"POST /v1/completions stream ({s.model})")
+    return Finding("net.stream_gaps", Severity.INFO,
+                   f"streamed chunks arrive {_p50(s.gaps_ms):.2f} ms apart (p50)", evidence,
+                   why="Gaps much larger than the server's inter-token latency mean buffering on "
+                       "the path (proxy SSE buffering, Nagle).", layer="network", reference=REF)
+
+
+def _iperf3_finding(r: Any) -> Finding:
+    if r.iperf3 is None:
+        return Finding("net.iperf3", Severity.SKIPPED, f"skipped: {r.iperf3_reason}",
+                       layer="network")
+    return Finding("net.iperf3", Severity.INFO,
+                   f"iperf3: {r.iperf3['received_mbit_s']:.0f} Mbit/s",
+                   [Evidence("received", round(r.iperf3["received_mbit_s"], 1), "Mbit/s",
+                             r.iperf3["command"]),
+                    Evidence("retransmits", r.iperf3["retransmits"], "", r.iperf3["command"])],
+                   layer="network")
+
+
+def _verdict(r: Any) -> Finding | None:
+    network = _p50(r.keepalive_ms)
+    if network is None:
+        return None
+    ttft = _p50(r.stream.ttft_ms)
+    net_ev = Evidence("network (HTTP round trip p50)", round(network, 3), "ms", f"GET {r.health_path}")
+    if ttft is None:
+        return Finding("net.verdict", Severity.INFO,
+                       f"network round trip {network:.2f} ms; no TTFT to compare it with",
+                       [net_ev, Evidence("no streamed completion", r.stream.reason or "no text "
+                                         "chunk received", "", f"{r.url}/v1/models")],
+                       layer="network", reference=REF)
+    share = network / ttft
+    evidence = [net_ev, Evidence("client TTFT p50", round(ttft, 3), "ms",
+                                 f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})")]
+    severity = Severity.WARNING if share >= NETWORK_SHARE_WARN else Severity.OK
+    outside = None
+    if r.stream.server_ttft_mean_ms is not None:
+        outside = float(np.mean(r.stream.ttft_ms)) - r.stream.server_ttft_mean_ms
+        evidence.append(Evidence("server TTFT mean (same requests)", round(
+            r.stream.server_ttft_mean_ms, 3), "ms", "vllm:time_to_first_token_seconds sum/count delta"))
+        evidence.append(Evidence("client mean - server mean TTFT", round(outside, 3), "ms", "measured"))
+        if outside > OUTSIDE_ENGINE_WARN_MS:
+            severity = Severity.WARNING
+    return Finding("net.verdict", severity,
+                   f"network is {network:.1f} ms of a {ttft:.0f} ms TTFT ({share:.0%})", evidence,
+                   why="The round trip is paid once before the first token and again by every "
+                       "chunk's delivery." if severity == Severity.WARNING else "",
+                   fix="co-locate client and server, remove buffering proxies"
+                   if severity == Severity.WARNING else "", layer="network", reference=REF,
+                   impact={"metric": "ttft_p50_ms", "value": round(network, 3),
+                           "share": round(share, 4)})

@@ -1,0 +1,277 @@
+"""The prompts a run sends: synthetic ones of exact token length, mixes, shared prefixes, datasets.
+
+Token counts are exact when a tokenizer is at hand: a local HF ``tokenizer.json`` (``--tokenizer``,
+read with the ``tokenizers`` package) or the server's own ``/tokenize``/``/detokenize`` (vLLM has
+both). A synthetic prompt is built the way vllm bench serve's random dataset is: random token ids
+(drawn from the ids of ordinary English words, so no special tokens), decoded to text, re-encoded,
+and trimmed or padded until the re-encoded length is the target. Without a tokenizer, one word is
+taken as one token and the workload says that its counts are approximate.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from latscope.errors import ConfigError
+from latscope.load.config import LengthDist, MixEntry, WorkloadSpec
+
+# Ordinary words: their token ids form the pool synthetic prompts are drawn from.
+_WORDS = (
+    "the of and to in is that it was for on are as with his they at be this from have or by "
+    "one had not but what all were when we there can an your which their said if do will each "
+    "about how up out them then she many some so these would other into has more her two like "
+    "him see time could no make than first been its who now people my made over did down only "
+    "way find use may water long little very after words called just where most know get through "
+    "back much before go good new write our used me man too any day same right look think also "
+    "around another came come work three word must because does part even place well such here "
+    "take why things help put years different away again off went old number great tell men say "
+    "small every found still between name should home big give air line set own under read last "
+    "never us left end along while might next sound below saw something thought both few those "
+    "always looked show large often together asked house world going want school important until "
+    "form food keep children feet land side without boy once animals life enough took sometimes "
+    "four head above kind began almost live page got earth need far hand high year mother light "
+    "parts country father let night following picture being study second eyes soon times story "
+    "boys since white days ever paper hard near sentence better best across during today others "
+    "sure means knew try told young miles sun ways thing whole hear example heard several change "
+    "answer room sea against top turned learn point city play toward five using himself usually"
+).split()
+
+
+class Tokenizer(Protocol):
+    exact: bool
+    source: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class LocalTokenizer:
+    """A HF ``tokenizer.json`` read with the ``tokenizers`` package (no transformers needed)."""
+
+    exact = True
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError:
+            raise ConfigError("--tokenizer needs the 'tokenizers' package: "
+                              "pip install tokenizers") from None
+        path = Path(path)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ConfigError(f"no tokenizer.json at {path}")
+        try:
+            self._tok = HFTokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises a bare Exception subclass
+            raise ConfigError(f"cannot load tokenizer {file}: {exc}") from None
+        self.source = f"local:{file}"
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(map(int, ids)))
+
+
+class ServerTokenizer:
+    """vLLM's ``POST /tokenize`` and ``/detokenize`` (setup only; never during measurement)."""
+
+    exact = True
+
+    def __init__(self, base_url: str, model: str, headers: dict[str, str]) -> None:
+        self.base_url, self.model, self.headers = base_url, model, headers
+        self.source = f"server:{base_url}/tokenize"
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json", **self.headers})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def encode(self, text: str) -> list[int]:
+        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+        return list(self._post("/tokenize", body)["tokens"])
+
+    def decode(self, ids: list[int]) -> str:
+        body = {"model": self.model, "tokens": list(map(int, ids))}
+        return str(self._post("/detokenize", body)["prompt"])
+
+    def works(self) -> bool:
+        try:
+            ids = self.encode("hello world")
+            return bool(ids) and isinstance(self.decode(ids), str)
+        except (urllib.error.URLError, OSError, KeyError, ValueError, TypeError):
+            return False
+
+
+class WordTokenizer:
+    """No tokenizer: one word = one token. Counts are approximate and the summary says so."""
+
+    exact = False
+    source = "approximate:words"
+
+    def encode(self, text: str) -> list[int]:
+        index = {w: i for i, w in enumerate(_WORDS)}
+        return [index.get(w, 0) for w in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(_WORDS[int(i) % len(_WORDS)] for i in ids)
+
+
+@dataclass(slots=True)
+class Prompt:
+    text: str
+    prompt_tokens: int | None  # as counted by the tokenizer (None: unknown)
+    output_tokens: int  # max_tokens to ask for
+    group: str = ""  # mix entry name, "shared_prefix" or "dataset"
+
+
+@dataclass
+class Workload:
+    prompts: list[Prompt]
+    tokenizer: str  # where the counts come from
+    exact: bool  # False: prompt lengths are approximate
+    notes: list[str] = field(default_factory=list)
+
+
+class PromptMaker:
+    """Builds prompts of an exact token count for one tokenizer."""
+
+    def __init__(self, tokenizer: Tokenizer, rng: np.random.Generator) -> None:
+        self.tok = tokenizer
+        self.rng = rng
+        pool = sorted(set(tokenizer.encode(" ".join(_WORDS))))
+        self.pool = np.asarray(pool or [0], dtype=np.int64)
+        self.inexact = 0
+
+    def ids(self, n: int) -> list[int]:
+        return self.rng.choice(self.pool, size=max(n, 0)).tolist()
+
+    def make(self, n: int, prefix_ids: list[int] | None = None) -> tuple[str, int]:
+        prefix_ids = prefix_ids or []
+        tail = self.ids(n - len(prefix_ids))
+        text, actual = "", 0
+        for _ in range(10):
+            text = self.tok.decode(prefix_ids + tail)
+            actual = len(self.tok.encode(text))
+            if actual == n:
+                return text, actual
+            if actual > n:
+                tail = tail[: max(len(tail) - (actual - n), 0)]
+            else:
+                tail = tail + self.ids(n - actual)
+        self.inexact += 1
+        return text, actual
+
+
+def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: int) -> Workload:
+    """``count`` prompts for ``spec``, reproducible from ``seed``."""
+    rng = np.random.default_rng(seed)
+    maker = PromptMaker(tokenizer, rng)
+    notes = []
+    if spec.dataset:
+        prompts = _dataset_prompts(spec, count, tokenizer, rng, notes)
+    else:
+        prompts = _synthetic_prompts(spec, count, maker, rng)
+    if maker.inexact:
+        notes.append(f"{maker.inexact} prompt(s) could not be made exactly the target length")
+    if not tokenizer.exact:
+        notes.append("no tokenizer: prompt lengths are approximate (one word taken as one token)")
+    return Workload(prompts, tokenizer.source, tokenizer.exact, notes)
+
+
+def _synthetic_prompts(spec: WorkloadSpec, count: int, maker: PromptMaker,
+                       rng: np.random.Generator) -> list[Prompt]:
+    mix = spec.mix or [MixEntry("default", 1.0, LengthDist.parse(spec.input_len),
+                                LengthDist.parse(spec.output_len))]
+    weights = np.asarray([m.weight for m in mix], dtype=np.float64)
+    picks = rng.choice(len(mix), size=count, p=weights / weights.sum())
+    shared = rng.random(count) < spec.prefix_fraction if spec.prefix_len else np.zeros(count, bool)
+    prefix_ids = maker.ids(spec.prefix_len) if spec.prefix_len else []
+    prompts = []
+    for i, which in enumerate(picks):
+        entry = mix[which]
+        n_in = int(entry.input_len.sample(rng, 1)[0])
+        n_out = int(entry.output_len.sample(rng, 1)[0])
+        if shared[i]:
+            n_in = max(n_in, spec.prefix_len + 1)
+            text, actual = maker.make(n_in, prefix_ids)
+            group = "shared_prefix" if len(mix) == 1 else f"{entry.name}+shared_prefix"
+        else:
+            text, actual = maker.make(n_in)
+            group = entry.name
+        prompts.append(Prompt(text, actual, n_out, group))
+    return prompts
+
+
+def _dataset_prompts(spec: WorkloadSpec, count: int, tokenizer: Tokenizer,
+                     rng: np.random.Generator, notes: list[str]) -> list[Prompt]:
+    path = Path(spec.dataset or "")
+    pairs = _read_dataset(path, spec.dataset_format)
+    if not pairs:
+        raise ConfigError(f"{path}: no usable prompts found")
+    order = rng.permutation(len(pairs))
+    default_out = LengthDist.parse(spec.output_len)
+    if count > len(pairs):
+        notes.append(f"dataset has {len(pairs)} prompts; {count} requested, so prompts repeat")
+    prompts = []
+    for k in range(count):
+        text, answer, out_len = pairs[order[k % len(pairs)]]
+        if out_len is None and answer is not None:
+            out_len = len(tokenizer.encode(answer))
+        if not out_len:
+            out_len = int(default_out.sample(rng, 1)[0])
+        prompts.append(Prompt(text, len(tokenizer.encode(text)), max(int(out_len), 1), "dataset"))
+    return prompts
+
+
+def _read_dataset(path: Path, fmt: str) -> list[tuple[str, str | None, int | None]]:
+    """(prompt, reference answer or None, output length or None) triples."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read dataset {path}: {exc.strerror}") from None
+    if fmt == "auto":
+        fmt = "sharegpt" if raw.lstrip().startswith("[") else "jsonl"
+    if fmt == "sharegpt":
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return [t for item in data if (t := _sharegpt_pair(item))]
+    if fmt != "jsonl":
+        raise ConfigError(f"unknown dataset format {fmt!r}: use sharegpt or jsonl")
+    out = []
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{path}:{lineno}: not a JSON object") from None
+        text = item.get("prompt") or item.get("text") if isinstance(item, dict) else None
+        if not isinstance(text, str):
+            raise ConfigError(f"{path}:{lineno}: needs a string 'prompt' field")
+        out_len = item.get("output_len") or item.get("max_tokens")
+        out.append((text, item.get("completion"), int(out_len) if out_len else None))
+    return out
+
+
+def _sharegpt_pair(item: Any) -> tuple[str, str | None, int | None] | None:
+    turns = item.get("conversations") if isinstance(item, dict) else None
+    if not isinstance(turns, list) or len(turns) < 2:
+        return None
+    first, second = turns[0], turns[1]
+    if not (isinstance(first, dict) and isinstance(second, dict)):
+        return None
+    if first.get("from") not in ("human", "user") or not first.get("value"):
+        return None
+    return str(first["value"]), str(second.get("value") or ""), None

@@ -1,0 +1,97 @@
+"""Terminal tables for a ``bench`` summary (the dict ``latscope.analysis.stats.summarize`` makes,
+plus the runner's ``client``/``workload`` sections). Latencies in ms, rates per second; every row
+is defined in ``docs/metrics.md``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+LATENCY_ROWS = (
+    ("ttft_ms", "TTFT"),
+    ("tpot_ms", "TPOT"),
+    ("itl_ms", "ITL"),
+    ("e2e_ms", "E2E"),
+    ("send_lag_ms", "send lag"),
+)
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def latency_table(summary: dict[str, Any]) -> Table:
+    pcts = [f"p{p:g}" for p in summary.get("percentiles", (50, 90, 95, 99))]
+    table = Table(title="Latency (ms, from the scheduled send time)", title_justify="left")
+    for name in ("metric", "count", "mean", "std", "min", *pcts, "max"):
+        table.add_column(name, justify="left" if name == "metric" else "right", no_wrap=True)
+    for key, label in LATENCY_ROWS:
+        dist = summary.get(key) or {}
+        if not dist.get("count"):
+            continue
+        table.add_row(label, str(dist["count"]), *(_ms(dist.get(k)) for k in
+                                                   ("mean", "std", "min", *pcts, "max")))
+    return table
+
+
+def totals_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="Throughput and requests", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    req, thr = summary["requests"], summary["throughput"]
+    table.add_row("requests completed / sent", f"{req['completed']} / {req['total']}")
+    for kind, count in sorted(summary.get("errors", {}).items()):
+        table.add_row(f"  failed: {kind}", f"[red]{count}[/red]")
+    if req.get("warmup_excluded"):
+        table.add_row("warm-up requests (excluded)", str(req["warmup_excluded"]))
+    table.add_row("duration (s)", _num(summary.get("duration_s"), ".2f"))
+    table.add_row("requests/s", _num(thr["requests_per_s"], ".2f"))
+    table.add_row("output tokens/s", _num(thr["output_tokens_per_s"], ",.1f"))
+    table.add_row("total tokens/s (in + out)", _num(thr["total_tokens_per_s"], ",.1f"))
+    tokens = summary["tokens"]
+    source = ", ".join(f"{k}: {v}" for k, v in tokens.get("output_source", {}).items())
+    table.add_row("output tokens (source)", f"{tokens['output_total']:,} ({source or '-'})")
+    if "goodput" in summary:
+        good = summary["goodput"]
+        slo = ",".join(f"{k}<={v:g}" for k, v in good["slo_ms"].items())
+        table.add_row(f"goodput req/s (SLO {slo} ms)", _num(good["requests_per_s"], ".2f"))
+        table.add_row("SLO attainment", _num(good["attainment"], ".1%"))
+    client = summary.get("client") or {}
+    if client:
+        table.add_row("client CPU per output token (µs)",
+                      _num(client.get("cpu_us_per_output_token"), ".2f"))
+        table.add_row("client CPU utilisation", _num(client.get("cpu_utilization"), ".0%"))
+        table.add_row("event-loop lag p50 / p99 (ms)",
+                      f"{_ms(client['loop_lag_ms'].get('p50'))} / "
+                      f"{_ms(client['loop_lag_ms'].get('p99'))}")
+    return table
+
+
+def _num(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_bench(summary: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    head = (f"[bold]{summary.get('model', '?')}[/bold] /v1/"
+            f"{'chat/completions' if summary.get('endpoint') == 'chat' else 'completions'}"
+            f"  {_load_text(summary.get('load') or {})}")
+    console.print(head)
+    console.print(latency_table(summary))
+    console.print(totals_table(summary))
+    workload = summary.get("workload") or {}
+    for note in workload.get("notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    for warning in (summary.get("client") or {}).get("warnings", []):
+        console.print(f"[bold yellow]warning:[/bold yellow] {warning}")
+    if summary.get("stream") is False:
+        console.print("[dim]not streaming: TTFT, ITL and TPOT are not measurable[/dim]")
+
+
+def _load_text(load: dict[str, Any]) -> str:
+    if load.get("mode") == "open":
+        cap = f", at most {load['concurrency']} in flight" if load.get("concurrency") else ""
+        return f"open loop {load['rate']:g} req/s (burstiness {load['burstiness']:g}){cap}"
+    return f"closed loop, concurrency {load.get('concurrency') or 1}"

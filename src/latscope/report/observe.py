@@ -1,0 +1,136 @@
+"""Terminal tables for server observation: the latency decomposition, a parsed server log's
+configuration and stats, and the ``/metrics`` scraper's own overhead.
+
+Milliseconds in tables; a histogram quantile is printed with its error bound ("± half the bucket"
+would be wrong: the value lies anywhere in its bucket, so the bound is the bucket's width).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from latscope.analysis.decompose import Decomposition
+from latscope.server.logs import ServerLog
+
+
+def _ms(value: float | None, error: float | None = None) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    if error is not None:
+        text += f" (bucket {error:.3g})"
+    return text
+
+
+def decomposition_table(result: Decomposition) -> Table:
+    table = Table(title="Where the latency goes (means; shares of client TTFT / E2E)",
+                  show_lines=False)
+    for name, justify in (("component", "left"), ("mean ms", "right"), ("share", "right"),
+                          ("p50 ms", "right"), ("p99 ms", "right"), ("n", "right"),
+                          ("source", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    dominant = {result.dominant_ttft, result.dominant_e2e}
+    for c in result.components:
+        depth = c.key.count(".")
+        label = "  " * depth + c.label
+        if c.key in dominant:
+            label = f"[bold yellow]{label}  <- largest[/bold yellow]"
+        share = f"{c.share:.0%}" if c.share is not None and c.parent is not None else ""
+        source = c.source + (f" [red]{c.note}[/red]" if c.note else "")
+        table.add_row(label, _ms(c.mean_ms), share, _ms(c.p50_ms, c.p50_error_ms),
+                      _ms(c.p99_ms, c.p99_error_ms), "" if c.count is None else str(c.count),
+                      f"[dim]{source}[/dim]")
+    return table
+
+
+def print_decomposition(result: Decomposition, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(decomposition_table(result))
+    window = f"{result.window_s:.1f} s" if result.window_s is not None else "n/a"
+    console.print(f"[dim]server window {window}; server figures from {result.server_source}; "
+                  f"client requests {result.client_requests}, server-finished "
+                  f"{'-' if result.server_requests is None else f'{result.server_requests:g}'}[/dim]")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if result.scrape:
+        console.print(f"[dim]{scrape_overhead_text(result.scrape)}[/dim]")
+    if result.findings:
+        from latscope.report.findings import print_findings
+
+        print_findings(result.findings, console, title="Server findings")
+
+
+_CONFIG_KEYS = ("version", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
+                "prefix_caching", "enforce_eager", "cudagraph_mode", "attention_backend",
+                "kv_device", "kv_cache_tokens", "max_concurrency", "max_model_len",
+                "tensor_parallel_size", "async_scheduling", "log_level", "request_logging",
+                "profiler_enabled", "unknown_env_vars")
+
+
+def log_config_table(log: ServerLog) -> Table:
+    table = Table(title=f"Server configuration read from {log.path}")
+    table.add_column("setting")
+    table.add_column("value")
+    table.add_column("line", justify="right")
+    for key in _CONFIG_KEYS:
+        value = log.config.get(key)
+        shown = "[dim]not in log[/dim]" if value is None else str(value)
+        table.add_row(key, shown, str(log.config_lines.get(key, "")))
+    args = log.config.get("non_default_args")
+    if isinstance(args, dict):
+        short = {k: v for k, v in args.items() if len(str(v)) < 80}
+        table.add_row("non-default args", ", ".join(f"{k}={v}" for k, v in short.items()),
+                      str(log.config_lines.get("non_default_args", "")))
+    return table
+
+
+def log_stats_table(log: ServerLog, *, limit: int = 40) -> Table:
+    """The periodic stats lines (busy ones first when there are more than ``limit``)."""
+    points = log.stats
+    busy = [p for p in points if (p.running or 0) or (p.waiting or 0)]
+    shown = busy if len(points) > limit else points
+    table = Table(title=f"Periodic stats ({len(shown)} of {len(points)} lines"
+                        f"{', busy ones' if shown is busy and len(points) > limit else ''})")
+    for name in ("time", "line", "running", "waiting", "KV %", "prompt tok/s", "gen tok/s",
+                 "prefix hit %", "preempt"):
+        table.add_column(name, justify="right")
+    for p in shown[-limit:]:
+        table.add_row(p.timestamp, str(p.line), _int(p.running), _int(p.waiting),
+                      _num(p.kv_usage_pct), _num(p.prompt_tps), _num(p.generation_tps),
+                      _num(p.prefix_hit_pct), _int(p.preemptions))
+    return table
+
+
+def _int(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def line_rate_text(log: ServerLog) -> str:
+    r = log.line_rate
+    per_s = "-" if r.lines_per_s is None else f"{r.lines_per_s:.1f}"
+    peak = "-" if r.peak_lines_per_s is None else f"{r.peak_lines_per_s:.1f}"
+    per_req = "-" if r.lines_per_request is None else f"{r.lines_per_request:.2f}"
+    return (f"{r.total_lines} lines over {r.span_s:.0f} s ({per_s} lines/s, busiest 10 s: {peak}"
+            f" lines/s); levels {r.by_level}; {r.requests} requests, {per_req} lines per request "
+            f"(access log {r.access_log_lines}, request lines {r.request_lines}, "
+            f"per-step lines {r.step_lines})")
+
+
+def scrape_overhead_text(summary: dict[str, Any]) -> str:
+    if not summary:
+        return "metrics scraper: not run"
+    parts = [f"metrics scraper: {summary.get('status')}, {summary.get('scrapes')} scrapes every "
+             f"{summary.get('interval_s')} s"]
+    for key, unit in (("scrape_ms", "ms"), ("parse_ms", "ms"), ("bytes", "B")):
+        if summary.get(key):
+            parts.append(f"{key.split('_')[0]} mean {summary[key]['mean']:.3g} {unit}")
+    if summary.get("failures"):
+        parts.append(f"{summary['failures']} failed ({'; '.join(summary.get('errors', [])[:2])})")
+    return ", ".join(parts)

@@ -1,0 +1,201 @@
+"""``MetricsScraper``: reads the server's ``/metrics`` in step with a load run and stores every scrape.
+
+It is a ``RunObserver``: ``start`` scrapes once right away, then every ``interval_s`` on an absolute
+schedule (so scrapes do not drift), and ``stop`` scrapes once more, so the first and last snapshots
+bound the run. Fetching is asynchronous (aiohttp, one connection, on the load generator's loop);
+parsing and writing run in a worker thread so the loop that times requests only awaits I/O.
+Snapshot ``t_ns`` is ``time.perf_counter_ns()`` when the response headers arrived -- the page is
+rendered before its headers are sent -- on the same clock as the ``RequestRecord``s.
+
+Files under ``run_dir/metrics/``: ``snapshots.jsonl`` (one ``MetricSnapshot`` per line, appended as
+it arrives, plus ``bytes`` and ``parse_ms``), ``first.prom`` / ``last.prom`` (the raw pages bounding
+the run, to check our numbers with other tools) and ``scrape.json`` (status and own overhead).
+A server without ``/metrics``, or with stats disabled, never breaks the run: ``scrape.json`` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import orjson
+
+from latscope.errors import ScrapeError
+from latscope.model import MetricSnapshot, RunContext
+from latscope.server.metrics import parse_metrics_text
+
+SNAPSHOTS = "snapshots.jsonl"
+_MAX_ERRORS_KEPT = 5
+
+
+class MetricsScraper:
+    """Scrape ``ctx.base_url + path`` at start, every ``interval_s``, and at stop."""
+
+    def __init__(self, interval_s: float = 2.0, *, path: str = "/metrics",
+                 timeout_s: float | None = None) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.interval_s = interval_s
+        self.path = path
+        self.timeout_s = timeout_s if timeout_s is not None else max(1.0, min(10.0, interval_s * 2))
+        self.snapshots: list[MetricSnapshot] = []
+        self._stats: list[dict[str, float]] = []  # per scrape: scrape_ms, parse_ms, bytes
+        self._errors: list[str] = []
+        self._failures = 0
+        self._missing_endpoint = False
+        self._has_vllm: bool | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._dir: Path | None = None
+        self._last_raw = ""
+        # a scrape cancelled at stop() may still be ingesting in its thread when the last one runs
+        self._ingest_lock = threading.Lock()
+
+    # -- RunObserver ---------------------------------------------------------------------------
+    async def start(self, ctx: RunContext) -> None:
+        self._dir = ctx.run_dir / "metrics"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        (self._dir / SNAPSHOTS).write_bytes(b"")
+        self._session = aiohttp.ClientSession(
+            headers=dict(ctx.headers),
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            connector=aiohttp.TCPConnector(limit=1))
+        await self._scrape(ctx, first=True)
+        self._task = asyncio.create_task(self._loop(ctx), name="latscope-metrics-scraper")
+
+    async def stop(self, ctx: RunContext) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        try:
+            await self._scrape(ctx, last=True)
+        finally:
+            if self._session is not None:
+                await self._session.close()
+            self._write_summary()
+
+    # -- scraping ------------------------------------------------------------------------------
+    async def _loop(self, ctx: RunContext) -> None:
+        period_ns = int(self.interval_s * 1e9)
+        next_ns = time.perf_counter_ns() + period_ns
+        while not self._missing_endpoint:
+            await asyncio.sleep(max(0.0, (next_ns - time.perf_counter_ns()) / 1e9))
+            await self._scrape(ctx)
+            next_ns += period_ns
+            now = time.perf_counter_ns()
+            if next_ns < now:  # a slow scrape: skip the missed ticks instead of bursting
+                next_ns = now + period_ns - (now - next_ns) % period_ns
+
+    async def _scrape(self, ctx: RunContext, *, first: bool = False, last: bool = False) -> None:
+        if self._session is None or self._missing_endpoint:
+            return
+        url = ctx.base_url.rstrip("/") + self.path
+        sent_ns = time.perf_counter_ns()
+        try:
+            async with self._session.get(url) as resp:
+                t_ns = time.perf_counter_ns()
+                wall = time.time()
+                body = await resp.read()
+                done_ns = time.perf_counter_ns()
+                if resp.status == 404:
+                    self._missing_endpoint = True
+                    self._note_error(f"{url}: HTTP 404 (the server has no /metrics endpoint)")
+                    return
+                if resp.status != 200:
+                    self._note_error(f"{url}: HTTP {resp.status}")
+                    return
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self._note_error(f"{url}: {type(exc).__name__}: {exc}")
+            return
+        scrape_ms = (done_ns - sent_ns) / 1e6
+        text = body.decode("utf-8", errors="replace")
+        try:
+            await asyncio.to_thread(self._ingest, text, t_ns, wall, scrape_ms, len(body),
+                                    first or not self.snapshots)
+        except ScrapeError as exc:
+            self._note_error(f"{url}: {exc}")
+
+    def _note_error(self, message: str) -> None:
+        self._failures += 1
+        if len(self._errors) < _MAX_ERRORS_KEPT:
+            self._errors.append(message)
+
+    def _ingest(self, text: str, t_ns: int, wall: float, scrape_ms: float, nbytes: int,
+                first: bool) -> None:
+        """Worker thread: parse, append to snapshots.jsonl, keep the first and last raw page."""
+        with self._ingest_lock:
+            self._ingest_locked(text, t_ns, wall, scrape_ms, nbytes, first)
+
+    def _ingest_locked(self, text: str, t_ns: int, wall: float, scrape_ms: float, nbytes: int,
+                       first: bool) -> None:
+        parse_start = time.perf_counter_ns()
+        page = parse_metrics_text(text)
+        snap = MetricSnapshot(t_ns=t_ns, wall_time=wall, samples=page.samples, scrape_ms=scrape_ms)
+        parse_ms = (time.perf_counter_ns() - parse_start) / 1e6
+        self._has_vllm = bool(self._has_vllm) or page.has_vllm
+        record = snap.to_dict()
+        record.update(bytes=nbytes, parse_ms=parse_ms)
+        assert self._dir is not None
+        with (self._dir / SNAPSHOTS).open("ab") as fh:
+            fh.write(orjson.dumps(record) + b"\n")
+        if first:
+            (self._dir / "first.prom").write_text(text)
+        self._last_raw = text
+        self.snapshots.append(snap)
+        self._stats.append({"scrape_ms": scrape_ms, "parse_ms": parse_ms, "bytes": nbytes})
+
+    def _write_summary(self) -> None:
+        if self._dir is None:
+            return
+        if self._last_raw:
+            (self._dir / "last.prom").write_text(self._last_raw)
+        (self._dir / "scrape.json").write_text(json.dumps(self.summary(), indent=2))
+
+    def summary(self) -> dict[str, Any]:
+        """Status and the scraper's own overhead (what it cost the server and the client)."""
+        if self._missing_endpoint:
+            status = "no_metrics_endpoint"
+        elif not self.snapshots:
+            status = "unreachable"
+        elif not self._has_vllm:
+            status = "stats_disabled"  # a page, but no vllm:* series (--disable-log-stats)
+        else:
+            status = "ok"
+        out: dict[str, Any] = {"status": status, "path": self.path, "interval_s": self.interval_s,
+                               "scrapes": len(self.snapshots), "failures": self._failures,
+                               "errors": self._errors, "vllm_series": bool(self._has_vllm)}
+        for key in ("scrape_ms", "parse_ms", "bytes"):
+            values = np.array([s[key] for s in self._stats], dtype=float)
+            out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),
+                         "max": float(values.max())} if values.size else None)
+        if len(self.snapshots) >= 2:
+            span_s = (self.snapshots[-1].t_ns - self.snapshots[0].t_ns) / 1e9
+            busy_s = sum(s["scrape_ms"] + s["parse_ms"] for s in self._stats) / 1e3
+            out["span_s"] = span_s
+            # share of wall time spent scraping+parsing (I/O mostly overlaps the load)
+            out["busy_fraction"] = busy_s / span_s if span_s > 0 else None
+        return out
+
+
+def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
+    """The snapshots of a run directory, in scrape order ([] when the run has none)."""
+    path = Path(run_dir) / "metrics" / SNAPSHOTS
+    if not path.is_file():
+        return []
+    out = []
+    with path.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    out.append(MetricSnapshot.from_dict(orjson.loads(line)))
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    break  # a torn last line from an interrupted run: keep what came before
+    return sorted(out, key=lambda s: s.t_ns)

@@ -1,0 +1,1 @@
+"""Analyses over one ``TraceEvents``, per device: window, breakdown, kernels, copies, gaps."""

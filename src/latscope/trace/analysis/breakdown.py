@@ -1,0 +1,45 @@
+"""Time breakdown of a window by interval union (TraceLens' definition, per device):
+
+    compute        = |U(compute kernels)|
+    exposed_comm   = |U(communication) - U(compute)|
+    exposed_copy   = |U(copies) - U(compute) - U(communication)|
+    idle           = window - |U(everything)|
+
+The four parts add up to the window exactly (integer ns), which is checked. Copies are memcpy,
+memset and copy-as-kernel (``__amd_rocclr_copyBuffer``...); communication is NCCL/RCCL and
+custom all-reduce kernels (see taxonomy.toml).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from latscope.trace.analysis import intervals as iv
+from latscope.trace.analysis.device import COMM, COMPUTE, COPY, DeviceActivities
+from latscope.trace.analysis.window import Window
+
+
+def breakdown(dev: DeviceActivities, window: Window) -> dict[str, float | int]:
+    s, e = dev.gpu.start, dev.gpu.end
+
+    def clipped_union(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return iv.union(*iv.clip(s[mask], e[mask], window.start, window.end))
+
+    compute = iv.length(*clipped_union(dev.role == COMPUTE))
+    compute_comm = iv.length(*clipped_union(dev.role != COPY))
+    busy = iv.length(*clipped_union(np.ones(len(s), dtype=bool)))
+    comm_only = iv.length(*clipped_union(dev.role == COMM))
+    parts = {
+        "compute_ns": compute,
+        "exposed_comm_ns": compute_comm - compute,
+        "exposed_copy_ns": busy - compute_comm,
+        "idle_ns": window.length - busy,
+    }
+    total = sum(parts.values())
+    if total != window.length:  # cannot happen unless the union code is wrong: fail loudly
+        raise AssertionError(f"breakdown parts sum to {total} ns, window is {window.length} ns")
+    out: dict[str, float | int] = {"window_ns": window.length, "busy_ns": busy,
+                                   "communication_ns": comm_only, **parts}
+    for key, value in parts.items():
+        out[key.replace("_ns", "_share")] = value / window.length if window.length else 0.0
+    return out

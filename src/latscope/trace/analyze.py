@@ -1,0 +1,76 @@
+"""One call from events to answers: ``analyze_trace(trace, options)`` runs every analysis per
+device and returns a plain dict (integer ns inside; ``to_json_units`` turns ``*_ns`` keys into
+``*_ms`` for files and screens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from latscope.trace.analysis.breakdown import breakdown
+from latscope.trace.analysis.copies import copy_stats
+from latscope.trace.analysis.device import split_devices
+from latscope.trace.analysis.gaps import gap_analysis
+from latscope.trace.analysis.join import api_rows_for
+from latscope.trace.analysis.kernels import kernel_tables
+from latscope.trace.analysis.window import DEFAULT_STEP_PATTERN, choose_window
+from latscope.trace.model import TraceEvents
+from latscope.trace.taxonomy import classify_names
+
+
+@dataclass
+class AnalysisOptions:
+    window: str = "auto"  # "auto" | "steps" | "START_MS:END_MS"
+    step_pattern: str = DEFAULT_STEP_PATTERN
+    top_n: int = 15
+    gaps_n: int = 5
+    clamp_queues: bool | None = None  # None: clamp on AMD only
+
+
+def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) -> dict[str, Any]:
+    options = options or AnalysisOptions()
+    names = classify_names(trace.names, trace.meta.vendor)
+    clamp = trace.meta.vendor == "amd" if options.clamp_queues is None else options.clamp_queues
+    devices = []
+    for dev in split_devices(trace, names, clamp_queues=clamp):
+        api_row = api_rows_for(trace, dev.gpu.corr)
+        window = choose_window(trace, dev.device, dev.gpu.start, dev.gpu.end, dev.gpu.corr,
+                               options.window, options.step_pattern)
+        parts = breakdown(dev, window)
+        devices.append({
+            "device": dev.device,
+            "device_name": trace.meta.devices.get(dev.device, ""),
+            "activities": len(dev.gpu),
+            "window": {"start_ns": window.start, "length_ns": window.length,
+                       "method": window.method, "steps": window.steps},
+            "breakdown": parts,
+            "kernels": kernel_tables(dev, window, names, int(parts["busy_ns"]), options.top_n),
+            "copies": copy_stats(trace, dev, window, api_row),
+            "gaps": gap_analysis(trace, dev, window, api_row, options.gaps_n),
+            "queue_clamp": {"applied": clamp, **dev.clamp},
+        })
+    meta = trace.meta
+    return {
+        "source": {"path": meta.path, "format": meta.format, "vendor": meta.vendor,
+                   "rank": meta.rank, "notes": meta.notes,
+                   "events": {"gpu": len(trace.gpu), "api": len(trace.api),
+                              "ranges": len(trace.ranges)}},
+        "devices": devices,
+    }
+
+
+def to_json_units(value: Any) -> Any:
+    """Recursively rename ``x_ns`` keys to ``x_ms`` (value / 1e6); everything else unchanged."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if isinstance(key, str) and key.endswith("_ns") and isinstance(item, (int, float)) \
+                    and not isinstance(item, bool):
+                out[key[:-3] + "_ms"] = item / 1e6
+            else:
+                out[key] = to_json_units(item)
+        return out
+    if isinstance(value, list):
+        return [to_json_units(v) for v in value]
+    return value

@@ -1,0 +1,176 @@
+"""Findings (``trace.*`` ids) from an ``analyze_trace`` result: what a user should act on.
+
+Thresholds are reporting thresholds (when a number is worth a line), not tuning rules; each
+finding carries the exact values it was judged on and where they were read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from latscope.model import Evidence, Finding, Severity
+
+IDLE_CRITICAL, IDLE_WARNING = 0.5, 0.2
+EXPOSED_COPY_WARNING, EXPOSED_COMM_WARNING = 0.05, 0.10
+GENERIC_WARNING = 0.05
+_REF = "latscope docs/trace.md; ../shared/docs/trace-formats.md"
+
+
+def trace_findings(result: dict[str, Any]) -> list[Finding]:
+    source = result["source"]
+    if not result["devices"]:
+        return [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
+                        title="the trace holds no GPU activity (a CPU-only profile?): nothing "
+                              "to break down", layer="gpu",
+                        evidence=[Evidence("gpu events", 0, source=source["path"])])]
+    out: list[Finding] = []
+    for dev in result["devices"]:
+        where = f"{Path(source['path']).name} device {dev['device']}"
+        out += [_idle(dev, where), *_copies(dev, where), *_generic(dev, where),
+                *_comm(dev, where), *_clamp(dev, where)]
+    return [f for f in out if f is not None]
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+def _idle(dev: dict[str, Any], where: str) -> Finding:
+    b, gaps = dev["breakdown"], dev["gaps"]
+    share = b["idle_share"]
+    severity = (Severity.CRITICAL if share >= IDLE_CRITICAL else
+                Severity.WARNING if share >= IDLE_WARNING else Severity.OK)
+    cpu = gaps["cpu_during_idle"]
+    host_wait = gaps["by_cause"]["host_wait_ns"]
+    host_share = host_wait / b["idle_ns"] if b["idle_ns"] else 0.0
+    kinds = ", ".join(f"{k['kind']} {k['share_of_idle']:.0%}" for k in cpu["self_time_by_kind"][:4])
+    top = "; ".join(f"{e['name'][:70]} {_ms(e['self_ns'])} ms" for e in cpu["top_events"][:3])
+    evidence = [
+        Evidence("window", _ms(b["window_ns"]), "ms", f"{where} ({dev['window']['method']})"),
+        Evidence("idle (window - union of all GPU activity)", _ms(b["idle_ns"]), "ms", where),
+        Evidence("idle share", round(share, 4), "", where),
+        Evidence("idle gaps", gaps["count"], "", where),
+        Evidence("idle where the next GPU work was issued after the GPU went idle",
+                 round(host_share, 4), "share of idle", where),
+        Evidence("launching thread's self time during idle, by kind", kinds, "", where),
+        Evidence("top CPU self time during idle", top, "", where),
+    ]
+    delay = gaps["launch_delay"]
+    if delay.get("count"):
+        evidence.append(Evidence("launch delay median (GPU start - API end)",
+                                 round(delay["median_ns"] / 1e3, 2), "us", where))
+    why = (f"The GPU ran nothing for {share:.0%} of the window. In {host_share:.0%} of that idle "
+           "time the CPU call that issued the next GPU work started only after the GPU had "
+           "gone idle: the GPU was waiting for the host to issue work (launch-bound), not the "
+           f"other way round. Meanwhile the launching thread was in: {kinds}.")
+    return Finding(
+        id="trace.gpu_idle", severity=severity, layer="gpu",
+        title=(f"GPU idle {share:.0%} of the {_ms(b['window_ns'])} ms window "
+               f"(device {dev['device']})" + ("; the host issued work too slowly"
+                                              if host_share >= 0.5 and severity != Severity.OK
+                                              else "")),
+        evidence=evidence, why=why if severity != Severity.OK else "",
+        fix=("Cut per-step host overhead: CUDA/HIP graphs (vLLM: do not pass --enforce-eager; "
+             "check the cudagraph capture sizes cover your batch sizes), torch.compile, fewer "
+             "small ops; then re-record and compare with `latscope trace --compare`."),
+        reference=_REF, impact={"metric": "gpu_window_idle", "value": _ms(b["idle_ns"]),
+                                "share": round(share, 4)})
+
+
+def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
+    out = []
+    c, b = dev["copies"], dev["breakdown"]
+    exposed = b["exposed_copy_share"]
+    if exposed >= EXPOSED_COPY_WARNING:
+        out.append(Finding(
+            id="trace.exposed_copies", severity=Severity.WARNING, layer="gpu",
+            title=f"copies not hidden behind compute take {exposed:.0%} of the window",
+            evidence=[Evidence("exposed copy time", _ms(b["exposed_copy_ns"]), "ms", where)],
+            why="While only a copy runs, no kernel runs.",
+            fix="Pin host buffers and overlap copies with compute (non_blocking, separate "
+                "stream), or avoid the copy.", reference=_REF,
+            impact={"metric": "gpu_window", "share": round(exposed, 4)}))
+    pageable = [r for r in c["by_direction"] if r["pageable_count"]]
+    if pageable:
+        count = sum(r["pageable_count"] for r in pageable)
+        time = sum(r["pageable_time_ns"] for r in pageable)
+        out.append(Finding(
+            id="trace.pageable_copies",
+            severity=Severity.WARNING if time >= 0.01 * b["window_ns"] else Severity.INFO,
+            layer="gpu", title=f"{count} host copies use pageable memory",
+            evidence=[Evidence(f"{r['direction']} pageable copies", r["pageable_count"], "",
+                               f"{where}; {c['host_memory_method']}") for r in pageable]
+            + [Evidence("pageable copy time", _ms(time), "ms", where)],
+            why="A pageable copy is staged through a pinned bounce buffer and cannot overlap "
+                "with host work.",
+            fix="Allocate the host tensors pinned (pin_memory=True) and copy with "
+                "non_blocking=True.", reference=_REF))
+    blocking = sum(r["blocking_count"] for r in c["by_direction"])
+    if blocking:
+        out.append(Finding(
+            id="trace.blocking_copies", severity=Severity.INFO, layer="gpu",
+            title=f"{blocking} copies were issued by a blocking API (the CPU waited)",
+            evidence=[Evidence("blocking copies", blocking, "",
+                               f"{where}; APIs cudaMemcpy/hipMemcpy/hipMemcpyWithStream")],
+            why="The host thread stalls until the copy finishes, so it cannot queue more work.",
+            fix="Use async copies from pinned memory where the result is not needed at once.",
+            reference=_REF))
+    return out
+
+
+def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
+    out = []
+    for rule in dev["kernels"]["fallbacks"]:
+        share = rule["share_of_kernel_time"]
+        out.append(Finding(
+            id=f"trace.generic_kernels.{rule['rule']}",
+            severity=Severity.WARNING if share >= GENERIC_WARNING else Severity.INFO,
+            layer="gpu",
+            title=f"{rule['count']} generic-path kernels ({rule['rule']}): {share:.1%} of kernel "
+                  "time",
+            evidence=[Evidence("time", _ms(rule["sum_ns"]), "ms", where),
+                      Evidence("share of summed kernel time", round(share, 4), "", where),
+                      Evidence("examples", " | ".join(e[:90] for e in rule["examples"]), "",
+                               where)],
+            why=rule["why"],
+            fix="Check which op launches it (same trace, CPU side) and whether an optimised "
+                "kernel exists for this dtype/shape/layout; compare with a trace from a "
+                "reference setup.", reference="taxonomy.toml; trace-formats.md section 4",
+            impact={"metric": "kernel_time", "value": _ms(rule["sum_ns"]),
+                    "share": round(share, 4)}))
+    return out
+
+
+def _comm(dev: dict[str, Any], where: str) -> list[Finding]:
+    b = dev["breakdown"]
+    if b["exposed_comm_share"] < EXPOSED_COMM_WARNING:
+        return []
+    return [Finding(
+        id="trace.exposed_communication", severity=Severity.WARNING, layer="gpu",
+        title=f"communication not overlapped with compute: {b['exposed_comm_share']:.0%} "
+              "of the window",
+        evidence=[Evidence("exposed communication", _ms(b["exposed_comm_ns"]), "ms", where),
+                  Evidence("all communication (union)", _ms(b["communication_ns"]), "ms", where)],
+        why="Collectives that do not overlap compute add directly to step time.",
+        fix="Check the interconnect and collective algorithm (e.g. custom all-reduce); "
+            "compare against the same model at a lower tensor-parallel size.", reference=_REF,
+        impact={"metric": "gpu_window", "share": round(b["exposed_comm_share"], 4)})]
+
+
+def _clamp(dev: dict[str, Any], where: str) -> list[Finding]:
+    q = dev["queue_clamp"]
+    if not q["overlapping_pairs"]:
+        return []
+    if q["applied"]:
+        title = (f"{q['activities_clamped']} same-queue overlapping timestamps clamped "
+                 f"({_ms(q['overlap_removed_ns'])} ms removed)")
+        why = ("A queue runs in order; overlapping timestamps on one queue are a known AMD "
+               "firmware timestamp error (roctracer #104/#105), not concurrency.")
+    else:
+        title = f"{q['overlapping_pairs']} same-stream activities overlap (left as recorded)"
+        why = "Reported only; the union-based numbers are unaffected by the overlap."
+    return [Finding(id="trace.queue_overlap", severity=Severity.INFO, layer="gpu", title=title,
+                    evidence=[Evidence("overlapping pairs", q["overlapping_pairs"], "", where)],
+                    why=why, fix="None needed; use --no-clamp to keep the raw timestamps.",
+                    reference=_REF)]

@@ -1,0 +1,328 @@
+"""A deterministic OpenAI-compatible SSE server that records the truth about every request.
+
+It answers ``/v1/completions`` and ``/v1/chat/completions`` (streaming and not), ``/v1/models``,
+``/tokenize`` (one token per whitespace-separated word) and ``GET /truth``. Each streamed request
+gets its first content chunk ``ttft_ms`` after the request was fully read, then one chunk every
+``itl_ms`` (absolute schedule, so no drift). With both at 0 the whole response is one write, which
+measures a client's ceiling. The server notes, with ``time.perf_counter_ns()`` (CLOCK_MONOTONIC,
+shared by every process on the host), when it read each request and when it wrote each chunk;
+``GET /truth`` returns those timestamps keyed by the ``x-request-id`` header, so a test can hold a
+client's TTFT/ITL against what really happened. It is a raw ``asyncio.Protocol`` HTTP/1.1 server
+(keep-alive, chunked encoding) so that it stays cheap next to the client under test.
+
+Use it in a separate process: ``with FakeServer(ttft_ms=50, itl_ms=10) as srv: srv.url``; or run
+``python3 tests/fakeserver.py --port 0`` (it prints ``PORT <n>`` when listening).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+MODEL = "fake-model"
+
+
+@dataclass
+class Truth:
+    recv_ns: int
+    chunk_ns: list[int] = field(default_factory=list)
+    end_ns: int = 0
+
+
+@dataclass
+class ServerConfig:
+    ttft_ms: float = 50.0
+    itl_ms: float = 10.0
+    output_tokens: int | None = None  # None: honour max_tokens from the request
+    fail_every: int = 0  # every Nth request (1-based) fails in fail_mode; 0: never
+    fail_mode: str = "http500"  # http500 | http400 | reset | malformed | hang
+    continuous_usage: bool = True  # honour stream_options.continuous_usage_stats
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+@functools.lru_cache(maxsize=256)
+def _events(chat: bool, n: int, prompt_tokens: int, include_usage: bool,
+        continuous: bool) -> tuple[bytes, ...]:
+    events = []
+    for i in range(n):
+        if chat:
+            choice = {"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}
+        else:
+            choice = {"index": 0, "text": f" tok{i}", "finish_reason": None}
+        if i == n - 1:
+            choice["finish_reason"] = "length"
+        obj: dict[str, Any] = {"id": "cmpl-fake", "object": "chunk", "model": MODEL,
+                               "choices": [choice]}
+        if continuous:
+            obj["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": i + 1,
+                            "total_tokens": prompt_tokens + i + 1}
+        events.append(_event(obj))
+    if include_usage:
+        events[-1] += _event({"id": "cmpl-fake", "model": MODEL, "choices": [], "usage": {
+            "prompt_tokens": prompt_tokens, "completion_tokens": n,
+            "total_tokens": prompt_tokens + n}})
+    events[-1] += b"data: [DONE]\n\n"
+    return tuple(events)
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_stream(*key: Any) -> bytes:
+    return b"".join(_chunk(e) for e in _events(*key)) + b"0\r\n\r\n"
+
+
+class Handler(asyncio.Protocol):
+    """One connection: parses requests (keep-alive) and answers them."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.busy:
+            return
+        head_end = self.buf.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = self.buf[:head_end].decode("latin-1").split("\r\n")
+        headers = {}
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        if len(self.buf) < head_end + 4 + length:
+            return
+        body = self.buf[head_end + 4: head_end + 4 + length]
+        self.buf = self.buf[head_end + 4 + length:]
+        method, path, _ = head[0].split(" ", 2)
+        self.busy = True
+        self.app.handle(self, method, path, headers, body, time.perf_counter_ns())
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def respond(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}
+        self.write(b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s" % (
+            status, reason.get(status, "X").encode(), ctype.encode(), len(body), body))
+        self.done()
+
+    def done(self) -> None:
+        self.busy = False
+        if self.buf:
+            self.data_received(b"")
+
+
+class App:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.truth: dict[str, Truth] = {}
+        self.count = 0
+        self.loop = asyncio.get_event_loop()
+
+    def handle(self, conn: Handler, method: str, path: str, headers: dict[str, str],
+               body: bytes, recv_ns: int) -> None:
+        path = path.split("?", 1)[0]
+        if method == "GET" and path == "/v1/models":
+            conn.respond(200, json.dumps({"object": "list", "data": [
+                {"id": MODEL, "object": "model", "max_model_len": 4096}]}).encode())
+        elif method == "GET" and path == "/truth":
+            conn.respond(200, json.dumps({k: vars(v) for k, v in self.truth.items()}).encode())
+        elif method == "POST" and path == "/truth/reset":
+            self.truth.clear()
+            conn.respond(200, b"{}")
+        elif method == "POST" and path == "/tokenize":
+            req = json.loads(body)
+            text = req.get("prompt") or " ".join(m["content"] for m in req.get("messages", []))
+            tokens = list(range(len(text.split())))
+            conn.respond(200, json.dumps({"count": len(tokens), "tokens": tokens,
+                                          "max_model_len": 4096}).encode())
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            self.generate(conn, path, headers, json.loads(body), recv_ns)
+        else:
+            conn.respond(404, b'{"error":"not found"}')
+
+    def generate(self, conn: Handler, path: str, headers: dict[str, str], req: dict[str, Any],
+                 recv_ns: int) -> None:
+        self.count += 1
+        rid = headers.get("x-request-id") or f"fake-{self.count}"
+        truth = self.truth[rid] = Truth(recv_ns=recv_ns)
+        cfg = self.config
+        if cfg.fail_every and self.count % cfg.fail_every == 0:
+            if self.fail(conn, cfg.fail_mode):
+                return
+        chat = path.endswith("chat/completions")
+        n = cfg.output_tokens or int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
+        prompt = req.get("prompt") if not chat else " ".join(
+            m.get("content", "") for m in req.get("messages", []))
+        prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        if not req.get("stream"):
+            self.loop.call_at(self._at(recv_ns, cfg.ttft_ms + cfg.itl_ms * (n - 1)),
+                              self._whole, conn, truth, chat, n, prompt_tokens)
+            return
+        opts = req.get("stream_options") or {}
+        key = (chat, n, prompt_tokens, bool(opts.get("include_usage")),
+               bool(opts.get("continuous_usage_stats")) and cfg.continuous_usage)
+        conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                   b"transfer-encoding: chunked\r\n\r\n")
+        if cfg.ttft_ms == 0 and cfg.itl_ms == 0:
+            now = time.perf_counter_ns()
+            truth.chunk_ns = [now] * n
+            conn.write(_whole_stream(*key))
+            truth.end_ns = now
+            conn.done()
+            return
+        # One timer per stream at a time (the next is set by the chunk before): few live timers.
+        self.loop.call_at(self._at(recv_ns, cfg.ttft_ms), self._send, conn, truth, _events(*key), 0)
+
+    def fail(self, conn: Handler, mode: str) -> bool:
+        if mode == "http500":
+            conn.respond(500, b'{"error":"injected failure"}')
+        elif mode == "http400":
+            conn.respond(400, b'{"error":"injected bad request"}')
+        elif mode == "reset":
+            conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                       b"transfer-encoding: chunked\r\n\r\n" + _chunk(_event(
+                           {"choices": [{"index": 0, "text": "x"}]})))
+            if conn.transport is not None:
+                conn.transport.abort()
+        elif mode == "malformed":
+            conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                       b"transfer-encoding: chunked\r\n\r\n" + _chunk(b"data: {not json\n\n")
+                       + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            conn.done()
+        elif mode == "hang":
+            pass  # never answer: the client's timeout must fire
+        else:
+            return False
+        return True
+
+    def _at(self, recv_ns: int, delay_ms: float) -> float:
+        # perf_counter and the loop clock (time.monotonic) are the same clock on Linux.
+        return (recv_ns + delay_ms * 1e6) / 1e9 - time.perf_counter() + self.loop.time()
+
+    def _send(self, conn: Handler, truth: Truth, events: tuple[bytes, ...], i: int) -> None:
+        now = time.perf_counter_ns()
+        truth.chunk_ns.append(now)
+        if i == len(events) - 1:
+            conn.write(_chunk(events[i]) + b"0\r\n\r\n")
+            truth.end_ns = now
+            conn.done()
+            return
+        conn.write(_chunk(events[i]))
+        cfg = self.config
+        self.loop.call_at(self._at(truth.recv_ns, cfg.ttft_ms + cfg.itl_ms * (i + 1)),
+                          self._send, conn, truth, events, i + 1)
+
+    def _whole(self, conn: Handler, truth: Truth, chat: bool, n: int, prompt_tokens: int) -> None:
+        text = "".join(f" tok{i}" for i in range(n))
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
+                  else {"index": 0, "text": text})
+        choice["finish_reason"] = "length"
+        now = time.perf_counter_ns()
+        truth.chunk_ns.append(now)
+        truth.end_ns = now
+        conn.respond(200, json.dumps({"id": "cmpl-fake", "model": MODEL, "choices": [choice],
+                                      "usage": {"prompt_tokens": prompt_tokens,
+                                                "completion_tokens": n,
+                                                "total_tokens": prompt_tokens + n}}).encode())
+
+
+async def serve(config: ServerConfig, host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    app = App(config)
+    server = await loop.create_server(lambda: Handler(app), host, port, backlog=4096)
+    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+class FakeServer:
+    """Runs the server in its own process (so it does not share the client's event loop)."""
+
+    def __init__(self, **config: Any) -> None:
+        self.config = ServerConfig(**config)
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> FakeServer:
+        cmd = [sys.executable, os.path.abspath(__file__), "--port", "0"]
+        for key, value in vars(self.config).items():
+            if value is not None:
+                cmd += [f"--{key.replace('_', '-')}", str(value)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.proc.kill()
+            raise RuntimeError(f"fake server did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def truth(self) -> dict[str, Truth]:
+        with urllib.request.urlopen(self.url + "/truth", timeout=30) as resp:
+            return {k: Truth(**v) for k, v in json.loads(resp.read()).items()}
+
+    def reset(self) -> None:
+        req = urllib.request.Request(self.url + "/truth/reset", data=b"{}", method="POST")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--output-tokens", type=int, default=None)
+    parser.add_argument("--fail-every", type=int, default=0)
+    parser.add_argument("--fail-mode", default="http500")
+    parser.add_argument("--continuous-usage", type=lambda s: s == "True", default=True)
+    parser.add_argument("--no-uvloop", action="store_true")
+    args = parser.parse_args()
+    config = ServerConfig(args.ttft_ms, args.itl_ms, args.output_tokens, args.fail_every,
+                          args.fail_mode, args.continuous_usage)
+    if not args.no_uvloop:
+        try:
+            import uvloop
+            uvloop.install()
+        except ImportError:
+            pass
+    try:
+        asyncio.run(serve(config, args.host, args.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

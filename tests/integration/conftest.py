@@ -1,0 +1,49 @@
+"""Session-wide real vLLM servers for the integration tests, started only when a test asks.
+
+- ``vllm_target``: the tiny model with latscope's default flags.
+- ``vllm_target_constrained``: ``--max-num-seqs 2 --enable-log-requests`` and
+  ``VLLM_LOGGING_LEVEL=DEBUG``, so that queueing appears under light load and the log carries
+  per-request and per-step lines.
+
+Both are ``LocalTarget``s (``.url``, ``.model_name``, ``.log_path``, ``.tokenizer_dir``, ``.pid``),
+stopped (whole process group) at session end. If vLLM is not importable the test FAILS: CI installs
+it, so a missing vLLM is a broken setup, not a reason to skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+
+from latscope.server.target import LocalTarget
+
+CONSTRAINED_ARGS = ("--max-num-seqs", "2", "--enable-log-requests")
+CONSTRAINED_ENV = {"VLLM_LOGGING_LEVEL": "DEBUG"}
+
+
+def _started(tmp_path_factory: pytest.TempPathFactory, name: str, **kwargs) -> LocalTarget:
+    if importlib.util.find_spec("vllm") is None:
+        pytest.fail("vLLM is not installed in this Python: run `bash scripts/install.sh test`")
+    target = LocalTarget(log_dir=tmp_path_factory.mktemp(name), **kwargs)
+    return target.start()
+
+
+@pytest.fixture(scope="session")
+def vllm_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTarget]:
+    target = _started(tmp_path_factory, "vllm_target")
+    try:
+        yield target
+    finally:
+        target.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_target_constrained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTarget]:
+    target = _started(tmp_path_factory, "vllm_target_constrained",
+                      serve_args=CONSTRAINED_ARGS, env=CONSTRAINED_ENV)
+    try:
+        yield target
+    finally:
+        target.stop()

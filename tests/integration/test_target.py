@@ -1,0 +1,137 @@
+"""The embedded target against a real vLLM (CPU build): it serves the tiny model, its tokenizer_dir is
+the tokenizer vLLM uses, the constrained fixture really caps the batch at 2 and logs at DEBUG with
+request logging, and `latscope target up/down` survive a crash of the latscope that started them
+and leave no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from latscope.server.process import group_members
+
+pytestmark = pytest.mark.integration
+
+
+def _post(url: str, body: dict, timeout: float = 120) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _get(url: str, timeout: float = 10) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read()
+
+
+def _gauges(base_url: str) -> dict[str, float]:
+    text = _get(f"{base_url}/metrics").decode()
+    return {s.name: s.value for fam in text_string_to_metric_families(text)
+            for s in fam.samples if s.name in ("vllm:num_requests_running",
+                                               "vllm:num_requests_waiting")}
+
+
+def test_serves_the_tiny_model_with_its_own_tokenizer(vllm_target):
+    from tokenizers import Tokenizer
+
+    assert vllm_target.url.startswith("http://127.0.0.1:") and not vllm_target.url.endswith("/v1")
+    assert _get(f"{vllm_target.url}/health") == b""
+    models = json.loads(_get(f"{vllm_target.url}/v1/models"))
+    assert [m["id"] for m in models["data"]] == [vllm_target.model_name]
+
+    prompt = "The return statement leaves the current function call."
+    out = _post(f"{vllm_target.url}/v1/completions", {
+        "model": vllm_target.model_name, "prompt": prompt, "max_tokens": 8, "ignore_eos": True})
+    tok = Tokenizer.from_file(str(Path(vllm_target.tokenizer_dir) / "tokenizer.json"))
+    assert out["usage"]["prompt_tokens"] == len(tok.encode(prompt).ids)
+    assert out["usage"]["completion_tokens"] == 8
+
+    chat = _post(f"{vllm_target.url}/v1/chat/completions", {
+        "model": vllm_target.model_name, "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4, "ignore_eos": True})
+    assert chat["usage"]["completion_tokens"] == 4
+    assert "vllm:num_requests_running" in _gauges(vllm_target.url)
+    assert vllm_target.log_path.is_file()
+    assert group_members(vllm_target.pid)  # its own process group, leader alive
+
+
+def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constrained):
+    target = vllm_target_constrained
+    body = {"model": target.model_name, "prompt": "hello", "max_tokens": 48, "ignore_eos": True}
+    peaks = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for name, value in _gauges(target.url).items():
+                peaks[name] = max(peaks[name], value)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda _: _post(f"{target.url}/v1/completions", body),
+                                    range(6)))
+    finally:
+        done.set()
+        watcher.join()
+    assert all(r["usage"]["completion_tokens"] == 48 for r in results)
+    assert peaks["vllm:num_requests_running"] == 2  # --max-num-seqs 2 took effect
+    assert peaks["vllm:num_requests_waiting"] >= 1  # and six requests had to queue
+
+    log = target.log_path.read_text(errors="replace")
+    assert " DEBUG " in log  # VLLM_LOGGING_LEVEL=DEBUG reached the server
+    assert "'enable_log_requests': True" in log  # vLLM's own "non-default args" line
+    assert "Received request" in log or "Added request" in log
+
+
+def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    pid_file = tmp_path / "latscope" / "target.json"
+    cli = [sys.executable, "-m", "latscope", "target"]
+    up = subprocess.Popen([*cli, "up", "--dummy", "--", "--max-num-seqs", "3"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():  # written as soon as vLLM is spawned, before it is ready
+            assert up.poll() is None and time.monotonic() < deadline, up.communicate()
+            time.sleep(0.1)
+        up.send_signal(signal.SIGKILL)  # latscope "crashes" while vLLM is still starting
+        up.wait()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    record = json.loads(pid_file.read_text())
+    try:
+        status = {}
+        deadline = time.monotonic() + 300
+        while not status.get("healthy"):
+            assert time.monotonic() < deadline, status
+            status = json.loads(subprocess.run([*cli, "status", "--json"], env=env, check=False,
+                                               capture_output=True, text=True).stdout)
+            assert status["state"] == "running", status
+            time.sleep(1)
+        assert "'max_num_seqs': 3" in Path(record["log_path"]).read_text(errors="replace")
+        assert "'load_format': 'dummy'" in Path(record["log_path"]).read_text(errors="replace")
+    finally:
+        down = subprocess.run([*cli, "down"], env=env, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert "stopped the target" in down.stdout
+    assert not group_members(record["pgid"])
+    assert not pid_file.exists()
+    gone = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True)
+    assert gone.returncode == 3

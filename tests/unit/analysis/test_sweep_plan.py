@@ -1,0 +1,102 @@
+"""The auto sweep's plan (grow, stop early, bisect at the knee) on analytic server curves."""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.analysis.knee import parse_slo
+from latscope.analysis.sweep import (
+    Step,
+    StopRules,
+    analyse,
+    flatten_summary,
+    refine_candidates,
+    run_sweep,
+    stop_reason,
+)
+
+
+def littles_law_server(capacity_rps=40.0, single_s=0.1, collapse_after=None):
+    """Closed loop against a fixed-capacity server: X = min(c/L0, cap), E2E = c / X (Little's law).
+
+    With ``collapse_after`` throughput falls by half past that concurrency (as the H200 did past
+    256), which an early stop must notice.
+    """
+    def measure(load, phase):
+        x = min(load / single_s, capacity_rps)
+        if collapse_after and load > collapse_after:
+            x /= 2
+        e2e = 1000.0 * load / x
+        return Step(load, {"requests_per_s": x, "e2e_p50_ms": e2e, "e2e_p99_ms": 1.5 * e2e,
+                           "error_rate": 0.0},
+                    decomposition={"ttft.server.queue": max(0.0, e2e - 1000 * single_s),
+                                   "ttft.server.prefill": 20.0, "e2e.decode": 80.0})
+    return measure
+
+
+def test_auto_grows_stops_at_saturation_and_refines_near_knee():
+    # c* = 40 req/s * 0.1 s = 4; loads 1, 2, 4, 8 then stop (8 gives no more throughput).
+    seen = []
+    steps = run_sweep(littles_law_server(), None, refine=2, on_step=lambda s: seen.append(len(s)))
+    loads = [s.load for s in steps]
+    assert max(loads) == 8  # stopped after the first step that gave no more throughput
+    # Refinement measured the integer geometric midpoints on both sides of the knee at 4.
+    assert sorted(s.load for s in steps if s.phase == "refine") == [3, 6]
+    grow = [s for s in steps if s.phase == "grow"]
+    assert [s.load for s in grow] == [1, 2, 4, 8]
+    assert "throughput" in grow[-1].stop_reason
+    assert seen == list(range(1, len(steps) + 1))  # on_step after every step, refinements too
+    result = analyse(steps, [])
+    assert result.knee.load == 4
+    assert result.recommended == 3  # floor(0.9 * 4)
+
+
+def test_fixed_grid_would_take_more_steps_than_auto():
+    grid = [1, 2, 4, 8, 16, 32, 64, 128]
+    full = run_sweep(littles_law_server(), grid, rules=StopRules(max_error_rate=1.0))
+    auto = run_sweep(littles_law_server(), None, refine=0)
+    # The list also stops early once throughput stops growing: both find c* = 4.
+    assert analyse(full, []).knee.load == analyse(auto, []).knee.load == 4
+    assert len(auto) < len(grid)
+
+
+def test_throughput_collapse_stops_the_sweep_and_knee_is_before_it():
+    measure = littles_law_server(capacity_rps=1000, single_s=0.1, collapse_after=64)
+    steps = run_sweep(measure, None, refine=0, rules=StopRules(max_load=4096))
+    assert max(s.load for s in steps) == 128
+    assert "fell" in steps[-1].stop_reason
+    assert analyse(steps, []).knee.load == 64
+
+
+def test_error_rate_and_latency_cap_stop_the_sweep():
+    mk = lambda err, p99: Step(1, {"error_rate": err, "e2e_p99_ms": p99, "requests_per_s": 1})  # noqa: E731
+    rules = StopRules(max_error_rate=0.05, latency_cap=parse_slo("e2e_p99_ms<=1000")[0])
+    assert "error rate" in stop_reason([mk(0.2, 10)], rules)
+    assert "latency cap" in stop_reason([mk(0.0, 5000)], rules)
+    assert stop_reason([mk(0.0, 10)], rules) == ""
+
+
+def test_slo_limits_the_recommendation_and_growth_is_attributed():
+    steps = run_sweep(littles_law_server(), None, refine=0)
+    # E2E p99 = 1.5 * c / X s: 150 ms at c<=4, 300 ms at c=8.
+    result = analyse(steps, parse_slo("e2e_p99_ms<=160"))
+    assert result.slo_load == 4 and result.slo_monotone
+    assert result.recommended == 3
+    # From c=4 to c=8 only queueing grows (the model's prefill and decode are constant).
+    assert list(result.grows_at_knee)[0] == "ttft.server.queue"
+    assert result.grows_at_knee["ttft.server.queue"] == pytest.approx(100.0)
+    assert result.grows_at_knee["ttft.server.prefill"] == 0
+
+
+def test_refine_candidates_are_geometric_midpoints_widest_gap_first():
+    steps = [Step(l, {}) for l in (1, 4, 8, 64)]
+    assert refine_candidates(steps, 8, integer=True) == [23, 6]  # sqrt(8*64), sqrt(4*8)
+    assert refine_candidates([Step(1, {}), Step(2, {})], 2, integer=True) == []
+
+
+def test_flatten_summary_names_slo_keys():
+    summary = {"ttft_ms": {"count": 3, "p99": 12.0, "mean": 5.0}, "throughput": {"requests_per_s": 2.0},
+               "requests": {"total": 4, "failed": 1}, "duration_s": 2.0}
+    flat = flatten_summary(summary)
+    assert flat["ttft_p99_ms"] == 12.0 and flat["ttft_mean_ms"] == 5.0
+    assert flat["requests_per_s"] == 2.0 and flat["error_rate"] == 0.25

@@ -1,0 +1,39 @@
+"""doctor --collect on this host: the archive round-trips through --root and holds no secret."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+
+from latscope.env.collect import collect
+from latscope.env.doctor import run_doctor
+from latscope.env.redact import redact_argv, redact_env
+
+
+def test_collect_round_trip_redacts_secrets(tmp_path, monkeypatch):
+    secret = "sk-testsecretvalue12345"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("MY_PASSWORD", "hunter2hunter2")
+    log = tmp_path / "server.log"
+    log.write_text("INFO 11-30 04:32:52 [api_utils.py:286] non-default args: {'api_key': "
+                   f"'{secret}', 'enforce_eager': True}}\n")
+    out = collect(tmp_path / "cap.tar.gz", pid=os.getpid(), log=str(log))
+    assert out.pid == os.getpid() and out.files > 5
+    with tarfile.open(out.path) as tar:
+        blob = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+        names = tar.getnames()
+    assert secret.encode() not in blob and b"hunter2hunter2" not in blob
+    assert f"proc/{os.getpid()}/environ" in names and "latscope/server.log" in names
+    report = run_doctor(root=str(out.path))
+    assert report.facts["pid"] == os.getpid()
+    assert report.facts["server"]["settings"]["enforce_eager"]["value"] is True  # log travelled
+    numa = {f.id: f for f in report.findings}["host.numa_balancing"]
+    assert numa.evidence[0].source == f"{out.path}:/proc/sys/kernel/numa_balancing"
+
+
+def test_redaction_rules():
+    env = redact_env({"HF_TOKEN": "hf_x", "AWS_SECRET_ACCESS_KEY": "a", "VLLM_LOGGING_LEVEL": "DEBUG",
+                      "CUSTOM": "Bearer abcdef", "HIP_FORCE_DEV_KERNARG": "1"})
+    assert env == {"HF_TOKEN": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>",
+                   "VLLM_LOGGING_LEVEL": "DEBUG", "CUSTOM": "<redacted>", "HIP_FORCE_DEV_KERNARG": "1"}
+    assert "s3cret" not in " ".join(redact_argv(["vllm", "serve", "--api-key", "s3cret"]))

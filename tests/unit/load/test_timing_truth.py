@@ -1,0 +1,59 @@
+"""latscope's TTFT and ITL held against the fake server's own truth timestamps.
+
+Both processes stamp with CLOCK_MONOTONIC, so causality is exact: the client cannot schedule a
+request after the server read it, nor see a chunk before the server wrote it. Tolerances on the
+error (reported - true) are looser than the benchmark bars (p50 <= 2 ms, p99 <= 10 ms) because
+this box is shared with other work while tests run; benchmarks/client_overhead.py holds the bars.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakeserver import FakeServer
+
+from latscope.load import BenchConfig, run_bench
+
+TTFT_MS, ITL_MS = 50.0, 10.0
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer(ttft_ms=TTFT_MS, itl_ms=ITL_MS) as srv:
+        yield srv
+
+
+def _run(server, tmp_path, concurrency: int, n: int, tokens: int):
+    server.reset()
+    config = BenchConfig(url=server.url, num_requests=n, concurrency=concurrency,
+                         output_dir=tmp_path / f"c{concurrency}", model="fake-model")
+    config.workload.output_len = str(tokens)
+    result = run_bench(config)
+    return result, server.truth()
+
+
+@pytest.mark.parametrize("concurrency,n,p50_tol_ms,p99_tol_ms", [(1, 8, 2.0, 10.0),
+                                                                  (256, 256, 5.0, 30.0)])
+def test_ttft_and_itl_match_server_truth(server, tmp_path, concurrency, n, p50_tol_ms,
+                                         p99_tol_ms):
+    tokens = 16
+    result, truth = _run(server, tmp_path, concurrency, n, tokens)
+    assert result.summary["requests"]["completed"] == n
+    ttft_err, itl_err = [], []
+    for rec in result.records:
+        t = truth[rec.request_id]
+        # causality on one clock: these can only fail if timestamps are wrong
+        assert rec.scheduled_ns <= rec.sent_ns <= t.recv_ns
+        assert len(rec.chunk_ns) == len(t.chunk_ns) == tokens
+        assert all(c >= s for c, s in zip(rec.chunk_ns, t.chunk_ns))
+        true_ttft = t.chunk_ns[0] - t.recv_ns
+        ttft_err.append((rec.first_token_ns - rec.scheduled_ns - true_ttft) / 1e6)
+        itl_err.extend((np.diff(rec.chunk_ns) - np.diff(t.chunk_ns)) / 1e6)
+        assert rec.output_tokens == tokens and rec.output_tokens_source == "usage"
+    assert min(ttft_err) >= 0
+    assert np.percentile(ttft_err, 50) <= p50_tol_ms
+    assert np.percentile(ttft_err, 99) <= p99_tol_ms
+    assert abs(np.median(itl_err)) <= 1.0
+    # the reported figures are those of the records, and close to the configured server delays
+    assert result.summary["ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=p99_tol_ms)
+    assert result.summary["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=2.0)

@@ -1,0 +1,120 @@
+"""The target's PID file: running, stale (server gone, corrupt file, PID reused) and cleaned, with
+real processes standing in for the server; plus LocalTarget's argument errors and the CLI's
+answers when nothing runs. The real vLLM path is in tests/integration/test_target.py."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from latscope.cli.main import main
+from latscope.errors import TargetError
+from latscope.server.process import ProcessIdentity, process_start_ticks
+from latscope.server.target import (
+    LocalTarget, TargetRecord, default_pid_file, read_record, stop_recorded, target_state,
+    write_record,
+)
+
+
+@pytest.fixture
+def pid_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return default_pid_file()
+
+
+@pytest.fixture
+def sleeper():
+    """A process in its own session, as `target up` leaves vLLM."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                            start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _record(identity: ProcessIdentity) -> TargetRecord:
+    return TargetRecord(pid=identity.pid, pgid=identity.pgid, start_ticks=identity.start_ticks,
+                        url="http://127.0.0.1:9", model_name="tiny-llama", log_path="/x.log",
+                        tokenizer_dir="/m", started_at=time.time())
+
+
+def test_pid_file_lives_in_the_runtime_dir(pid_file, tmp_path):
+    assert pid_file == tmp_path / "latscope" / "target.json"
+    assert target_state(pid_file).state == "none"
+
+
+def test_live_group_is_running_and_down_stops_it(pid_file, sleeper):
+    write_record(pid_file, _record(ProcessIdentity.of(sleeper.pid)))
+    assert read_record(pid_file).pid == sleeper.pid
+    state = target_state(pid_file)
+    assert state.state == "running" and not state.healthy  # nothing answers /health on port 9
+    assert stop_recorded(pid_file, grace=5).state == "running"
+    assert sleeper.wait(timeout=5) is not None
+    assert not pid_file.exists()
+
+
+def test_dead_server_makes_a_stale_file_that_down_removes(pid_file):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    identity = ProcessIdentity(proc.pid, proc.pid, process_start_ticks(proc.pid))
+    proc.wait()
+    write_record(pid_file, _record(identity))
+    assert target_state(pid_file).state == "stale"
+    assert stop_recorded(pid_file).state == "stale"
+    assert not pid_file.exists()
+
+
+def test_reused_pid_is_stale_and_left_alone(pid_file, sleeper):
+    identity = ProcessIdentity.of(sleeper.pid)
+    write_record(pid_file, _record(ProcessIdentity(identity.pid, identity.pgid,
+                                                   identity.start_ticks + 1)))
+    assert stop_recorded(pid_file, grace=1).state == "stale"
+    time.sleep(0.2)
+    assert sleeper.poll() is None  # the unrelated process with that PID was not signalled
+
+
+def test_corrupt_pid_file_reads_as_stale(pid_file):
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text("{not json")
+    assert target_state(pid_file).state == "stale"
+    stop_recorded(pid_file)
+    assert not pid_file.exists()
+
+
+def test_cli_status_and_down_when_nothing_runs(pid_file, capsys):
+    assert main(["target", "status"]) == 3
+    assert "not running" in capsys.readouterr().out
+    assert main(["target", "down"]) == 0
+    assert "no target running" in capsys.readouterr().out
+
+
+def test_cli_down_removes_a_stale_file(pid_file, capsys):
+    write_record(pid_file, _record(ProcessIdentity(2 ** 22 + 1, 2 ** 22 + 1, 1)))  # > pid_max
+    assert main(["target", "status"]) == 3
+    assert "stale PID file" in capsys.readouterr().out
+    assert main(["target", "down"]) == 0
+    assert "removed a stale PID file" in capsys.readouterr().out
+    assert not pid_file.exists()
+
+
+def test_cli_rejects_bad_env_pair(pid_file, capsys):
+    assert main(["target", "up", "--env", "NOEQUALS"]) == 1
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_local_target_rejects_a_model_that_is_not_there(tmp_path):
+    with pytest.raises(TargetError, match="not 'tiny', 'tiny-dummy' or a local model directory"):
+        LocalTarget(model=tmp_path / "nope", log_dir=tmp_path).start()
+
+
+def test_local_target_rejects_a_busy_port(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(TargetError, match=f"port {port} on 127.0.0.1 is already in use"):
+            LocalTarget(port=port, model="tiny-dummy", log_dir=tmp_path).start()

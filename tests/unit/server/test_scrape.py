@@ -1,0 +1,98 @@
+"""MetricsScraper against a local HTTP server that serves the real fixture pages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from aiohttp import web
+
+from latscope.model import RunContext
+from latscope.server.metrics import snapshot_value
+from latscope.server.scrape import MetricsScraper, read_snapshots
+
+
+async def _serve(routes: dict[str, tuple[int, str]]) -> tuple[web.AppRunner, str, list[str]]:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("authorization", ""))
+        status, body = routes.get(request.path, (404, "not found"))
+        return web.Response(status=status, text=body)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}", seen
+
+
+def _ctx(url: str, tmp_path) -> RunContext:
+    return RunContext(base_url=url, run_dir=tmp_path, headers={"authorization": "Bearer s3cret"},
+                      start_ns=time.perf_counter_ns(), start_wall=time.time())
+
+
+async def test_scrapes_at_start_interval_and_stop(fixtures_dir, tmp_path):
+    page = (fixtures_dir / "vllm" / "h200-vllm0.26" / "metrics_after_c512.txt").read_text()
+    runner, url, seen = await _serve({"/metrics": (200, page)})
+    try:
+        scraper = MetricsScraper(interval_s=0.1)
+        ctx = _ctx(url, tmp_path)
+        await scraper.start(ctx)
+        assert len(scraper.snapshots) == 1  # one scrape before start() returns
+        await asyncio.sleep(0.45)
+        await scraper.stop(ctx)
+    finally:
+        await runner.cleanup()
+    snaps = read_snapshots(tmp_path)
+    # start + ~4 ticks + stop; the loop may lose a tick on a busy machine, never gain many
+    assert 4 <= len(snaps) <= 7
+    assert [s.t_ns for s in snaps] == sorted(s.t_ns for s in snaps)
+    assert all(ctx.start_ns <= s.t_ns for s in snaps)
+    assert snapshot_value(snaps[-1], "vllm:request_queue_time_seconds_count") == 2768.0
+    assert set(seen) == {"Bearer s3cret"}  # the run's auth header is used ...
+    written = "".join(p.read_text() for p in (tmp_path / "metrics").iterdir())
+    assert "s3cret" not in written  # ... and never written
+    summary = json.loads((tmp_path / "metrics" / "scrape.json").read_text())
+    assert summary["status"] == "ok" and summary["scrapes"] == len(snaps)
+    assert summary["bytes"]["mean"] == len(page.encode())
+    assert summary["scrape_ms"]["mean"] > 0 and summary["parse_ms"]["mean"] > 0
+    assert (tmp_path / "metrics" / "last.prom").read_text() == page
+
+
+async def test_server_without_metrics_endpoint_does_not_break_the_run(tmp_path):
+    runner, url, seen = await _serve({})
+    try:
+        scraper = MetricsScraper(interval_s=0.05)
+        ctx = _ctx(url, tmp_path)
+        await scraper.start(ctx)
+        await asyncio.sleep(0.2)
+        await scraper.stop(ctx)
+    finally:
+        await runner.cleanup()
+    summary = json.loads((tmp_path / "metrics" / "scrape.json").read_text())
+    assert summary["status"] == "no_metrics_endpoint" and summary["scrapes"] == 0
+    assert len(seen) == 1  # a 404 stops the scraping
+    assert read_snapshots(tmp_path) == []
+
+
+async def test_stats_disabled_and_unreachable(fixtures_dir, tmp_path):
+    page = (fixtures_dir / "vllm" / "cpu-vllm0.32" / "metrics_disable_log_stats.txt").read_text()
+    runner, url, _ = await _serve({"/metrics": (200, page)})
+    try:
+        scraper = MetricsScraper(interval_s=1.0)
+        await scraper.start(_ctx(url, tmp_path / "a"))
+        await scraper.stop(_ctx(url, tmp_path / "a"))
+    finally:
+        await runner.cleanup()
+    assert scraper.summary()["status"] == "stats_disabled"
+    dead = MetricsScraper(interval_s=1.0, timeout_s=0.5)
+    ctx = _ctx(url, tmp_path / "b")  # the server is gone now
+    await dead.start(ctx)
+    await dead.stop(ctx)
+    summary = dead.summary()
+    assert summary["status"] == "unreachable" and summary["failures"] == 2
