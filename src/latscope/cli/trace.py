@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         _write(args.output, output, orjson)  # results so far survive a later bad file
         if not args.quiet:
             print_result(result, console, top_n=args.top)
+        if not result["devices"]:
+            console.print("[yellow]no GPU activity in this trace (a CPU-only profile?): "
+                          "nothing to break down[/yellow]")
         print_findings(findings, console, title=f"Findings: {Path(path).name}")
     if args.compare:
         a, b = (analyze_trace(read_trace(p), options) for p in args.compare)

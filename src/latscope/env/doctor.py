@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import orjson
 
-from latscope.env import envrules, gpu, host, server
+from latscope.env import envrules, gpu, host, server, servermetrics
 from latscope.env.facts import Facts, ServerFacts
 from latscope.env.hostview import META_DIR, HostView, parse_environ
 from latscope.env.redact import redact_argv, redact_env
@@ -23,7 +23,7 @@ from latscope.model import Finding, Severity, sort_findings
 
 Check = Callable[[Facts], list[Finding]]
 ALL_CHECKS: tuple[Check, ...] = (*host.HOST_CHECKS, envrules.check_env_rules, *gpu.GPU_CHECKS,
-                                 *server.SERVER_CHECKS)
+                                 *server.SERVER_CHECKS, servermetrics.check_metrics)
 
 
 @dataclass(slots=True)

@@ -46,46 +46,6 @@ def check_reachable(facts: Facts) -> list[Finding]:
     return [Finding("server.endpoints", Severity.INFO, title, evidence, layer="config")]
 
 
-def check_metrics(facts: Facts) -> list[Finding]:
-    s = facts.server
-    if not s.url:
-        return [skipped("server.metrics", "no --url given", "config")]
-    if s.metrics_text is None:
-        return [skipped("server.metrics", f"/metrics not readable ({s.metrics_error})", "config")]
-    from latscope.errors import ScrapeError
-    from latscope.server.metrics import parse_metrics_text
-    source = f"{s.url.rstrip('/')}/metrics"
-    try:
-        page = parse_metrics_text(s.metrics_text)
-    except ScrapeError as exc:
-        return [skipped("server.metrics", f"/metrics unparsable: {exc}", "config")]
-    if not page.has_vllm:
-        return [Finding(
-            "server.stats_disabled", Severity.WARNING, "no vllm:* metrics (--disable-log-stats?)",
-            [ev("vllm:* series", 0, source)],
-            why="Without them queue, prefill and KV-cache time cannot be separated from the outside.",
-            fix="drop --disable-log-stats", reference=f"{FACTS} section 1", layer="config")]
-    findings = []
-    info = page.get("vllm:cache_config_info")
-    if info:
-        labels = info[0].labels
-        keep = ("block_size", "gpu_memory_utilization", "enable_prefix_caching", "num_gpu_blocks",
-                "cache_dtype")
-        findings.append(Finding("server.cache_config", Severity.INFO, "KV cache configuration",
-                                [ev(k, labels[k], source) for k in keep if k in labels],
-                                layer="config"))
-    preempt = page.value("vllm:num_preemptions_total")
-    if preempt:
-        findings.append(Finding(
-            "server.preemptions", Severity.WARNING, f"{preempt:g} preemptions since server start",
-            [ev("vllm:num_preemptions_total", preempt, source)],
-            why="A preempted request's KV cache is dropped and recomputed: a stall for it.",
-            fix="more KV memory (gpu-memory-utilization, FP8 KV, TP) or lower max-num-seqs/MBT",
-            reference=f"{FACTS} section 6 #5", layer="queue"))
-    return findings or [Finding("server.metrics", Severity.OK, "vllm:* metrics exposed",
-                                [ev("families", len(page.families), source)], layer="config")]
-
-
 def _flag(facts: Facts, check_id: str, key: str, bad: Any, severity: Severity, title: str,
           why: str, fix: str, ref: str, ok_title: str, layer: str = "config") -> list[Finding]:
     value, source = _setting(facts, key)
@@ -238,6 +198,6 @@ def check_kv_capacity(facts: Facts) -> list[Finding]:
                     layer="queue")]
 
 
-SERVER_CHECKS = (check_reachable, check_metrics, check_eager_and_graphs, check_chunked_prefill,
+SERVER_CHECKS = (check_reachable, check_eager_and_graphs, check_chunked_prefill,
                  check_request_logging, check_log_level, check_profiler, check_stale_env,
                  check_log_warnings, check_kv_capacity)

@@ -208,9 +208,10 @@ class _Run:
     def _finalize_one(self) -> None:
         """Parse one finished response per event-loop turn, so that parsing a burst of finished
         responses never holds back the receive timestamps of the requests still streaming."""
-        record, exchange = self.to_finalize.popleft()
-        finalize(record, exchange, self.config.stream)
-        self._finished(record)
+        if self.to_finalize:  # (finalize_all may have emptied it meanwhile)
+            record, exchange = self.to_finalize.popleft()
+            finalize(record, exchange, self.config.stream)
+            self._finished(record)
         if self.to_finalize:
             asyncio.get_running_loop().call_soon(self._finalize_one)
         else:

@@ -24,7 +24,7 @@ from pathlib import Path
 from latscope.errors import TargetError
 from latscope.server.process import (
     DEFAULT_STOP_GRACE_S, ManagedServer, ProcessIdentity, health_ok, owns_group, redact_cmd,
-    stop_group,
+    stop_group, tail_lines,
 )
 from latscope.server.tinymodel import SERVED_NAME, ensure_tiny_model
 
@@ -40,6 +40,7 @@ BASE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
 }
 MODEL_CHOICES = ("tiny", "tiny-dummy")
+PORT_ATTEMPTS = 3
 
 
 def state_dir() -> Path:
@@ -145,7 +146,16 @@ class LocalTarget:
         if self.port and not port_is_free(self.port, self.host):
             raise TargetError(f"port {self.port} on {self.host} is already in use")
         self.model_dir, load_flags = self._resolve_model()
-        port = self.port or free_port(self.host)
+        for attempt in range(1 if self.port else PORT_ATTEMPTS):
+            try:
+                return self._launch(self.port or free_port(self.host), load_flags)
+            except TargetError:
+                # A port picked free can be taken by another process before vLLM binds it.
+                if self.port or attempt + 1 == PORT_ATTEMPTS or not self._lost_port_race():
+                    raise
+        raise AssertionError("unreachable")
+
+    def _launch(self, port: int, load_flags: list[str]) -> LocalTarget:
         self.url = f"http://{self.host}:{port}"
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.log_path = self.log_dir / f"vllm-{stamp}-{port}.log"
@@ -163,6 +173,10 @@ class LocalTarget:
             self.stop()
             raise
         return self
+
+    def _lost_port_race(self) -> bool:
+        return any("address already in use" in line.lower()
+                   for line in tail_lines(self.log_path, count=40)) if self.log_path else False
 
     def stop(self) -> None:
         if self.server is not None:

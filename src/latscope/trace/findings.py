@@ -60,7 +60,15 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
     if delay.get("count"):
         evidence.append(Evidence("launch delay median (GPU start - API end)",
                                  round(delay["median_ns"] / 1e3, 2), "us", where))
-    why = (f"The GPU ran nothing for {share:.0%} of the window. In {host_share:.0%} of that idle "
+    unknown = gaps["by_cause"]["unknown_ns"]
+    if b["idle_ns"] and unknown >= 0.99 * b["idle_ns"]:
+        why = (f"The GPU ran nothing for {share:.0%} of the window. This trace has no CPU calls "
+               "correlated with the GPU work, so it cannot say what the host was doing; "
+               "re-record with CPU activity (PyTorch profiler, or rocprofv3 --hip-trace / "
+               "nsys -t cuda) to see the cause.")
+    else:
+        why = ""
+    why = why or (f"The GPU ran nothing for {share:.0%} of the window. In {host_share:.0%} of that idle "
            "time the CPU call that issued the next GPU work started only after the GPU had "
            "gone idle: the GPU was waiting for the host to issue work (launch-bound), not the "
            f"other way round. Meanwhile the launching thread was in: {kinds}.")

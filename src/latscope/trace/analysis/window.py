@@ -2,6 +2,9 @@
 
 - ``auto`` (default): from the first to the last GPU activity of the device (leading and trailing
   idle trimmed). This is also HTA's ``kernel_time`` span, so idle numbers compare directly.
+  One more trim: a gap longer than half of that span with at most 2 % of the activities on its
+  outer side (a warm-up kernel, then a capture pause: sample #3 has a 463 ms one) is cut off, and
+  the method says so.
 - ``steps``: the span of step annotations (``ProfilerStep#N``, vLLM ``execute_*``; regex
   configurable). GPU-side annotations are used when the trace has them; otherwise the window runs
   from the first to the last GPU activity launched by a CPU call inside the CPU annotations.
@@ -38,11 +41,38 @@ def choose_window(trace: TraceEvents, device: int, gpu_start: np.ndarray, gpu_en
                   step_pattern: str = DEFAULT_STEP_PATTERN) -> Window:
     first, last = int(gpu_start.min()), int(gpu_end.max())
     if spec == "auto":
-        return Window(first, last, "auto")
+        return _auto_window(gpu_start, gpu_end)
     if spec == "steps":
         return _steps_window(trace, device, gpu_start, gpu_end, gpu_corr, step_pattern) or \
             Window(first, last, "auto (no step annotations found)")
     return _explicit_window(spec, first)
+
+
+OUTLIER_GAP_SHARE = 0.5
+OUTLIER_ACTIVITY_SHARE = 0.02
+
+
+def _auto_window(gpu_start: np.ndarray, gpu_end: np.ndarray) -> Window:
+    order = np.argsort(gpu_start, kind="stable")
+    s, e = gpu_start[order], gpu_end[order]
+    first, last = int(s[0]), int(e.max())
+    run_end = np.maximum.accumulate(e)
+    gaps = s[1:] - run_end[:-1]  # gap before activity i+1
+    if len(gaps) == 0:
+        return Window(first, last, "auto")
+    i = int(np.argmax(gaps))
+    span, n = last - first, len(s)
+    if gaps[i] <= OUTLIER_GAP_SHARE * span:
+        return Window(first, last, "auto")
+    gap_ms = gaps[i] / 1e6
+    if i + 1 <= max(1, OUTLIER_ACTIVITY_SHARE * n):
+        return Window(int(s[i + 1]), last,
+                      f"auto (trimmed a {gap_ms:.1f} ms gap after the first {i + 1} activities)")
+    if n - (i + 1) <= max(1, OUTLIER_ACTIVITY_SHARE * n):
+        return Window(first, int(run_end[i]),
+                      f"auto (trimmed a {gap_ms:.1f} ms gap before the last {n - i - 1} "
+                      "activities)")
+    return Window(first, last, "auto")
 
 
 def _explicit_window(spec: str, origin: int) -> Window:

@@ -79,7 +79,13 @@ def _rows(file: Path, required: tuple[str, ...]) -> Iterator[dict[str, str]]:
             raise TraceFormatError(f"CSV header lacks {', '.join(missing)}", path=str(file),
                                    offset=0, expected=EXPECTED)
         try:
-            yield from reader
+            for row in reader:
+                if None in row.values() or None in row:
+                    raise TraceFormatError(
+                        f"row {reader.line_num} has {'fewer' if None in row.values() else 'more'}"
+                        " fields than the header (truncated or malformed file)", path=str(file),
+                        expected=EXPECTED)
+                yield row
         except csv.Error as exc:
             raise TraceFormatError(f"malformed CSV row {reader.line_num} ({exc})", path=str(file),
                                    expected=EXPECTED) from None

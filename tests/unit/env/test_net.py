@@ -1,0 +1,133 @@
+"""latscope net against real loopback servers: the fake OpenAI server (tests/fakeserver.py,
+known TTFT and ITL) directly and behind the delaying proxy (tests/delay_proxy.py, 10 ms each way)."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import orjson
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver, delay_proxy
+from delay_proxy import DelayProxy, read_truth  # noqa: E402
+from fakeserver import FakeServer  # noqa: E402
+
+from latscope.cli.main import main  # noqa: E402
+from latscope.env.net import probe  # noqa: E402
+from latscope.env.netfindings import jitter_ms  # noqa: E402
+from latscope.errors import ConfigError, TargetError  # noqa: E402
+from latscope.model import Severity  # noqa: E402
+
+SERVER_TTFT_MS, SERVER_ITL_MS, DELAY_MS = 50.0, 10.0, 10.0
+
+
+@pytest.fixture(scope="module")
+def fake_server():
+    with FakeServer(ttft_ms=SERVER_TTFT_MS, itl_ms=SERVER_ITL_MS) as server:
+        yield server
+
+
+def by_id(report):
+    return {f.id: f for f in report.findings}
+
+
+def test_planted_20ms_round_trip_is_measured_within_10_percent(fake_server, tmp_path):
+    parts = urlsplit(fake_server.url)
+    truth_file = tmp_path / "holds.txt"
+    direct_ms: list[float] = []
+    proxied_ms: list[float] = []
+    with DelayProxy((parts.hostname, parts.port), DELAY_MS, str(truth_file)) as proxy:
+        # Interleaved rounds, so that both paths are measured under the same machine load.
+        for _ in range(4):
+            direct_ms += probe(fake_server.url, 8, stream_requests=0).keepalive_ms
+            proxied_ms += probe(proxy.url, 8, stream_requests=0).keepalive_ms
+        proxied = probe(proxy.url, 8, stream_requests=3)
+    # What the proxy really held, each way (10 ms plus its own scheduling lateness under load).
+    holds = read_truth(str(truth_file))
+    planted = float(np.median(holds["up"]) + np.median(holds["down"]))
+    assert 19.5 <= planted <= 26.0, f"the proxy held {planted:.2f} ms per round trip"
+    measured = np.median(proxied_ms) - np.median(direct_ms)
+    assert abs(measured - planted) <= 0.1 * 20.0, (
+        f"measured {measured:.2f} ms for a planted {planted:.2f} ms round trip")
+    # The TCP handshake only reaches the proxy, and the report says so.
+    assert np.median(proxied.tcp_connect_ms) < 2.0
+    rtt = by_id(proxied)["net.http_rtt"]
+    assert "TCP connect only" in rtt.title and "intermediary" in rtt.why
+    # Client TTFT = server's planted 50 ms + the 20 ms round trip (+ small overheads).
+    verdict = by_id(proxied)["net.verdict"]
+    ttft = np.median(proxied.stream.ttft_ms)
+    assert 68.0 <= ttft <= 85.0
+    assert verdict.title.startswith("network is") and verdict.severity == Severity.WARNING
+    assert verdict.impact["share"] == pytest.approx(np.median(proxied.keepalive_ms) / ttft, rel=1e-3)
+    # The delay line keeps chunk spacing: gaps stay at the server's 10 ms ITL.
+    assert 8.0 <= np.median(proxied.stream.gaps_ms) <= 13.0
+
+
+def test_new_connection_cost_is_the_measured_difference(fake_server):
+    report = probe(fake_server.url, 10, stream_requests=0)
+    assert len(report.new_connection_ms) == 10 and len(report.keepalive_ms) == 10
+    reuse = by_id(report)["net.connection_reuse"]
+    cost = dict((e.name, e.value) for e in reuse.evidence)["new-connection cost (p50 difference)"]
+    expected = np.median(report.new_connection_ms) - np.median(report.keepalive_ms)
+    assert cost == pytest.approx(expected, abs=1e-3)
+    assert by_id(report)["net.iperf3"].severity in (Severity.SKIPPED, Severity.INFO)
+
+
+class _HealthOnly(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = b"ok" if self.path == "/health" else b"not found"
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_non_openai_server_gets_no_ttft_and_says_why():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HealthOnly)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        report = probe(f"http://127.0.0.1:{server.server_address[1]}", 5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report.health_status == 200 and report.stream.ttft_ms == []
+    verdict = by_id(report)["net.verdict"]
+    assert "no TTFT to compare" in verdict.title
+    assert "HTTP 404: not OpenAI-compatible" in " ".join(str(e.value) for e in verdict.evidence)
+
+
+def test_closed_port_and_bad_url_are_clear_errors():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    with pytest.raises(TargetError, match="TCP connect"):
+        probe(f"http://127.0.0.1:{port}", 2)
+    with pytest.raises(ConfigError):
+        probe("ftp://example", 2)
+
+
+def test_jitter_is_mean_absolute_consecutive_difference():
+    assert jitter_ms([1.0, 3.0, 2.0]) == pytest.approx(1.5)
+    assert jitter_ms([5.0]) is None
+
+
+def test_cli_writes_raw_samples(fake_server, tmp_path):
+    out = tmp_path / "net.json"
+    assert main(["net", "--url", fake_server.url, "-n", "3", "--stream-requests", "1",
+                 "--json", str(out)]) == 0
+    data = orjson.loads(out.read_bytes())
+    assert len(data["keepalive_ms"]) == 3 and len(data["stream"]["ttft_ms"]) == 1
+    assert {f["id"] for f in data["findings"]} >= {"net.connect", "net.http_rtt", "net.verdict"}
