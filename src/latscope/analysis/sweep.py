@@ -21,6 +21,7 @@ from latscope.analysis.knee import (
     SATURATION_GAIN, CurvePoint, Knee, SloTerm, find_knee, highest_load_meeting, interpolate,
     operating_point,
 )
+from latscope.errors import ConfigError
 
 # The latency the knee is read on: p50 E2E covers queueing, prefill and decode of a request.
 KNEE_LATENCY = "e2e_p50_ms"
@@ -151,6 +152,8 @@ def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | No
               on_step: Callable[[list[Step]], None] = lambda steps: None) -> list[Step]:
     """Measure steps (``loads`` as given, or ``auto`` when None) and return them by load."""
     rules = rules or StopRules()
+    if factor <= 1 or start <= 0:
+        raise ConfigError("sweep growth needs --factor > 1 and --start > 0")
     steps: list[Step] = []
 
     def take(load: float, phase: str) -> Step:
@@ -172,8 +175,8 @@ def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | No
                 break
             load = plan.pop(0)
         else:
-            nxt = load * factor
-            load = min(round(nxt) if integer else nxt, rules.max_load)
+            nxt = max(load + 1, round(load * factor)) if integer else load * factor
+            load = min(nxt, rules.max_load)
     if loads is None:
         _refine(take, steps, refine, integer, on_step)
     return sorted(steps, key=lambda s: s.load)
@@ -201,6 +204,7 @@ class SweepAnalysis:
     recommended: float | None
     predicted: dict[str, float] | None  # interpolated throughput/latency at the recommendation
     grows_at_knee: dict[str, float]  # decomposition component -> ms added from knee to next step
+    latency: str = KNEE_LATENCY  # the latency metric the knee was read on
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -223,7 +227,7 @@ def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0
     if recommended is not None and (at := interpolate(pts, recommended)):
         predicted = {THROUGHPUT: at[0], latency: at[1]}
     return SweepAnalysis(knee, slo_load, monotone, recommended, predicted,
-                         _growth_past(steps, knee.load) if knee else {})
+                         _growth_past(steps, knee.load) if knee else {}, latency)
 
 
 def _growth_past(steps: Sequence[Step], knee_load: float) -> dict[str, float]:

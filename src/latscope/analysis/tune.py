@@ -251,7 +251,7 @@ def paired_change(baseline: Sequence[float | None], candidate: Sequence[float | 
     the report gives the individual ratios too). The verdict is "better" / "worse" only when the
     whole interval lies on one side of zero, else "no significant difference".
     """
-    from scipy import stats as sps  # only validation needs scipy (a vLLM dependency anyway)
+    from scipy import stats as sps  # heavy import, needed only here
 
     pairs = [(b, c) for b, c in zip(baseline, candidate)
              if b is not None and c is not None and b > 0 and c > 0]

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     parser.add_argument("--iperf3", metavar="HOST[:PORT]",
                         help="run iperf3 against this iperf3 -s (when iperf3 is installed)")
+    parser.add_argument("--path", default="/health",
+                        help="endpoint for the HTTP round trips (default: %(default)s; any status "
+                        "counts)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     parser.add_argument("--json", metavar="FILE", help="also write the report (raw samples) as JSON")
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     report = probe(args.url, args.probes, timeout_s=args.timeout,
                    headers={"Authorization": f"Bearer {key}"} if key else {},
                    verify_tls=not args.insecure, stream_requests=args.stream_requests,
-                   iperf3_server=args.iperf3)
+                   iperf3_server=args.iperf3, path=args.path)
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
     console = Console()

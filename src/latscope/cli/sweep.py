@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judge.add_argument("--latency-cap", default="e2e_p99_ms<=120000",
                        help="stop once this no longer holds (default e2e_p99_ms<=120000)")
     judge.add_argument("--max-error-rate", type=float, default=0.05)
+    judge.add_argument("--knee-latency", default="e2e_p50_ms",
+                       help="latency the knee is read on (default e2e_p50_ms; e.g. ttft_p50_ms)")
     judge.add_argument("--backoff", type=float, default=0.10,
                        help="operating point = knee x (1 - backoff) (default 0.10)")
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="/metrics every N s")
@@ -74,6 +76,7 @@ def _loads(text: str | None) -> list[float] | None:
 
 def run(args: argparse.Namespace) -> int:
     import contextlib
+    import re
     import sys
 
     import orjson
@@ -82,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from latscope.analysis.knee import parse_slo
     from latscope.analysis.sweep import StopRules, analyse, bench_step, run_sweep
     from latscope.cli.tune import bench_base_config
+    from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
     from latscope.report.sweep import decomposition_table, sweep_document, sweep_findings, sweep_table, write_json
 
@@ -90,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     loads = _loads(args.rate if mode == "rate" else args.concurrency)
     integer = mode == "concurrency"
     slo = parse_slo(args.slo)
+    if not re.fullmatch(r"(ttft|itl|tpot|e2e)_(p[0-9.]+|mean|min|max)_ms", args.knee_latency):
+        raise ConfigError(f"--knee-latency {args.knee_latency!r}: use e.g. e2e_p50_ms or ttft_p99_ms")
     cap = parse_slo(args.latency_cap)
     out = Path(args.out or f"latscope-runs/sweep-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
                               scrape_interval_s=args.scrape_interval)
 
         def on_step(steps):
-            analysis = analyse(steps, slo, backoff=args.backoff, integer=integer)
+            analysis = analyse(steps, slo, backoff=args.backoff, integer=integer,
+                               latency=args.knee_latency)
             findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
             write_json(out / "sweep.json", sweep_document(steps, analysis, findings, meta))
             last = steps[-1]
@@ -129,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         steps = run_sweep(measure, loads, start=args.start, factor=args.factor, refine=args.refine,
                           integer=integer, rules=rules, on_step=on_step)
 
-    analysis = analyse(steps, slo, backoff=args.backoff, integer=integer)
+    analysis = analyse(steps, slo, backoff=args.backoff, integer=integer,
+                               latency=args.knee_latency)
     findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
     doc = sweep_document(steps, analysis, findings, meta)
     write_json(out / "sweep.json", doc)
@@ -142,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
     print_findings(findings, console, title="Sweep")
     if analysis.recommended is not None:
         pred = analysis.predicted or {}
-        extra = (f" (interpolated: {pred['requests_per_s']:.2f} req/s, E2E p50 {pred['e2e_p50_ms']:.0f} ms)"
-                 if pred else "")
+        extra = (f" (interpolated: {pred['requests_per_s']:.2f} req/s, {args.knee_latency} "
+                 f"{pred[args.knee_latency]:.0f} ms)" if pred else "")
         console.print(f"[bold]recommended {unit}: {analysis.recommended:g}[/bold]{extra}")
     console.print(f"results: {out / 'sweep.json'}")
     return 0

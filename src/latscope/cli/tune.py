@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--per-trial", choices=("fixed", "sweep"), default="fixed",
                       help="fixed: one run at --concurrency/--request-rate; sweep: find each "
                            "configuration's highest throughput meeting the SLO")
-    work.add_argument("--concurrency", default="16", help="fixed: N; sweep: 'auto' or a list")
+    work.add_argument("--concurrency", default=None,
+                      help="fixed: N (default 16); sweep: 'auto' (default) or a list")
     work.add_argument("--request-rate", dest="rate", help="open loop instead (req/s; list for sweep)")
     work.add_argument("-n", "--num-requests", type=int, default=64)
     work.add_argument("--duration", type=float, default=None)
@@ -88,6 +89,13 @@ def _spec(args: argparse.Namespace) -> Any:
     if not args.param:
         raise ConfigError("give at least one --param NAME=LO..HI")
     params = [parse_param(p) for p in args.param]
+    if args.serve_cmd:
+        import shlex
+
+        from latscope.server.process import redact_cmd
+        if redact_cmd(shlex.split(args.serve_cmd)) != shlex.split(args.serve_cmd):
+            raise ConfigError("--serve-cmd carries a secret (--api-key, --token, ...): pass it through "
+                              "the environment instead (e.g. VLLM_API_KEY), tune.json keeps the command")
     start = None
     if args.start:
         by_name = {p.name: p for p in params}
@@ -117,7 +125,7 @@ def _measure(spec: Any) -> Any:
     w = argparse.Namespace(**spec.workload)
     base = bench_base_config(w, "http://127.0.0.1", w.model)
     mode = "rate" if w.rate else "concurrency"
-    text = w.rate or w.concurrency
+    text = w.rate or w.concurrency or ("auto" if w.per_trial == "sweep" else "16")
     if w.per_trial == "sweep":
         return sweep_measure(base, mode, _loads(text), parse_slo(spec.slo), objective=spec.objective,
                              warmup=w.warmup, scrape_interval_s=w.scrape_interval)
@@ -167,7 +175,9 @@ def run(args: argparse.Namespace) -> int:
     tuner = Tuner(state, _launch(spec), _measure(spec), on_trial=on_trial)
     result = tuner.search()
     validation = None
-    if args.validate:
+    if args.validate and result.best == result.order[0]:
+        console.print("validation skipped: the search kept the starting configuration")
+    elif args.validate:
         validation = tuner.validate(result.order[0], result.best, args.validate)
     if args.json:
         sys.stdout.write(state.path.read_text())
@@ -184,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     value = f"{res['best_value']:.4g}" if res["best_value"] is not None else "-"
     console.print(f"[bold]best: {_cfg(res['best'])}[/bold] ({spec.objective} {value}; {verdict}); "
                   f"baseline: {_cfg(res['baseline'])}")
+    console.print(_single_run_note(state, res))
     if validation:
         for line in validation_lines(validation):
             console.print(line)
@@ -193,3 +204,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _cfg(config: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _single_run_note(state: Any, res: dict[str, Any]) -> str:
+    """How sure the search's pick is without --validate: one run per configuration."""
+    spec = state.spec
+    by_cfg = {tuple(t.config.items()): t for t in state.search_trials() if t.status == "done"}
+    best, base = by_cfg.get(tuple(res["best"].items())), by_cfg.get(tuple(res["baseline"].items()))
+    if best is None or base is None or best is base:
+        return "the baseline stayed best: no move beat it by more than --min-gain"
+    b, a = best.metrics.get(spec.objective), base.metrics.get(spec.objective)
+    if not a or b is None:
+        return ""
+    return (f"best vs baseline: {spec.objective} {b / a - 1:+.1%} in one run each (moves need "
+            f"> {spec.min_gain:.0%}); --validate N gives a confidence interval")

@@ -117,7 +117,8 @@ def _socket_probes(report: NetReport, scheme: str, host: str, family: int, socka
                 report.tls_handshake_ms.append(_ms_since(t0))
                 tls.close()
         except (ssl.SSLError, OSError) as exc:
-            raise TargetError(f"TLS handshake with {host} failed: {exc}") from exc
+            report.error = f"TLS handshake with {host} failed: {exc}"
+            return
         finally:
             sock.close()
 
@@ -239,7 +240,7 @@ def _run_iperf3(report: NetReport, server: str | None, seconds: int) -> None:
 
 def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[str, str] | None
           = None, verify_tls: bool = True, stream_requests: int = 3, iperf3_server: str | None = None,
-          iperf3_seconds: int = 5) -> NetReport:
+          iperf3_seconds: int = 5, path: str = "/health") -> NetReport:
     """Measure the path to ``url``'s server; see the module docstring for each phase."""
     from latscope.env.netfindings import net_findings
 
@@ -247,14 +248,16 @@ def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[
         raise ConfigError("--probes must be at least 1")
     scheme, host, port = _target(url)
     base = url.rstrip("/").removesuffix("/v1")
-    report = NetReport(url=base)
+    report = NetReport(url=base, health_path=path if path.startswith("/") else "/" + path)
     family, sockaddr = _resolve(report, host, port)
     _socket_probes(report, scheme, host, family, sockaddr, probes, timeout_s, verify_tls)
     import aiohttp
     try:
-        asyncio.run(_http_probes(report, base, probes, timeout_s, headers or {}, verify_tls,
-                                 stream_requests))
+        if not report.error:
+            asyncio.run(_http_probes(report, base, probes, timeout_s, headers or {}, verify_tls,
+                                     stream_requests))
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        # Keep what the earlier phases measured; the finding names the phase that failed.
         report.error = f"HTTP probe of {base} failed: {type(exc).__name__}: {exc}"
     _run_iperf3(report, iperf3_server, iperf3_seconds)
     report.findings = net_findings(report)

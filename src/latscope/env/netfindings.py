@@ -135,8 +135,10 @@ def _verdict(r: Any) -> Finding | None:
                                          "chunk received", "", f"{r.url}/v1/models")],
                        layer="network", reference=REF)
     share = network / ttft
-    evidence = [net_ev, Evidence("client TTFT p50", round(ttft, 3), "ms",
-                                 f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})")]
+    evidence = [net_ev, Evidence("TCP connect p50 (handshake only: lower bound)",
+                                 round(_p50(r.tcp_connect_ms), 3), "ms", f"connect() to {r.address}"),
+                Evidence("client TTFT p50", round(ttft, 3), "ms",
+                         f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})")]
     severity = Severity.WARNING if share >= NETWORK_SHARE_WARN else Severity.OK
     outside = None
     if r.stream.server_ttft_mean_ms is not None:

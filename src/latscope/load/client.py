@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import re
 import time
 from typing import Any
@@ -131,30 +132,37 @@ class _Exchange:
 
 
 def _dechunk(reads: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    raw = b"".join(d for _, d in reads)
-    ends, total = [], 0
-    for _, d in reads:
-        total += len(d)
-        ends.append(total)
+    raw = b"".join([d for _, d in reads])
+    total = len(raw)
+    ends = list(itertools.accumulate([len(d) for _, d in reads]))
     out: list[tuple[int, bytes]] = []
+    append, find = out.append, raw.find
     pos, k, last = 0, 0, len(reads) - 1
     while pos < total:
-        eol = raw.find(b"\r\n", pos)
+        eol = find(b"\r\n", pos)
         if eol < 0:
             raise _FramingError("truncated HTTP chunk size line")
         try:
-            size = int(raw[pos:eol].split(b";", 1)[0], 16)
+            size = int(raw[pos:eol], 16)
         except ValueError:
-            raise _FramingError(f"bad HTTP chunk size line {raw[pos:eol][:40]!r}") from None
+            size = _chunk_size_with_extension(raw[pos:eol])
         if size == 0:
             break
-        start, pos = eol + 2, eol + 4 + size
+        start = eol + 2
+        pos = start + size + 2
         if pos > total:
             raise _FramingError("HTTP chunk cut short")
-        while k < last and ends[k] < start + size:
+        while k < last and ends[k] < pos - 2:
             k += 1
-        out.append((reads[k][0], raw[start:start + size]))
+        append((reads[k][0], raw[start:pos - 2]))
     return out
+
+
+def _chunk_size_with_extension(line: bytes) -> int:
+    try:
+        return int(line.split(b";", 1)[0], 16)
+    except ValueError:
+        raise _FramingError(f"bad HTTP chunk size line {line[:40]!r}") from None
 
 
 class _FramingError(ValueError):
@@ -305,14 +313,17 @@ def finalize(record: RequestRecord, exchange: _Exchange, stream: bool) -> None:
 def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int], bytes]:
     """Split SSE events; each gets the arrival ns of the piece that completed it. Returns
     (events, their ns, leftover bytes of an unterminated event)."""
-    if any(b"\r" in p for _, p in pieces):
+    joined = b"".join([p for _, p in pieces])
+    if b"\r" in joined:  # CRLF line ends (allowed by the SSE spec): normalise piece by piece
         pieces = [(ns, p.replace(b"\r\n", b"\n")) for ns, p in pieces]
-    joined = b"".join(p for _, p in pieces)
+        joined = b"".join([p for _, p in pieces])
     events = joined.split(b"\n\n")
     rest = events.pop()
-    times: list[int] = []
-    for ns, p in pieces:  # common case: every separator lies inside one piece
-        times.extend([ns] * p.count(b"\n\n"))
+    counts = [p.count(b"\n\n") for _, p in pieces]
+    if counts.count(1) == len(counts):  # the usual case: one event per piece
+        times = [ns for ns, _ in pieces]
+    else:
+        times = [ns for (ns, _), n in zip(pieces, counts) for _ in range(n)]
     if len(times) != len(events):  # a separator straddles two pieces: map by offset
         times = _times_by_offset(pieces, events)
     return events, times, rest
@@ -334,27 +345,29 @@ def _read_stream(record: RequestRecord, pieces: list[tuple[int, bytes]]) -> str 
     """Reads SSE events; returns what was wrong with the stream, or None."""
     events, times, rest = _sse_events(pieces)
     done = False
-    continuous: list[int] | None = None
     chunk_ns = record.chunk_ns
+    content_events = []
+    is_content = _CONTENT.search
     for event, ns in zip(events, times):
-        if event.startswith(b"data:") and b"\n" not in event:
-            payload = event[5:].strip()
-        else:
-            payload = _data_of(event)
-            if payload is None:
-                continue  # comments (":"), event:, id:, retry: only
-        if payload[:1] != b"{" or payload[-1:] != b"}":
-            if payload == b"[DONE]":
-                done = True
-                continue
+        # the usual event, one line "data: {...}", tested with two C-level calls
+        if event.startswith(b"data: {") and event.endswith(b"}"):
+            if is_content(event):
+                chunk_ns.append(ns)
+                content_events.append(event)
+            elif b'"error"' in event:
+                return "error event in stream: " + event[6:_ERROR_TEXT_MAX].decode(
+                    "utf-8", "replace")
+            continue
+        payload = _data_of(event)
+        if payload is None:
+            continue  # comments (":"), event:, id:, retry: only
+        if payload == b"[DONE]":
+            done = True
+        elif payload[:1] != b"{" or payload[-1:] != b"}":
             return f"SSE data is not a JSON object: {payload[:80]!r}"
-        if _CONTENT.search(payload):
+        elif is_content(payload):
             chunk_ns.append(ns)
-            if continuous is None:
-                continuous = [] if b'"completion_tokens"' in payload else False  # type: ignore
-            if continuous is not False:
-                m = _COMPLETION_TOKENS.search(payload)
-                continuous.append(int(m[1]) if m else -1)  # type: ignore[union-attr]
+            content_events.append(payload)
         elif b'"error"' in payload:
             return "error event in stream: " + payload[:_ERROR_TEXT_MAX].decode("utf-8", "replace")
     if chunk_ns:
@@ -364,9 +377,20 @@ def _read_stream(record: RequestRecord, pieces: list[tuple[int, bytes]]) -> str 
     tail = b"".join(events[-3:])
     _set_tokens(record, _last_int(tail, b'"completion_tokens"'), _last_int(tail, b'"prompt_tokens"'),
                 len(chunk_ns))
-    if continuous and -1 not in continuous:
-        record.chunk_tokens = [continuous[0]] + [b - a for a, b in zip(continuous, continuous[1:])]
+    if content_events and b'"completion_tokens"' in content_events[0]:
+        _set_chunk_tokens(record, content_events)
     return None if done else "stream ended without data: [DONE]"
+
+
+def _set_chunk_tokens(record: RequestRecord, content_events: list[bytes]) -> None:
+    """Tokens per chunk from vLLM's continuous usage stats (cumulative completion_tokens)."""
+    cumulative = []
+    for event in content_events:
+        m = _COMPLETION_TOKENS.search(event)
+        if m is None:
+            return
+        cumulative.append(int(m[1]))
+    record.chunk_tokens = [cumulative[0]] + [b - a for a, b in zip(cumulative, cumulative[1:])]
 
 
 def _data_of(event: bytes) -> bytes | None:

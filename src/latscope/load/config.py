@@ -107,6 +107,7 @@ class BenchConfig:
     request_timeout_s: float = 600.0
     tokenizer: str | None = None  # a dir or tokenizer.json for exact token counts
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+    per_chunk_usage: bool = False  # ask vLLM for usage in every chunk (tokens per chunk)
     use_uvloop: bool = True
 
     def validate(self) -> None:

@@ -140,8 +140,11 @@ def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:
     else:
         body["prompt"] = prompt.text
     if config.stream:
-        # vLLM's continuous usage stats give tokens per chunk; other servers ignore the key.
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        # Final usage gives the exact output count; per-chunk usage (vLLM's continuous usage
+        # stats) costs server and client work on every chunk, so it is opt-in.
+        body["stream_options"] = {"include_usage": True}
+        if config.per_chunk_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
     if config.workload.ignore_eos:
         body["ignore_eos"] = True
     body.update(config.extra_body)

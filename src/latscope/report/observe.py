@@ -1,8 +1,10 @@
 """Terminal tables for server observation: the latency decomposition, a parsed server log's
 configuration and stats, and the ``/metrics`` scraper's own overhead.
 
-Milliseconds in tables; a histogram quantile is printed with its error bound ("± half the bucket"
-would be wrong: the value lies anywhere in its bucket, so the bound is the bucket's width).
+Milliseconds in tables. A histogram quantile is printed as its interpolated value followed by the
+bucket ``[lower-upper]`` it lies in: the true value can be anywhere in it, so the error bound is
+the bucket's width. In the first bucket only ``<= upper`` is printed (interpolating from 0 there
+would suggest a precision the page does not have).
 """
 
 from __future__ import annotations
@@ -16,13 +18,20 @@ from latscope.analysis.decompose import Decomposition
 from latscope.server.logs import ServerLog
 
 
-def _ms(value: float | None, error: float | None = None) -> str:
+def _num_ms(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _ms(value: float | None, error: float | None = None, lower: float | None = None) -> str:
+    """A value; a histogram quantile as its interpolated value and the bucket it lies in."""
     if value is None:
         return "-"
-    text = f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
-    if error is not None:
-        text += f" (bucket {error:.3g})"
-    return text
+    if error is None or lower is None:
+        return _num_ms(value)
+    upper = lower + error
+    if lower == 0:  # first bucket: interpolating from 0 says little; only the bound is known
+        return f"<= {upper:.4g}"
+    return f"{_num_ms(value)} [{lower:.4g}-{upper:.4g}]"
 
 
 def decomposition_table(result: Decomposition) -> Table:
@@ -40,8 +49,9 @@ def decomposition_table(result: Decomposition) -> Table:
             label = f"[bold yellow]{label}  <- largest[/bold yellow]"
         share = f"{c.share:.0%}" if c.share is not None and c.parent is not None else ""
         source = c.source + (f" [red]{c.note}[/red]" if c.note else "")
-        table.add_row(label, _ms(c.mean_ms), share, _ms(c.p50_ms, c.p50_error_ms),
-                      _ms(c.p99_ms, c.p99_error_ms), "" if c.count is None else str(c.count),
+        table.add_row(label, _ms(c.mean_ms), share, _ms(c.p50_ms, c.p50_error_ms, c.p50_lower_ms),
+                      _ms(c.p99_ms, c.p99_error_ms, c.p99_lower_ms),
+                      "" if c.count is None else str(c.count),
                       f"[dim]{source}[/dim]")
     return table
 
@@ -53,6 +63,13 @@ def print_decomposition(result: Decomposition, console: Console | None = None) -
     console.print(f"[dim]server window {window}; server figures from {result.server_source}; "
                   f"client requests {result.client_requests}, server-finished "
                   f"{'-' if result.server_requests is None else f'{result.server_requests:g}'}[/dim]")
+    g = result.gauges
+    if g and g.get("running_max") is not None:
+        kv = g.get("kv_cache_usage_max")
+        console.print(f"[dim]server gauges at the scrapes: running max {g['running_max']:g}, "
+                      f"waiting max {g.get('waiting_max') or 0:g}, KV cache usage max "
+                      f"{'-' if kv is None else f'{kv:.1%}'} (time series: server_timeseries.json)"
+                      f"[/dim]")
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     if result.scrape:
@@ -128,9 +145,11 @@ def scrape_overhead_text(summary: dict[str, Any]) -> str:
         return "metrics scraper: not run"
     parts = [f"metrics scraper: {summary.get('status')}, {summary.get('scrapes')} scrapes every "
              f"{summary.get('interval_s')} s"]
-    for key, unit in (("scrape_ms", "ms"), ("parse_ms", "ms"), ("bytes", "B")):
+    labels = {"scrape_ms": "HTTP scrape", "bytes": "page",
+              "parse_ms": f"parse ({summary.get('parsed', 'after the run')})"}
+    for key, unit in (("scrape_ms", "ms"), ("bytes", "B"), ("parse_ms", "ms")):
         if summary.get(key):
-            parts.append(f"{key.split('_')[0]} mean {summary[key]['mean']:.3g} {unit}")
+            parts.append(f"{labels[key]} mean {summary[key]['mean']:.3g} {unit}")
     if summary.get("failures"):
         parts.append(f"{summary['failures']} failed ({'; '.join(summary.get('errors', [])[:2])})")
     return ", ".join(parts)

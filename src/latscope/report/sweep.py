@@ -16,8 +16,8 @@ import orjson
 from rich import box
 from rich.table import Table
 
-from latscope.analysis.knee import SloTerm
-from latscope.analysis.sweep import KNEE_LATENCY, THROUGHPUT, Step, SweepAnalysis
+from latscope.analysis.knee import SloTerm, no_knee_reason
+from latscope.analysis.sweep import THROUGHPUT, Step, SweepAnalysis, curve
 from latscope.model import Evidence, Finding, Severity
 from latscope.report.findings import findings_to_json
 
@@ -61,7 +61,7 @@ def decomposition_table(steps: Sequence[Step], unit: str) -> Table | None:
     keys = [k for k in LEAF_LABELS if any(k in s.decomposition for s in steps)]
     if not keys:
         return None
-    table = Table(title=f"Where the time goes by {unit} (mean ms per request)", box=box.SIMPLE_HEAD,
+    table = Table(title="Mean ms per request, by component", box=box.SIMPLE_HEAD,
                   pad_edge=False)
     table.add_column(("conc" if unit.startswith("conc") else "rate"), justify="right")
     for k in keys:
@@ -78,9 +78,13 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
     by_load = {s.load: s for s in steps}
     knee = analysis.knee
     if knee is None:
+        pts = curve(steps, analysis.latency)
+        reason = no_knee_reason([p.throughput for p in pts], [p.latency for p in pts]) or \
+            "the curve is within 0.05 of a straight line"
         findings.append(Finding(
-            "sweep.no_knee", Severity.WARNING, "No knee found in the measured curve",
-            [Evidence("steps", len(steps), "", source)],
+            "sweep.no_knee", Severity.WARNING, f"No knee found: {reason}",
+            [Evidence("steps", len(steps), "", source),
+             Evidence("highest_load", max((s.load for s in steps), default=None), "", source)],
             why="Kneedle needs at least 3 steps and a curve that bends away from a straight line.",
             fix="Sweep to a higher load (--max-load) or with more steps (--refine).",
             reference="Satopää et al. 2011 (Kneedle)", layer="queue"))
@@ -88,7 +92,7 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
         at = by_load[knee.load]
         ev = [Evidence(unit, knee.load, "", source),
               Evidence("requests_per_s", at.metrics.get(THROUGHPUT), "req/s", source),
-              Evidence(KNEE_LATENCY, at.metrics.get(KNEE_LATENCY), "ms", source),
+              Evidence(analysis.latency, at.metrics.get(analysis.latency), "ms", source),
               Evidence("kneedle_difference", round(knee.score, 3), "", knee.method),
               Evidence("refits_agreeing", round(knee.stability, 2), "", "leave-one-out / noise resamples")]
         growth = analysis.grows_at_knee
@@ -102,6 +106,7 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
             why="Past the knee each extra unit of load buys little throughput and a lot of latency. "
                 + "; ".join(knee.reasons),
             fix=(f"Run at {unit} {analysis.recommended:g}" if analysis.recommended is not None else "")
+                + ("" if knee.measured_past else " (provisional: sweep higher loads to confirm)")
                 + (f"; past the knee {LEAF_LABELS.get(top, top)} grows most: measure the server flags "
                    "that bound it with latscope tune" if top else ""),
             reference=knee.method, layer=LEAF_LAYER.get(top, "queue") if top else "queue",

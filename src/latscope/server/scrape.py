@@ -2,15 +2,20 @@
 
 It is a ``RunObserver``: ``start`` scrapes once right away, then every ``interval_s`` on an absolute
 schedule (so scrapes do not drift), and ``stop`` scrapes once more, so the first and last snapshots
-bound the run. Fetching is asynchronous (aiohttp, one connection, on the load generator's loop);
-parsing and writing run in a worker thread so the loop that times requests only awaits I/O.
-Snapshot ``t_ns`` is ``time.perf_counter_ns()`` when the response headers arrived -- the page is
-rendered before its headers are sent -- on the same clock as the ``RequestRecord``s.
+bound the run. Snapshot ``t_ns`` is ``time.perf_counter_ns()`` when the response headers arrived --
+the page is rendered before its headers are sent -- on the same clock as the ``RequestRecord``s.
 
-Files under ``run_dir/metrics/``: ``snapshots.jsonl`` (one ``MetricSnapshot`` per line, appended as
-it arrives, plus ``bytes`` and ``parse_ms``), ``first.prom`` / ``last.prom`` (the raw pages bounding
-the run, to check our numbers with other tools) and ``scrape.json`` (status and own overhead).
-A server without ``/metrics``, or with stats disabled, never breaks the run: ``scrape.json`` says so.
+Parsing stays off the hot path. Fetching is asynchronous (aiohttp, one connection); during the run
+each raw page is only appended to ``metrics/raw.jsonl`` (from a worker thread), and the pages are
+parsed into ``metrics/snapshots.jsonl`` when the run stops. Parsing a 50 kB vLLM page takes
+30-120 ms of pure Python: even in a worker thread it holds the GIL and delays the load generator's
+timestamps (``benchmarks/bench_observe.py`` measures it), so it waits until no request is in flight.
+``parse_during_run=True`` parses each page as it arrives instead (in a thread), for consumers that
+need live snapshots. An interrupted run keeps ``raw.jsonl``; ``read_snapshots`` parses it then.
+
+Other files: ``first.prom`` / ``last.prom`` (the raw pages bounding the run, to check our numbers
+with other tools) and ``scrape.json`` (status and the scraper's own overhead). A server without
+``/metrics``, or with stats disabled, never breaks the run: ``scrape.json`` says so.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import orjson
 
 from latscope.errors import ScrapeError
 from latscope.model import MetricSnapshot, RunContext
-from latscope.server.metrics import parse_metrics_text
+from latscope.server.metrics import has_vllm_series, parse_metrics_text
 
 SNAPSHOTS = "snapshots.jsonl"
+RAW = "raw.jsonl"
 _MAX_ERRORS_KEPT = 5
 
 
@@ -39,11 +45,14 @@ class MetricsScraper:
     """Scrape ``ctx.base_url + path`` at start, every ``interval_s``, and at stop."""
 
     def __init__(self, interval_s: float = 2.0, *, path: str = "/metrics",
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, parse_during_run: bool = False,
+                 keep_raw: bool = False) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
         self.path = path
+        self.parse_during_run = parse_during_run
+        self.keep_raw = keep_raw
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, min(10.0, interval_s * 2))
         self.snapshots: list[MetricSnapshot] = []
         self._stats: list[dict[str, float]] = []  # per scrape: scrape_ms, parse_ms, bytes
@@ -55,14 +64,15 @@ class MetricsScraper:
         self._task: asyncio.Task[None] | None = None
         self._dir: Path | None = None
         self._last_raw = ""
-        # a scrape cancelled at stop() may still be ingesting in its thread when the last one runs
         self._ingest_lock = threading.Lock()
+        self._raw_count = 0
 
     # -- RunObserver ---------------------------------------------------------------------------
     async def start(self, ctx: RunContext) -> None:
         self._dir = ctx.run_dir / "metrics"
         self._dir.mkdir(parents=True, exist_ok=True)
         (self._dir / SNAPSHOTS).write_bytes(b"")
+        (self._dir / RAW).write_bytes(b"")
         self._session = aiohttp.ClientSession(
             headers=dict(ctx.headers),
             timeout=aiohttp.ClientTimeout(total=self.timeout_s),
@@ -76,10 +86,12 @@ class MetricsScraper:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         try:
-            await self._scrape(ctx, last=True)
+            await self._scrape(ctx)
         finally:
             if self._session is not None:
                 await self._session.close()
+            if not self.parse_during_run:
+                await asyncio.to_thread(self._parse_raw)
             self._write_summary()
 
     # -- scraping ------------------------------------------------------------------------------
@@ -94,7 +106,7 @@ class MetricsScraper:
             if next_ns < now:  # a slow scrape: skip the missed ticks instead of bursting
                 next_ns = now + period_ns - (now - next_ns) % period_ns
 
-    async def _scrape(self, ctx: RunContext, *, first: bool = False, last: bool = False) -> None:
+    async def _scrape(self, ctx: RunContext, *, first: bool = False) -> None:
         if self._session is None or self._missing_endpoint:
             return
         url = ctx.base_url.rstrip("/") + self.path
@@ -117,40 +129,60 @@ class MetricsScraper:
             return
         scrape_ms = (done_ns - sent_ns) / 1e6
         text = body.decode("utf-8", errors="replace")
+        raw = {"t_ns": t_ns, "wall_time": wall, "scrape_ms": scrape_ms, "bytes": len(body)}
+        if not self.parse_during_run:
+            self._raw_count += 1
+            await asyncio.to_thread(self._append_raw, raw, text, first or self._raw_count == 1)
+            return
         try:
-            await asyncio.to_thread(self._ingest, text, t_ns, wall, scrape_ms, len(body),
-                                    first or not self.snapshots)
+            await asyncio.to_thread(self._ingest, text, raw, first or not self.snapshots)
         except ScrapeError as exc:
             self._note_error(f"{url}: {exc}")
+
+    def _append_raw(self, raw: dict[str, Any], text: str, first: bool) -> None:
+        """Worker thread, during the run: keep the page as it came (no parsing)."""
+        assert self._dir is not None
+        with self._ingest_lock, (self._dir / RAW).open("ab") as fh:
+            fh.write(orjson.dumps({**raw, "text": text}) + b"\n")
+        if first:
+            (self._dir / "first.prom").write_text(text)
+        self._last_raw = text
+
+    def _parse_raw(self) -> None:
+        """Worker thread, after the run: parse every stored page into snapshots.jsonl."""
+        assert self._dir is not None
+        raw_path = self._dir / RAW
+        for raw in _iter_jsonl(raw_path):
+            text = raw.pop("text")
+            try:
+                self._ingest(text, raw, False)
+            except ScrapeError as exc:
+                self._note_error(f"page at t_ns={raw.get('t_ns')}: {exc}")
+        if not self.keep_raw:
+            raw_path.unlink(missing_ok=True)
 
     def _note_error(self, message: str) -> None:
         self._failures += 1
         if len(self._errors) < _MAX_ERRORS_KEPT:
             self._errors.append(message)
 
-    def _ingest(self, text: str, t_ns: int, wall: float, scrape_ms: float, nbytes: int,
-                first: bool) -> None:
-        """Worker thread: parse, append to snapshots.jsonl, keep the first and last raw page."""
-        with self._ingest_lock:
-            self._ingest_locked(text, t_ns, wall, scrape_ms, nbytes, first)
-
-    def _ingest_locked(self, text: str, t_ns: int, wall: float, scrape_ms: float, nbytes: int,
-                       first: bool) -> None:
-        parse_start = time.perf_counter_ns()
-        page = parse_metrics_text(text)
-        snap = MetricSnapshot(t_ns=t_ns, wall_time=wall, samples=page.samples, scrape_ms=scrape_ms)
-        parse_ms = (time.perf_counter_ns() - parse_start) / 1e6
-        self._has_vllm = bool(self._has_vllm) or page.has_vllm
-        record = snap.to_dict()
-        record.update(bytes=nbytes, parse_ms=parse_ms)
-        assert self._dir is not None
-        with (self._dir / SNAPSHOTS).open("ab") as fh:
-            fh.write(orjson.dumps(record) + b"\n")
-        if first:
-            (self._dir / "first.prom").write_text(text)
-        self._last_raw = text
-        self.snapshots.append(snap)
-        self._stats.append({"scrape_ms": scrape_ms, "parse_ms": parse_ms, "bytes": nbytes})
+    def _ingest(self, text: str, raw: dict[str, Any], first: bool) -> None:
+        """Parse one page, append it to snapshots.jsonl (and keep it as first/last raw page)."""
+        with self._ingest_lock:  # a scrape cancelled at stop() may still be in its thread
+            parse_start = time.perf_counter_ns()
+            snap = _snapshot(text, raw)
+            parse_ms = (time.perf_counter_ns() - parse_start) / 1e6
+            self._has_vllm = bool(self._has_vllm) or has_vllm_series(snap)
+            assert self._dir is not None
+            with (self._dir / SNAPSHOTS).open("ab") as fh:
+                fh.write(orjson.dumps({**snap.to_dict(), "bytes": raw["bytes"],
+                                       "parse_ms": parse_ms}) + b"\n")
+            if first:
+                (self._dir / "first.prom").write_text(text)
+            self._last_raw = text
+            self.snapshots.append(snap)
+            self._stats.append({"scrape_ms": raw["scrape_ms"], "parse_ms": parse_ms,
+                                "bytes": raw["bytes"]})
 
     def _write_summary(self) -> None:
         if self._dir is None:
@@ -164,14 +196,15 @@ class MetricsScraper:
         if self._missing_endpoint:
             status = "no_metrics_endpoint"
         elif not self.snapshots:
-            status = "unreachable"
+            status = "unreachable" if not self._raw_count else "unparsable"
         elif not self._has_vllm:
             status = "stats_disabled"  # a page, but no vllm:* series (--disable-log-stats)
         else:
             status = "ok"
         out: dict[str, Any] = {"status": status, "path": self.path, "interval_s": self.interval_s,
                                "scrapes": len(self.snapshots), "failures": self._failures,
-                               "errors": self._errors, "vllm_series": bool(self._has_vllm)}
+                               "errors": self._errors, "vllm_series": bool(self._has_vllm),
+                               "parsed": "during the run" if self.parse_during_run else "after the run"}
         for key in ("scrape_ms", "parse_ms", "bytes"):
             values = np.array([s[key] for s in self._stats], dtype=float)
             out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),
@@ -185,17 +218,39 @@ class MetricsScraper:
         return out
 
 
-def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
-    """The snapshots of a run directory, in scrape order ([] when the run has none)."""
-    path = Path(run_dir) / "metrics" / SNAPSHOTS
+def _snapshot(text: str, raw: dict[str, Any]) -> MetricSnapshot:
+    page = parse_metrics_text(text)
+    return MetricSnapshot(t_ns=raw["t_ns"], wall_time=raw["wall_time"], samples=page.samples,
+                          scrape_ms=raw.get("scrape_ms", 0.0))
+
+
+def _iter_jsonl(path: Path):
+    """Records of a JSONL file; a torn last line (interrupted run) ends the file."""
     if not path.is_file():
-        return []
-    out = []
+        return
     with path.open("rb") as fh:
         for line in fh:
             if line.strip():
                 try:
-                    out.append(MetricSnapshot.from_dict(orjson.loads(line)))
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    break  # a torn last line from an interrupted run: keep what came before
+                    yield orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    return
+
+
+def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
+    """The snapshots of a run directory, in scrape order ([] when the run has none).
+
+    A run killed before the scraper's ``stop`` has raw pages only: they are parsed here.
+    """
+    metrics = Path(run_dir) / "metrics"
+    out = []
+    for data in _iter_jsonl(metrics / SNAPSHOTS):
+        try:
+            out.append(MetricSnapshot.from_dict(data))
+        except (KeyError, TypeError):
+            break
+    if not out:
+        for raw in _iter_jsonl(metrics / RAW):
+            with contextlib.suppress(ScrapeError, KeyError):
+                out.append(_snapshot(raw.pop("text"), raw))
     return sorted(out, key=lambda s: s.t_ns)

@@ -94,7 +94,13 @@ class TableBuilder:
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
         self.lists: dict[str, list] = {k: [] for k in schema}
+        self.chunks: dict[str, list[np.ndarray]] = {k: [] for k in schema}
         self.append_row = self._make_appender()
+
+    def extend(self, **columns: Any) -> None:
+        """Append a block of rows given column-wise (every column of the schema, equal length)."""
+        for key, dtype in self.schema.items():
+            self.chunks[key].append(np.asarray(columns[key], dtype=dtype))
 
     def _make_appender(self):
         appenders = [self.lists[k].append for k in self.schema]
@@ -106,7 +112,8 @@ class TableBuilder:
         return append_row
 
     def build(self) -> Table:
-        return Table({k: np.asarray(self.lists[k], dtype=dt) for k, dt in self.schema.items()})
+        return Table({k: np.concatenate([np.asarray(self.lists[k], dtype=dt), *self.chunks[k]])
+                      for k, dt in self.schema.items()})
 
 
 class Names:
@@ -122,6 +129,15 @@ class Names:
             idx = self.index[name] = len(self.values)
             self.values.append(name)
         return idx
+
+    def intern_many(self, names: list[str]) -> list[int]:
+        """Bulk ``intern``: a new name gets id ``len(index)`` at insertion, so the dict's
+        insertion order *is* the id order and ``values`` is its tail."""
+        index = self.index
+        ids = [index.setdefault(n, len(index)) for n in names]
+        if len(index) > len(self.values):
+            self.values.extend(list(index)[len(self.values):])
+        return ids
 
 
 @dataclass

@@ -20,7 +20,6 @@ OTHER = "other"
 CATEGORIES = ("gemm", "attention", "moe", "norm/activation", "elementwise", "communication",
               "copy-as-kernel", OTHER)
 _CLONE_KD = re.compile(r"\s*\[clone \.kd\]$|\.kd$")
-_TEMPLATE_OR_ARGS = re.compile(r"[<(]")
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,25 @@ class Taxonomy:
         for pattern, label in self.families:
             if pattern.search(name):
                 return label
-        text = name[5:] if name.startswith("void ") else name
-        return _TEMPLATE_OR_ARGS.split(text, 1)[0].strip() or name
+        return function_name(name)
+
+
+def function_name(name: str) -> str:
+    """``void ns::(anonymous namespace)::f<T, 4>(int)`` -> ``ns::f``: the C++ function without
+    template arguments, parameters or return type; plain (C/Triton) names are returned as is."""
+    text = name.replace("(anonymous namespace)::", "")
+    depth, parens, out = 0, 0, []
+    for ch in text:  # drop template arguments at every depth ('>' inside (...) is a comparison)
+        if depth and ch in "()":
+            parens += 1 if ch == "(" else -1
+        elif ch == "<" and not parens:
+            depth += 1
+        elif ch == ">" and depth and not parens:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    head = "".join(out).split("(", 1)[0].strip()
+    return head.rsplit(" ", 1)[-1] if head else name
 
 
 @functools.lru_cache(maxsize=1)

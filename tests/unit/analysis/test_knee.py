@@ -11,6 +11,7 @@ from latscope.analysis.knee import (
     find_knee,
     highest_load_meeting,
     interpolate,
+    no_knee_reason,
     operating_point,
     parse_slo,
 )
@@ -73,6 +74,15 @@ def test_input_order_does_not_matter():
 def test_straight_line_has_no_knee():
     pts = [CurvePoint(c, 2.0 * c, 10.0 * c) for c in (1, 2, 4, 8, 16)]
     assert find_knee(pts) is None
+
+
+def test_latency_that_only_wobbles_has_no_knee():
+    # Recorded against a fixed-delay fake server: req/s doubles with concurrency while E2E p50
+    # stays at 65-69 ms; normalising that 6% wobble to [0, 1] must not invent a knee.
+    pts = [CurvePoint(c, r, l) for c, r, l in
+           [(1, 15.1, 65.5), (2, 30.44, 65.4), (4, 60.1, 65.5), (8, 114.33, 69.1), (16, 228.12, 67.7)]]
+    assert find_knee(pts) is None
+    assert "saturated" in no_knee_reason([p.throughput for p in pts], [p.latency for p in pts])
 
 
 def test_too_few_steps_give_no_knee():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from latscope.analysis.knee import parse_slo
+from latscope.errors import ConfigError
 from latscope.analysis.sweep import (
     Step,
     StopRules,
@@ -68,6 +71,13 @@ def test_throughput_collapse_stops_the_sweep_and_knee_is_before_it():
     assert analyse(steps, []).knee.load == 64
 
 
+def test_small_integer_growth_factor_still_advances_and_bad_factor_is_refused():
+    steps = run_sweep(littles_law_server(), None, factor=1.2, refine=0)
+    assert [s.load for s in steps] == [1, 2, 3, 4, 5]  # round(1 * 1.2) would repeat 1 forever
+    with pytest.raises(ConfigError):
+        run_sweep(littles_law_server(), None, factor=1.0)
+
+
 def test_error_rate_and_latency_cap_stop_the_sweep():
     mk = lambda err, p99: Step(1, {"error_rate": err, "e2e_p99_ms": p99, "requests_per_s": 1})  # noqa: E731
     rules = StopRules(max_error_rate=0.05, latency_cap=parse_slo("e2e_p99_ms<=1000")[0])
@@ -100,3 +110,34 @@ def test_flatten_summary_names_slo_keys():
     flat = flatten_summary(summary)
     assert flat["ttft_p99_ms"] == 12.0 and flat["ttft_mean_ms"] == 5.0
     assert flat["requests_per_s"] == 2.0 and flat["error_rate"] == 0.25
+
+
+@pytest.mark.slow
+def test_interrupted_sweep_keeps_measured_steps_on_disk(tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from fakeserver import FakeServer
+
+    out = tmp_path / "sweep"
+    with FakeServer(ttft_ms=5, itl_ms=2) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "latscope", "sweep", "--url", server.url,
+                                 "--concurrency", "1,2,4,8,16,32,64", "-n", "40", "--input-len", "8",
+                                 "--output-len", "16", "-o", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "sweep.json").exists() and len(json.loads((out / "sweep.json").read_text())["steps"]) >= 2:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "results gathered so far are on disk" in err
+    doc = json.loads((out / "sweep.json").read_text())
+    assert [s["load"] for s in doc["steps"]][:2] == [1, 2]
+    assert all(Path(s["run_dir"]).is_dir() for s in doc["steps"])

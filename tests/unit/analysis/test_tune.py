@@ -86,6 +86,17 @@ def test_serve_command_fills_placeholders_and_refuses_untuned_flags():
     assert flag_args({"max_num_batched_tokens": 2048}) == ["--max-num-batched-tokens", "2048"]
 
 
+def test_secret_in_serve_cmd_is_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "tune"
+    proc = subprocess.run([sys.executable, "-m", "latscope", "tune", "--serve-cmd",
+                           "vllm serve m --api-key s3cret --max-num-seqs {max_num_seqs}",
+                           "--param", "max_num_seqs=1,2", "-o", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "secret" in proc.stderr
+    assert "s3cret" not in proc.stderr + proc.stdout
+    assert not out.exists()
+
+
 def test_state_round_trip_and_only_finished_trials_are_reused(tmp_path):
     state = TuneState(tmp_path, _spec())
     state.trials = [Trial({"max_num_seqs": 1}, "done", feasible=True, value=3.0),

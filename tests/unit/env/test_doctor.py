@@ -135,3 +135,16 @@ def test_cli_writes_json_and_prints_error_line(h200_capture, tmp_path, capsys):
     assert "1 critical, 3 warning" in capsys.readouterr().out
     assert main(["doctor", "--root", str(tmp_path / "nope")]) == 1
     assert capsys.readouterr().err.startswith("error: --root")
+
+
+def test_real_two_gpu_capture_nvlink_with_tp2(tmp_path):
+    from conftest import DATA
+    found = by_id(run_doctor(root=str(DATA / "h200x2_collect.tar.gz")))
+    topo = found["gpu.topology"]
+    assert topo.severity == Severity.OK
+    values = {e.name: e.value for e in topo.evidence}
+    assert values["link types"] == "NV18" and values["tensor_parallel_size"] == 2
+    assert found["gpu.inventory"].title == "2 NVIDIA GPU(s) found"
+    assert found["gpu.tenants"].severity == Severity.OK  # the only GPU process is the server
+    assert found["gpu.launch_blocking"].severity == Severity.OK
+    assert {f.severity for f in found.values()} <= {Severity.OK, Severity.INFO, Severity.SKIPPED}

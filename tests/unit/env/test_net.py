@@ -44,9 +44,9 @@ def test_planted_20ms_round_trip_is_measured_within_10_percent(fake_server, tmp_
     proxied_ms: list[float] = []
     with DelayProxy((parts.hostname, parts.port), DELAY_MS, str(truth_file)) as proxy:
         # Interleaved rounds, so that both paths are measured under the same machine load.
-        for _ in range(4):
-            direct_ms += probe(fake_server.url, 8, stream_requests=0).keepalive_ms
-            proxied_ms += probe(proxy.url, 8, stream_requests=0).keepalive_ms
+        for _ in range(8):
+            direct_ms += probe(fake_server.url, 5, stream_requests=0).keepalive_ms
+            proxied_ms += probe(proxy.url, 5, stream_requests=0).keepalive_ms
         proxied = probe(proxy.url, 8, stream_requests=3)
     # What the proxy really held, each way (10 ms plus its own scheduling lateness under load).
     holds = read_truth(str(truth_file))
@@ -131,3 +131,11 @@ def test_cli_writes_raw_samples(fake_server, tmp_path):
     data = orjson.loads(out.read_bytes())
     assert len(data["keepalive_ms"]) == 3 and len(data["stream"]["ttft_ms"]) == 1
     assert {f["id"] for f in data["findings"]} >= {"net.connect", "net.http_rtt", "net.verdict"}
+
+
+def test_tls_failure_keeps_the_tcp_samples(fake_server):
+    port = urlsplit(fake_server.url).port
+    report = probe(f"https://127.0.0.1:{port}", 3, timeout_s=2.0)  # it speaks plain HTTP
+    assert len(report.tcp_connect_ms) == 1 and report.keepalive_ms == []
+    error = by_id(report)["net.error"]
+    assert error.severity == Severity.CRITICAL and "TLS handshake" in error.title

@@ -43,11 +43,14 @@ async def test_scrapes_at_start_interval_and_stop(fixtures_dir, tmp_path):
         scraper = MetricsScraper(interval_s=0.1)
         ctx = _ctx(url, tmp_path)
         await scraper.start(ctx)
-        assert len(scraper.snapshots) == 1  # one scrape before start() returns
+        raw = tmp_path / "metrics" / "raw.jsonl"
+        assert len(raw.read_bytes().splitlines()) == 1  # one scrape before start() returns ...
+        assert scraper.snapshots == []  # ... stored raw: parsing waits for the end of the run
         await asyncio.sleep(0.45)
         await scraper.stop(ctx)
     finally:
         await runner.cleanup()
+    assert not raw.exists()  # parsed into snapshots.jsonl at stop
     snaps = read_snapshots(tmp_path)
     # start + ~4 ticks + stop; the loop may lose a tick on a busy machine, never gain many
     assert 4 <= len(snaps) <= 7
@@ -96,3 +99,23 @@ async def test_stats_disabled_and_unreachable(fixtures_dir, tmp_path):
     await dead.stop(ctx)
     summary = dead.summary()
     assert summary["status"] == "unreachable" and summary["failures"] == 2
+
+
+async def test_live_parsing_and_interrupted_run(fixtures_dir, tmp_path):
+    page = (fixtures_dir / "vllm" / "cpu-vllm0.32" / "metrics.txt").read_text()
+    runner, url, _ = await _serve({"/metrics": (200, page)})
+    try:
+        live = MetricsScraper(interval_s=5.0, parse_during_run=True)
+        ctx = _ctx(url, tmp_path / "live")
+        await live.start(ctx)
+        assert len(live.snapshots) == 1  # parsed as it arrived
+        await live.stop(ctx)
+        assert len(read_snapshots(tmp_path / "live")) == 2
+        killed = MetricsScraper(interval_s=5.0)
+        await killed.start(_ctx(url, tmp_path / "killed"))  # the run dies: stop() never runs
+        killed._task.cancel()
+        await killed._session.close()
+    finally:
+        await runner.cleanup()
+    snaps = read_snapshots(tmp_path / "killed")  # recovered from raw.jsonl
+    assert len(snaps) == 1 and snapshot_value(snaps[0], "vllm:num_requests_running") is not None

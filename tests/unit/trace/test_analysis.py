@@ -117,3 +117,18 @@ def test_cpu_only_trace_is_skipped(fixtures_dir):
     path = fixtures_dir / "vllm" / "cpu-vllm0.32" / "profile_rank0.pt.trace.json.gz"
     findings = trace_findings(analyze_trace(read_trace(path)))
     assert [f.severity for f in findings] == [Severity.SKIPPED]
+
+
+def test_rocm_host_memory_inference_only_for_large_slow_copies():
+    from latscope.trace.analysis.copies import INFER_MIN_BYTES, PAGEABLE_GBPS, _host_memory
+    from latscope.trace.model import HostMem
+
+    unknown = np.full(3, HostMem.UNKNOWN, dtype=np.int8)
+    nbytes = np.array([INFER_MIN_BYTES, INFER_MIN_BYTES, 4096])
+    slow = int(INFER_MIN_BYTES / (PAGEABLE_GBPS / 2))  # ns at half the threshold bandwidth
+    fast = int(INFER_MIN_BYTES / (PAGEABLE_GBPS * 2))
+    dur = np.array([slow, fast, slow])
+    out = _host_memory(unknown, nbytes, dur, "amd")
+    assert out.tolist() == [HostMem.PAGEABLE, HostMem.UNKNOWN, HostMem.UNKNOWN]
+    # on CUDA the recorded kind is kept as is
+    assert _host_memory(unknown, nbytes, dur, "nvidia").tolist() == unknown.tolist()

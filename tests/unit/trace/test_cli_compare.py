@@ -56,3 +56,16 @@ def test_cli_compare(kineto_path, tmp_path, capsys):
                  "-o", str(out)]) == 0
     assert "kernel families" in capsys.readouterr().out
     assert orjson.loads(out.read_bytes())["compare"]["breakdown"][0]["key"] == "window"
+
+
+def test_family_is_the_function_without_templates():
+    from latscope.trace.taxonomy import function_name
+
+    assert function_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::"
+                         "(anonymous namespace)::OpaqueType<2u>, unsigned int, 4>(int)") \
+        == "at::native::CatArrayBatchedCopy"
+    # a '>' inside a template's parenthesised expression is a comparison, not a closing bracket
+    assert function_name("std::enable_if<(((8)>(0))), void>::type vllm::fused_add_rms_norm_kernel"
+                         "<c10::BFloat16, 8>(c10::BFloat16*, long)") \
+        == "vllm::fused_add_rms_norm_kernel"
+    assert function_name("attn_fwd") == "attn_fwd"

@@ -81,3 +81,13 @@ def test_cli_prints_one_line_error(tmp_path, capsys):
     assert main(["trace", str(path), "-o", str(tmp_path / "out.json")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "byte" in err[0]
+
+
+def test_rocpd_database_is_recognised_and_refused_clearly(tmp_path):
+    path = tmp_path / "1_results.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE rocpd_kernel_dispatch (start INTEGER, end INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(TraceFormatError, match="rocpd convert"):
+        read_trace(path)

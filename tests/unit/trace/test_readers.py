@@ -123,3 +123,20 @@ def test_wide_integers_are_read(tmp_path):
                     '"id": 17332996360099338395}}]}')
     trace = read_trace(path)
     assert len(trace.gpu) == 1 and trace.gpu.end[0] - trace.gpu.start[0] == 2000
+
+
+def test_block_cut_inside_a_string_is_recovered(tmp_path, monkeypatch):
+    # Names may contain the "}, {" sequence the reader cuts at; a cut inside a string must be
+    # detected (the block does not decode) and merged with the next block.
+    from latscope.trace.readers import chunked
+
+    monkeypatch.setattr(chunked, "BLOCK", 64)
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{{lambda}}, {{x}} {i}", "ts": float(i),
+               "dur": 0.5, "args": {"device": 0, "stream": 7, "correlation": i}}
+              for i in range(50)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "x"}))
+    trace = read_trace(path)
+    assert len(trace.gpu) == 50
+    assert sorted(trace.names[i] for i in trace.gpu.name) == sorted(e["name"] for e in events)
+    assert trace.gpu.corr.tolist() == list(range(50))

@@ -98,6 +98,8 @@ def read_trace(path: str | Path, fmt: str | None = None) -> TraceEvents:
         from latscope.trace.readers.nsys_sqlite import read_nsys_sqlite
         return read_nsys_sqlite(path)
     if fmt == "rocpd-sqlite":
-        from latscope.trace.readers.rocpd_sqlite import read_rocpd_sqlite
-        return read_rocpd_sqlite(path)
+        # No real rocpd database was available to test a reader against (fixtures README).
+        raise TraceFormatError("rocpd SQLite is not supported yet; convert it with `rocpd "
+                               "convert -f csv` and pass the CSV folder", path=str(path),
+                               expected="Kineto JSON, rocprofv3 JSON/CSV or nsys SQLite")
     raise TraceFormatError(f"unknown format {fmt!r}", path=str(path), expected=", ".join(FORMATS))

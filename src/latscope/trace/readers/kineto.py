@@ -1,8 +1,9 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, CUDA and ROCm flavours.
 
-Events are streamed with ijson (C backend) from ``traceEvents``; nothing holds the JSON text.
-The small metadata block (``deviceProperties``, ``distributedInfo``, runtime versions) is parsed
-from the bytes before the ``"traceEvents"`` key, where Kineto writes it. ``ts``/``dur`` are float
+Events are streamed: blocks of whole events are decoded by orjson (``readers/chunked.py``), with
+ijson (C backend) as the fallback for documents orjson rejects; nothing holds the whole JSON
+text. The metadata (``deviceProperties``, ``distributedInfo``, runtime versions) is read from the
+bytes before the ``"traceEvents"`` key and after the array, where Kineto writes it. ``ts``/``dur`` are float
 microseconds and become integer nanoseconds. rocprof v1 ``results.json`` (same Chrome layout,
 ``ts``/``dur`` as strings) goes through the same path.
 """
@@ -18,6 +19,9 @@ import orjson
 from latscope.trace.model import (
     CopyDir, GpuKind, HostMem, RangeKind, TraceBuilder, TraceEvents, TraceMeta,
 )
+from latscope.errors import TraceFormatError
+from latscope.trace.readers.chunked import ChunkedEvents
+from latscope.trace.readers.kineto_fast import DECODER, DecodeError, add_events
 from latscope.trace.readers.stream import IntegerOverflow, iter_json_items, open_binary
 
 EXPECTED = "PyTorch profiler (Kineto) JSON"
@@ -75,62 +79,109 @@ def read_metadata(path: Path) -> dict[str, Any]:
 
 
 def read_kineto(path: Path) -> TraceEvents:
+    """Fast path: orjson on whole-event blocks. Falls back to ijson (with the wide-integer
+    guard) only for files orjson cannot decode, e.g. integers wider than 64 bits."""
+    chunks = ChunkedEvents(path, EXPECTED, decode=_decode_block)
+    state = _EventSink()
+    try:
+        for events in chunks:
+            state.add(events)
+    except TraceFormatError as exc:
+        if "exceeds" not in str(exc) and "64-bit" not in str(exc):
+            raise
+        return _read_with_ijson(path)
+    meta_json = {**chunks.tail, **chunks.head}
+    return state.finish(path, meta_json)
+
+
+def _read_with_ijson(path: Path) -> TraceEvents:
     try:
         meta_json = read_metadata(path)
     except (OSError, EOFError):
         meta_json = {}
+    prefix = "item" if _is_bare_list(path) else "traceEvents.item"
+    for guard in (False, True):
+        state = _EventSink()
+        try:
+            for ev in iter_json_items(path, prefix, EXPECTED, guard=guard):
+                state.add((ev,))
+        except IntegerOverflow:
+            continue
+        return state.finish(path, meta_json)
+    raise TraceFormatError("unreadable JSON", path=str(path), expected=EXPECTED)
+
+
+def _decode_block(text: bytes) -> list:
     try:
-        return _read_events(path, meta_json, guard=False)
-    except IntegerOverflow:
-        return _read_events(path, meta_json, guard=True)
+        return DECODER.decode(text)
+    except DecodeError:
+        return orjson.loads(text)  # an unexpected field type: the generic dict path
 
 
-def _read_events(path: Path, meta_json: dict[str, Any], *, guard: bool) -> TraceEvents:
-    builder = TraceBuilder()
-    gpu_append, api_append = builder.gpu.append_row, builder.api.append_row
-    range_append, intern = builder.ranges.append_row, builder.names.intern
-    copy_cache: dict[tuple[int, int], tuple[int, int]] = {}
-    seen = 0
-    prefix = "traceEvents.item"
-    if _is_bare_list(path):
-        prefix = "item"
-    for ev in iter_json_items(path, prefix, EXPECTED, guard=guard):
-        seen += 1
-        if ev.get("ph") != "X":
-            continue
-        cat = ev.get("cat")
-        ts, dur = ev.get("ts"), ev.get("dur", 0)
-        if ts is None:
-            continue
-        if type(ts) is str or type(dur) is str:  # rocprof v1 results.json writes strings
-            ts, dur = float(ts), float(dur or 0)
-        start = int(ts * 1000.0 + 0.5)
-        end = start + int(dur * 1000.0 + 0.5)
-        args = ev.get("args") or {}
-        if cat in _GPU_KIND:
-            kind = _GPU_KIND[cat]
-            name_id = intern(ev.get("name", ""))
-            key = (name_id, kind)
-            attrs = copy_cache.get(key)
-            if attrs is None:
-                attrs = copy_cache[key] = copy_attributes(ev.get("name", ""), kind)
-            device = args.get("device", ev.get("pid"))
-            stream = args.get("stream", ev.get("tid"))
-            gpu_append(kind, _as_int(device), _as_int(stream), start, end, name_id,
-                       _as_int(args.get("correlation")), _as_int(args.get("bytes")),
-                       attrs[0], attrs[1])
-        elif cat in _API_CATS:
-            api_append(start, end, _as_int(ev.get("pid")), _as_int(ev.get("tid")),
-                       intern(ev.get("name", "")), _as_int(args.get("correlation")))
-        elif cat in _RANGE_KIND:
-            kind = _RANGE_KIND[cat]
-            device = _as_int(ev.get("pid")) if kind == RangeKind.GPU_ANNOTATION else -1
-            range_append(kind, start, end, _as_int(ev.get("pid")), _as_int(ev.get("tid")),
-                         device, intern(ev.get("name", "")))
-    meta = _meta(path, meta_json, builder)
-    if seen == 0:
-        meta.notes.append("the trace holds no events")
-    return builder.build(meta)
+class _EventSink:
+    """Turns decoded Kineto events into table rows."""
+
+    def __init__(self) -> None:
+        self.builder = TraceBuilder()
+        self.copy_cache: dict[tuple[int, int], tuple[int, int]] = {}
+        self.seen = 0
+
+    def _copy_attrs(self, name_id: int, kind: int, name: str) -> tuple[int, int]:
+        attrs = self.copy_cache.get((name_id, kind))
+        if attrs is None:
+            attrs = self.copy_cache[(name_id, kind)] = copy_attributes(name, kind)
+        return attrs
+
+    def add(self, events) -> None:
+        if events and not isinstance(events[0], dict):  # msgspec structs: column-wise path
+            self.seen += add_events(self.builder, events, _GPU_KIND, _API_CATS, _RANGE_KIND,
+                                    self._copy_attrs)
+            return
+        builder = self.builder
+        gpu_append, api_append = builder.gpu.append_row, builder.api.append_row
+        range_append, intern = builder.ranges.append_row, builder.names.intern
+        copy_cache = self.copy_cache
+        gpu_kinds, range_kinds = _GPU_KIND, _RANGE_KIND
+        for ev in events:
+            self.seen += 1
+            if ev.get("ph") != "X":
+                continue
+            cat = ev.get("cat")
+            ts, dur = ev.get("ts"), ev.get("dur", 0)
+            if ts is None:
+                continue
+            if type(ts) is str or type(dur) is str:  # rocprof v1 results.json writes strings
+                ts, dur = float(ts), float(dur or 0)
+            start = int(ts * 1000.0 + 0.5)
+            end = start + int(dur * 1000.0 + 0.5)
+            if cat in gpu_kinds:
+                args = ev.get("args") or {}
+                kind = gpu_kinds[cat]
+                name = ev.get("name", "")
+                name_id = intern(name)
+                attrs = copy_cache.get((name_id, kind))
+                if attrs is None:
+                    attrs = copy_cache[(name_id, kind)] = copy_attributes(name, kind)
+                gpu_append(kind, _as_int(args.get("device", ev.get("pid"))),
+                           _as_int(args.get("stream", ev.get("tid"))), start, end, name_id,
+                           _as_int(args.get("correlation")), _as_int(args.get("bytes")),
+                           attrs[0], attrs[1])
+            elif cat in _API_CATS:
+                args = ev.get("args") or {}
+                api_append(start, end, _as_int(ev.get("pid")), _as_int(ev.get("tid")),
+                           intern(ev.get("name", "")), _as_int(args.get("correlation")))
+            elif cat in range_kinds:
+                kind = range_kinds[cat]
+                pid = _as_int(ev.get("pid"))
+                range_append(kind, start, end, pid, _as_int(ev.get("tid")),
+                             pid if kind == RangeKind.GPU_ANNOTATION else -1,
+                             intern(ev.get("name", "")))
+
+    def finish(self, path: Path, meta_json: dict[str, Any]) -> TraceEvents:
+        meta = _meta(path, meta_json, self.builder)
+        if self.seen == 0:
+            meta.notes.append("the trace holds no events")
+        return self.builder.build(meta)
 
 
 def _is_bare_list(path: Path) -> bool:

@@ -1,0 +1,106 @@
+"""The client's response reading: HTTP de-chunking and SSE, fed bytes split at awkward places."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from latscope.load.client import _Exchange, finalize
+from latscope.model import RequestRecord
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def run_exchange(reads: list[bytes], stream: bool = True) -> tuple[RequestRecord, _Exchange]:
+    loop = asyncio.new_event_loop()
+    try:
+        ex = _Exchange(loop.create_future())
+        for t, data in enumerate(reads, start=1):
+            ex.feed(t * 1000, data)
+        record = RequestRecord(index=0, request_id="x", scheduled_ns=0)
+        if not ex.future.done():
+            ex.fail(type("K", (), {"value": "connection"})(), "no end")  # type: ignore[arg-type]
+        finalize(record, ex, stream)
+        return record, ex
+    finally:
+        loop.close()
+
+
+CHAT = [
+    b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":" there"}}]}\n\n',
+    b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
+def test_chat_stream_one_read_per_event():
+    reads = [HEAD] + [chunk(e) for e in CHAT] + [b"0\r\n\r\n"]
+    record, ex = run_exchange(reads)
+    assert record.ok, record.error
+    # the role-only first chunk has no content: TTFT is at the first real text (read 3)
+    assert record.first_token_ns == 3000 and record.chunk_ns == [3000, 4000]
+    assert (record.output_tokens, record.output_tokens_source) == (2, "usage")
+    assert record.prompt_tokens == 7 and record.headers_ns == 1000 and record.end_ns == 7000
+
+
+def test_events_and_chunks_split_across_reads():
+    body = b"".join(chunk(e) for e in CHAT) + b"0\r\n\r\n"
+    # cut inside the chunk size line of event 2, and inside the "\n\n" of event 3
+    cut1 = body.index(b"\r\n", len(chunk(CHAT[0]))) - 1
+    third_end = len(chunk(CHAT[0])) + len(chunk(CHAT[1])) + len(chunk(CHAT[2])) - 3
+    reads = [HEAD, body[:cut1], body[cut1:third_end], body[third_end:-2], body[-2:]]
+    record, _ = run_exchange(reads)
+    assert record.ok, record.error
+    # event 2 completes in read 3, event 3 (its last "\n" in read 4) in read 4
+    assert record.chunk_ns == [3000, 4000]
+    assert record.end_ns == 5000
+
+
+def test_completions_stream_counts_chunks_without_usage_and_crlf_events():
+    events = [b'data: {"choices":[{"text":"a"}]}\r\n\r\n', b'data: {"choices":[{"text":"b"}]}\r\n\r\n',
+              b"data: [DONE]\r\n\r\n"]
+    record, _ = run_exchange([HEAD + b"".join(chunk(e) for e in events) + b"0\r\n\r\n"])
+    assert record.ok, record.error
+    assert (record.output_tokens, record.output_tokens_source) == (2, "counted")
+    assert record.chunk_ns == [1000, 1000]
+
+
+def test_continuous_usage_gives_tokens_per_chunk():
+    events = [b'data: {"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}\n\n',
+              b'data: {"choices":[{"text":"bcd"}],"usage":{"completion_tokens":4}}\n\n',
+              b"data: [DONE]\n\n"]
+    record, _ = run_exchange([HEAD] + [chunk(e) for e in events] + [b"0\r\n\r\n"])
+    assert record.chunk_tokens == [1, 3] and record.output_tokens == 4
+
+
+@pytest.mark.parametrize("events,kind", [
+    ([b"data: {oops\n\n", b"data: [DONE]\n\n"], "malformed_response"),
+    ([b'data: {"choices":[{"text":"a"}]}\n\n'], "malformed_response"),  # no [DONE]
+    ([b'data: {"error":{"message":"boom"}}\n\n', b"data: [DONE]\n\n"], "malformed_response"),
+])
+def test_bad_streams_are_failures(events, kind):
+    record, _ = run_exchange([HEAD] + [chunk(e) for e in events] + [b"0\r\n\r\n"])
+    assert record.error_kind == kind and not record.ok
+
+
+def test_http_error_status_and_body():
+    body = b'{"error":"overloaded"}'
+    reads = [b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: %d\r\n\r\n" % len(body), body]
+    record, ex = run_exchange(reads)
+    assert record.error_kind == "http_5xx" and "overloaded" in record.error
+    assert record.status == 503 and ex.keep_alive
+
+
+def test_non_streaming_json_with_usage():
+    body = b'{"id":"cmpl-1","choices":[{"text":"hello"}],"usage":{"prompt_tokens":3,"completion_tokens":5}}'
+    record, _ = run_exchange([b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body),
+                              body[:10], body[10:]], stream=False)
+    assert record.ok and record.output_tokens == 5 and record.first_token_ns is None
+    assert record.end_ns == 3000
