@@ -56,7 +56,7 @@ def main() -> None:
             rows.append((target.ready_s, pss, rss, stop_s))
             print(f"run {run + 1}: ready {target.ready_s:.1f} s, {len(members)} processes, "
                   f"PSS {pss:.2f} GiB, RSS sum {rss:.2f} GiB, stop {stop_s:.2f} s")
-    med = [statistics.median(col) for col in zip(*rows)]
+    med = [statistics.median(col) for col in zip(*rows, strict=True)]
     print(f"median of {len(rows)}: ready {med[0]:.1f} s, PSS {med[1]:.2f} GiB, "
           f"RSS sum {med[2]:.2f} GiB, stop {med[3]:.2f} s")
 

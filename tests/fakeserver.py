@@ -1,14 +1,15 @@
 """A deterministic OpenAI-compatible SSE server that records the truth about every request.
 
 It answers ``/v1/completions`` and ``/v1/chat/completions`` (streaming and not), ``/v1/models``,
-``/tokenize`` (one token per whitespace-separated word) and ``GET /truth``. Each streamed request
-gets its first content chunk ``ttft_ms`` after the request was fully read, then one chunk every
-``itl_ms`` (absolute schedule, so no drift). With both at 0 the whole response is one write, which
-measures a client's ceiling. The server notes, with ``time.perf_counter_ns()`` (CLOCK_MONOTONIC,
-shared by every process on the host), when it read each request and when it wrote each chunk;
-``GET /truth`` returns those timestamps keyed by the ``x-request-id`` header, so a test can hold a
-client's TTFT/ITL against what really happened. It is a raw ``asyncio.Protocol`` HTTP/1.1 server
-(keep-alive, chunked encoding) so that it stays cheap next to the client under test.
+``/tokenize`` and ``/detokenize`` (one token per whitespace-separated word) and ``GET /truth``.
+Each streamed request gets its first content chunk ``ttft_ms`` after the request reached the host,
+then one chunk every ``itl_ms`` (an absolute schedule, so no drift). With both at 0 the whole
+response is one write, which measures a client's ceiling. The server notes when each request
+reached the host (the kernel's receive timestamp) and when it wrote each chunk, on
+``time.perf_counter_ns()``'s clock (CLOCK_MONOTONIC, shared by every process on the host);
+``GET /truth`` returns them keyed by the ``x-request-id`` header, so a test can hold a client's
+TTFT/ITL against what really happened. It is a small raw-socket HTTP/1.1 server on an asyncio
+loop (keep-alive, chunked encoding) so that it stays cheap next to the client under test.
 
 Use it in a separate process: ``with FakeServer(ttft_ms=50, itl_ms=10) as srv: srv.url``; or run
 ``python3 tests/fakeserver.py --port 0`` (it prints ``PORT <n>`` when listening).
@@ -21,6 +22,8 @@ import asyncio
 import functools
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -29,11 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODEL = "fake-model"
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not export it
 
 
 @dataclass
 class Truth:
-    recv_ns: int
+    recv_ns: int  # when the request reached the host (kernel receive timestamp)
+    read_ns: int = 0  # when this server parsed it (later under a burst)
     chunk_ns: list[int] = field(default_factory=list)
     end_ns: int = 0
 
@@ -86,20 +91,39 @@ def _whole_stream(*key: Any) -> bytes:
     return b"".join(_chunk(e) for e in _events(*key)) + b"0\r\n\r\n"
 
 
-class Handler(asyncio.Protocol):
-    """One connection: parses requests (keep-alive) and answers them."""
+class Handler:
+    """One connection on a raw non-blocking socket: parses requests (keep-alive), answers them.
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    Raw sockets instead of an ``asyncio.Protocol`` for one reason: ``recvmsg`` gives the kernel's
+    receive timestamp of each read (``SO_TIMESTAMPNS``), i.e. when the request reached this host,
+    not when this (possibly busy) server got round to reading it. That is the true start of a
+    request's TTFT; without it, the server's own backlog under a burst of 256 requests would be
+    charged to the client under test.
+    """
+
+    def __init__(self, app: App, sock: socket.socket) -> None:
+        self.app, self.sock, self.fd = app, sock, sock.fileno()
         self.buf = b""
-        self.transport: asyncio.Transport | None = None
+        self.out = bytearray()
         self.busy = False
+        self.closed = False
+        self.arrival_ns = 0
+        app.loop.add_reader(self.fd, self._on_readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+    def _on_readable(self) -> None:
+        try:
+            data, ancdata, _, _ = self.sock.recvmsg(1 << 18, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        if not data:
+            self.close()
+            return
+        if not self.buf:
+            self.arrival_ns = _kernel_ns(ancdata)
+        self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -120,11 +144,36 @@ class Handler(asyncio.Protocol):
         self.buf = self.buf[head_end + 4 + length:]
         method, path, _ = head[0].split(" ", 2)
         self.busy = True
-        self.app.handle(self, method, path, headers, body, time.perf_counter_ns())
+        self.app.handle(self, method, path, headers, body, self.arrival_ns)
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.write(data)
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        if sent < len(data):
+            self.out += data[sent:]
+            self.app.loop.add_writer(self.fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        del self.out[:sent]
+        if not self.out:
+            self.app.loop.remove_writer(self.fd)
 
     def respond(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}
@@ -135,13 +184,50 @@ class Handler(asyncio.Protocol):
     def done(self) -> None:
         self.busy = False
         if self.buf:
+            self.arrival_ns = time.perf_counter_ns()  # a pipelined request: no better stamp
             self.data_received(b"")
+
+    def abort(self) -> None:
+        """Close with a TCP reset (SO_LINGER 0), as a crashing server would."""
+        if not self.closed:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.app.loop.remove_reader(self.fd)
+            if self.out:
+                self.app.loop.remove_writer(self.fd)
+            self.sock.close()
+
+
+def _kernel_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The kernel receive time (CLOCK_REALTIME) mapped onto perf_counter_ns (CLOCK_MONOTONIC)."""
+    for level, kind, raw in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= 16:
+            sec, nsec = struct.unpack("qq", raw[:16])
+            return sec * 1_000_000_000 + nsec - (time.time_ns() - time.perf_counter_ns())
+    return time.perf_counter_ns()
+
+
+def _accept(app: App, listener: socket.socket) -> None:
+    while True:
+        try:
+            sock, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        Handler(app, sock)
 
 
 class App:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.truth: dict[str, Truth] = {}
+        self.vocab: dict[str, int] = {}  # /tokenize: one token per whitespace-separated word
         self.count = 0
         self.loop = asyncio.get_event_loop()
 
@@ -159,9 +245,13 @@ class App:
         elif method == "POST" and path == "/tokenize":
             req = json.loads(body)
             text = req.get("prompt") or " ".join(m["content"] for m in req.get("messages", []))
-            tokens = list(range(len(text.split())))
+            tokens = [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]
             conn.respond(200, json.dumps({"count": len(tokens), "tokens": tokens,
                                           "max_model_len": 4096}).encode())
+        elif method == "POST" and path == "/detokenize":
+            words = {i: w for w, i in self.vocab.items()}
+            text = " ".join(words.get(i, "?") for i in json.loads(body)["tokens"])
+            conn.respond(200, json.dumps({"prompt": text}).encode())
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             self.generate(conn, path, headers, json.loads(body), recv_ns)
         else:
@@ -171,7 +261,7 @@ class App:
                  recv_ns: int) -> None:
         self.count += 1
         rid = headers.get("x-request-id") or f"fake-{self.count}"
-        truth = self.truth[rid] = Truth(recv_ns=recv_ns)
+        truth = self.truth[rid] = Truth(recv_ns=recv_ns, read_ns=time.perf_counter_ns())
         cfg = self.config
         if cfg.fail_every and self.count % cfg.fail_every == 0:
             if self.fail(conn, cfg.fail_mode):
@@ -209,8 +299,7 @@ class App:
             conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                        b"transfer-encoding: chunked\r\n\r\n" + _chunk(_event(
                            {"choices": [{"index": 0, "text": "x"}]})))
-            if conn.transport is not None:
-                conn.transport.abort()
+            conn.abort()
         elif mode == "malformed":
             conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                        b"transfer-encoding: chunked\r\n\r\n" + _chunk(b"data: {not json\n\n")
@@ -256,10 +345,14 @@ class App:
 async def serve(config: ServerConfig, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     app = App(config)
-    server = await loop.create_server(lambda: Handler(app), host, port, backlog=4096)
-    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
-    async with server:
-        await server.serve_forever()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(4096)
+    listener.setblocking(False)
+    loop.add_reader(listener.fileno(), _accept, app, listener)
+    print(f"PORT {listener.getsockname()[1]}", flush=True)
+    await asyncio.Event().wait()
 
 
 class FakeServer:

@@ -1,7 +1,8 @@
-"""The embedded target against a real vLLM (CPU build): it serves the tiny model, its tokenizer_dir is
-the tokenizer vLLM uses, the constrained fixture really caps the batch at 2 and logs at DEBUG with
-request logging, and `latscope target up/down` survive a crash of the latscope that started them
-and leave no process behind."""
+"""The embedded target against a real vLLM (CPU build): it serves the tiny model, its tokenizer_dir
+is the tokenizer vLLM uses, the constrained fixture really caps the batch at 2 and logs at DEBUG
+with request logging, and `latscope target up/down` survive a crash of the latscope that started
+them and leave no process behind.
+"""
 
 from __future__ import annotations
 
@@ -96,6 +97,20 @@ def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constra
     assert " DEBUG " in log  # VLLM_LOGGING_LEVEL=DEBUG reached the server
     assert "'enable_log_requests': True" in log  # vLLM's own "non-default args" line
     assert "Received request" in log or "Added request" in log
+
+
+def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path):
+    from latscope.errors import TargetError
+    from latscope.server.target import LocalTarget
+
+    target = LocalTarget(model="tiny-dummy", serve_args=["--max-num-seqs", "many"],
+                         log_dir=tmp_path)
+    with pytest.raises(TargetError) as info:
+        target.start()
+    message = str(info.value)
+    assert "exited with code" in message and str(target.log_path) in message
+    assert "many" in message  # vLLM's own argparse complaint, quoted from the log
+    assert not group_members(target.pid)
 
 
 def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):

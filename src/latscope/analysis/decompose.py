@@ -127,7 +127,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     first = snaps[0] if len(snaps) >= 2 else None
     last = snaps[-1] if snaps else None
     if len(snaps) == 1:
-        notes.append("one /metrics snapshot only: server figures cover everything since server start")
+        notes.append("one /metrics snapshot only: server figures cover everything since server "
+                     "start")
     vllm = last is not None and has_vllm_series(last)
     if last is not None and not vllm:
         notes.append("the server exposes no vllm:* series (stats disabled?): client view only")
@@ -178,7 +179,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         note=_negative_note(net))
     add("ttft.server", "server TTFT (arrival -> first token)", "ttft",
         f"{H_TTFT} (histogram delta over the run)", s_ttft, ttft_total)
-    add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats, ttft_total)
+    add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
+        ttft_total)
     add("ttft.server.prefill", "prefill (SCHEDULED -> first token)", "ttft.server", p_src, p_stats,
         ttft_total)
     rest = _diff(s_ttft, q_stats, p_stats)
@@ -198,7 +200,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         note="shown for comparison; not a part of the sum")
 
     server_count = hist[H_E2E].count if hist[H_E2E] is not None else None
-    if server_count is not None and recs and abs(server_count - len(recs)) > max(1, 0.02 * len(recs)):
+    mismatch = server_count is not None and abs(server_count - len(recs)) > max(1, 0.02 * len(recs))
+    if recs and mismatch:
         notes.append(f"the server finished {server_count:g} requests in the window, the client "
                      f"{len(recs)}: other traffic, warm-up or aborted requests are mixed in")
     source = ("per-request" if per_req and not vllm else
@@ -242,7 +245,9 @@ def _negative_note(stats: dict[str, Any] | None) -> str:
 
 def _dominant(components: list[Component]) -> str | None:
     scored = [c for c in components if c.mean_ms is not None]
-    return max(scored, key=lambda c: c.mean_ms).key if scored else None  # type: ignore[arg-type,return-value]
+    if not scored:
+        return None
+    return max(scored, key=lambda c: c.mean_ms or 0.0).key
 
 
 def read_records(run_dir: Path) -> list[RequestRecord]:

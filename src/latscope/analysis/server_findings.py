@@ -42,7 +42,8 @@ def effective_max_num_seqs(log: ServerLog) -> tuple[int | None, str]:
 
 
 def findings_from_log(log: ServerLog) -> list[Finding]:
-    findings = [_queue_finding(log), _queue_full_batch_finding(log), _kv_finding_from_log(log), _preemption_finding_from_log(log),
+    findings = [_queue_finding(log), _queue_full_batch_finding(log), _kv_finding_from_log(log),
+                _preemption_finding_from_log(log),
                 _debug_logging_finding(log), _request_logging_finding(log)]
     return [f for f in findings if f is not None]
 
@@ -51,7 +52,8 @@ def _stat_evidence(log: ServerLog, p: StatsPoint) -> list[Evidence]:
     src = f"{log.name}:{p.line} ({p.timestamp})"
     out = [Evidence("Running", p.running, "reqs", src), Evidence("Waiting", p.waiting, "reqs", src)]
     if p.kv_usage_pct is not None:
-        out.append(Evidence(f"{p.kv_device or ''} KV cache usage".strip(), p.kv_usage_pct, "%", src))
+        name = f"{p.kv_device or ''} KV cache usage".strip()
+        out.append(Evidence(name, p.kv_usage_pct, "%", src))
     return out
 
 
@@ -83,7 +85,8 @@ def _queue_finding(log: ServerLog) -> Finding | None:
                f"(max_num_batched_tokens={mbt}) admits prompts too slowly"
                if known else
                f"Requests queue (Running {worst.running}, Waiting {worst.waiting}) with KV cache "
-               f"at {worst.kv_usage_pct}%; max_num_seqs is not in the log, so the bound is unknown"),
+               f"at {worst.kv_usage_pct}%; max_num_seqs is not in the log, so the bound is "
+               "unknown"),
         evidence=evidence,
         why=("Each engine step schedules at most max_num_batched_tokens tokens; long prompts use "
              "the budget up, so new requests wait in the queue although batch slots and KV cache "
@@ -128,7 +131,8 @@ def _kv_finding_from_log(log: ServerLog) -> Finding | None:
         return None
     worst = max(full, key=lambda p: p.kv_usage_pct or 0)
     evidence = _stat_evidence(log, worst)
-    evidence.append(Evidence("stats intervals at >= 90% KV", len(full), f"of {len(log.stats)}", log.name))
+    evidence.append(Evidence("stats intervals at >= 90% KV", len(full), f"of {len(log.stats)}",
+                             log.name))
     return _kv_finding(evidence, worst.kv_usage_pct or 0.0, len(full) >= 2)
 
 
@@ -247,14 +251,16 @@ def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/me
         high = [v for _, v in kv if v >= KV_SATURATED]
         if high:
             out.append(_kv_finding([Evidence("vllm:kv_cache_usage_perc max", max(high), "", source),
-                                    Evidence("scrapes >= 0.90", len(high), f"of {len(kv)}", source)],
+                                    Evidence("scrapes >= 0.90", len(high), f"of {len(kv)}",
+                                             source)],
                                    max(high) * 100, len(high) >= 2))
     out.extend(_waiting_reason_findings(snapshots, source))
     return out
 
 
 def _waiting_reason_findings(snapshots: list[MetricSnapshot], source: str) -> list[Finding]:
-    deferred = gauge_series(snapshots, "vllm:num_requests_waiting_by_reason", {"reason": "deferred"})
+    deferred = gauge_series(snapshots, "vllm:num_requests_waiting_by_reason",
+                            {"reason": "deferred"})
     peak = max((v for _, v in deferred), default=0.0)
     if peak <= 0:
         return []
@@ -299,7 +305,8 @@ _DECOMPOSITION_RULES = {  # component key -> (finding id, layer, why, fix, check
     "ttft.server.other": (
         "server.frontend_processing_share", "frontend",
         "Tokenization, API-server <-> engine IPC and output processing take this share of TTFT.",
-        "Scale the API server (--api-server-count) or pre-tokenize; check the API server's CPU.", 2),
+        "Scale the API server (--api-server-count) or pre-tokenize; check the API server's "
+        "CPU.", 2),
     "ttft.server.prefill": (
         "server.prefill_share", "prefill",
         "Prefill (SCHEDULED -> first token) is this share of TTFT.",

@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "$OPENAI_API_KEY); never printed or written")
     target.add_argument("--no-stream", action="store_true", help="non-streaming requests")
     target.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+    target.add_argument("--per-chunk-usage", action="store_true",
+                        help="ask vLLM for usage in every chunk (tokens per chunk)")
+    target.add_argument("--extra-body", help="JSON object merged into every request body")
 
     work = parser.add_argument_group("workload")
     work.add_argument("--input-len", "--random-input-len", default=None,
@@ -131,7 +134,24 @@ def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) 
         warmup=args.warmup, seed=args.seed, slo=parse_slo(args.slo), percentiles=percentiles,
         output_dir=Path(args.output_dir) if args.output_dir else None,
         request_timeout_s=args.timeout, tokenizer=args.tokenizer or tokenizer_dir,
-        use_uvloop=not args.no_uvloop)
+        use_uvloop=not args.no_uvloop, per_chunk_usage=args.per_chunk_usage,
+        extra_body=_extra_body(args.extra_body))
+
+
+def _extra_body(text: str | None) -> dict[str, Any]:
+    import json
+
+    from latscope.errors import ConfigError
+
+    if not text:
+        return {}
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--extra-body is not JSON: {exc.msg}") from None
+    if not isinstance(body, dict):
+        raise ConfigError("--extra-body must be a JSON object")
+    return body
 
 
 @contextlib.contextmanager

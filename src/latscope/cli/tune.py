@@ -146,7 +146,6 @@ def _launch(spec: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    import orjson
     from rich.console import Console
 
     from latscope.analysis.tune import TuneState, Tuner

@@ -83,7 +83,7 @@ def local_python_versions() -> dict[str, str]:
 def check_gpu_inventory(facts: Facts) -> list[Finding]:
     g = facts.gpu
     if not g.vendor:
-        tools = ", ".join(k.split("_")[0] for k in g.tools_missing)
+        tools = ", ".join(dict.fromkeys(k.split("_")[0] for k in g.tools_missing))
         return [skipped("gpu.inventory", f"no GPU found (no {tools} output; no GPU in sysfs)", "gpu")]
     evidence = [ev(f"GPU{x.index}", " ".join(p for p in (x.name, x.gfx, x.bus_id) if p),
                    g.gpus_source) for x in g.gpus]

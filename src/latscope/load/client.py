@@ -5,8 +5,8 @@ least possible work when bytes arrive keeps its TTFT error near 0.1 ms where aio
 add tens of milliseconds, and streams several times more tokens/s. On every ``data_received`` the
 connection takes one ``perf_counter_ns()``, keeps the bytes and checks for the end of the body;
 nothing else. De-chunking, SSE framing and the few fields we need (is there content? usage
-counts? [DONE]?) are read after the response ended (``finalize``), with byte searches and
-regexes, never a full JSON decode per chunk.
+counts? [DONE]?) are read after the response ended (``latscope.load.response.finalize``), with
+byte searches and regexes, never a full JSON decode per chunk.
 
 Connections are kept alive and reused (one per in-flight request); a reused connection that the
 server closed while idle is retried once on a fresh one, as HTTP clients do, and never counted as
@@ -17,23 +17,14 @@ framing, non-JSON data, a stream without ``[DONE]`` or an error event all set ``
 from __future__ import annotations
 
 import asyncio
-import bisect
-import itertools
-import re
 import time
-from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
+from latscope.load.response import dechunk
 from latscope.model import ErrorKind, RequestRecord
 
 _perf_ns = time.perf_counter_ns
-_CONTENT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"(?!")')
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_INT = re.compile(rb'\s*:\s*(\d+)')
 _LAST_CHUNK = b"0\r\n\r\n"
-_ERROR_TEXT_MAX = 300
 
 
 class _Exchange:
@@ -128,45 +119,7 @@ class _Exchange:
         which completed the piece."""
         if self.mode != "chunked":
             return self.reads
-        return _dechunk(self.reads)
-
-
-def _dechunk(reads: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    raw = b"".join([d for _, d in reads])
-    total = len(raw)
-    ends = list(itertools.accumulate([len(d) for _, d in reads]))
-    out: list[tuple[int, bytes]] = []
-    append, find = out.append, raw.find
-    pos, k, last = 0, 0, len(reads) - 1
-    while pos < total:
-        eol = find(b"\r\n", pos)
-        if eol < 0:
-            raise _FramingError("truncated HTTP chunk size line")
-        try:
-            size = int(raw[pos:eol], 16)
-        except ValueError:
-            size = _chunk_size_with_extension(raw[pos:eol])
-        if size == 0:
-            break
-        start = eol + 2
-        pos = start + size + 2
-        if pos > total:
-            raise _FramingError("HTTP chunk cut short")
-        while k < last and ends[k] < pos - 2:
-            k += 1
-        append((reads[k][0], raw[start:pos - 2]))
-    return out
-
-
-def _chunk_size_with_extension(line: bytes) -> int:
-    try:
-        return int(line.split(b";", 1)[0], 16)
-    except ValueError:
-        raise _FramingError(f"bad HTTP chunk size line {line[:40]!r}") from None
-
-
-class _FramingError(ValueError):
-    pass
+        return dechunk(self.reads)
 
 
 class _Connection(asyncio.Protocol):
@@ -275,155 +228,3 @@ class StreamingClient:
             if conn.transport is not None:
                 conn.transport.close()
         self._idle.clear()
-
-
-def _set_error(record: RequestRecord, kind: ErrorKind | str, message: str) -> None:
-    record.error_kind = kind.value if isinstance(kind, ErrorKind) else kind
-    record.error = message
-
-
-def finalize(record: RequestRecord, exchange: _Exchange, stream: bool) -> None:
-    """Fill a record from a finished exchange: status, timestamps, tokens, or the failure."""
-    record.status = exchange.status or None
-    record.headers_ns = exchange.headers_ns
-    try:
-        pieces = exchange.body_pieces()
-    except _FramingError as exc:
-        _set_error(record, exchange.error_kind or ErrorKind.MALFORMED, str(exc))
-        return
-    if exchange.error_kind:
-        _set_error(record, exchange.error_kind, exchange.error or "")
-        if stream and exchange.status < 400:
-            _read_stream(record, pieces)  # keep the chunks that arrived before the failure
-        return
-    record.end_ns = exchange.end_ns
-    if exchange.status >= 400:
-        kind = ErrorKind.HTTP_5XX if exchange.status >= 500 else ErrorKind.HTTP_4XX
-        text = b"".join(p for _, p in pieces)[:_ERROR_TEXT_MAX]
-        _set_error(record, kind, f"HTTP {exchange.status}: {text.decode('utf-8', 'replace')}")
-        return
-    if stream:
-        problem = _read_stream(record, pieces)
-    else:
-        problem = _read_whole(record, b"".join(p for _, p in pieces))
-    if problem:
-        _set_error(record, ErrorKind.MALFORMED, problem)
-
-
-def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int], bytes]:
-    """Split SSE events; each gets the arrival ns of the piece that completed it. Returns
-    (events, their ns, leftover bytes of an unterminated event)."""
-    joined = b"".join([p for _, p in pieces])
-    if b"\r" in joined:  # CRLF line ends (allowed by the SSE spec): normalise piece by piece
-        pieces = [(ns, p.replace(b"\r\n", b"\n")) for ns, p in pieces]
-        joined = b"".join([p for _, p in pieces])
-    events = joined.split(b"\n\n")
-    rest = events.pop()
-    counts = [p.count(b"\n\n") for _, p in pieces]
-    if counts.count(1) == len(counts):  # the usual case: one event per piece
-        times = [ns for ns, _ in pieces]
-    else:
-        times = [ns for (ns, _), n in zip(pieces, counts) for _ in range(n)]
-    if len(times) != len(events):  # a separator straddles two pieces: map by offset
-        times = _times_by_offset(pieces, events)
-    return events, times, rest
-
-
-def _times_by_offset(pieces: list[tuple[int, bytes]], events: list[bytes]) -> list[int]:
-    ends, total = [], 0
-    for _, p in pieces:
-        total += len(p)
-        ends.append(total)
-    times, offset = [], 0
-    for event in events:
-        offset += len(event) + 2
-        times.append(pieces[bisect.bisect_left(ends, offset)][0])
-    return times
-
-
-def _read_stream(record: RequestRecord, pieces: list[tuple[int, bytes]]) -> str | None:
-    """Reads SSE events; returns what was wrong with the stream, or None."""
-    events, times, rest = _sse_events(pieces)
-    done = False
-    chunk_ns = record.chunk_ns
-    content_events = []
-    is_content = _CONTENT.search
-    for event, ns in zip(events, times):
-        # the usual event, one line "data: {...}", tested with two C-level calls
-        if event.startswith(b"data: {") and event.endswith(b"}"):
-            if is_content(event):
-                chunk_ns.append(ns)
-                content_events.append(event)
-            elif b'"error"' in event:
-                return "error event in stream: " + event[6:_ERROR_TEXT_MAX].decode(
-                    "utf-8", "replace")
-            continue
-        payload = _data_of(event)
-        if payload is None:
-            continue  # comments (":"), event:, id:, retry: only
-        if payload == b"[DONE]":
-            done = True
-        elif payload[:1] != b"{" or payload[-1:] != b"}":
-            return f"SSE data is not a JSON object: {payload[:80]!r}"
-        elif is_content(payload):
-            chunk_ns.append(ns)
-            content_events.append(payload)
-        elif b'"error"' in payload:
-            return "error event in stream: " + payload[:_ERROR_TEXT_MAX].decode("utf-8", "replace")
-    if chunk_ns:
-        record.first_token_ns = chunk_ns[0]
-    if rest.strip():
-        return f"stream ended inside an SSE event: {rest[:80]!r}"
-    tail = b"".join(events[-3:])
-    _set_tokens(record, _last_int(tail, b'"completion_tokens"'), _last_int(tail, b'"prompt_tokens"'),
-                len(chunk_ns))
-    if content_events and b'"completion_tokens"' in content_events[0]:
-        _set_chunk_tokens(record, content_events)
-    return None if done else "stream ended without data: [DONE]"
-
-
-def _set_chunk_tokens(record: RequestRecord, content_events: list[bytes]) -> None:
-    """Tokens per chunk from vLLM's continuous usage stats (cumulative completion_tokens)."""
-    cumulative = []
-    for event in content_events:
-        m = _COMPLETION_TOKENS.search(event)
-        if m is None:
-            return
-        cumulative.append(int(m[1]))
-    record.chunk_tokens = [cumulative[0]] + [b - a for a, b in zip(cumulative, cumulative[1:])]
-
-
-def _data_of(event: bytes) -> bytes | None:
-    """The data of a multi-line SSE event (data lines joined by newlines, per the SSE spec)."""
-    lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines).strip() if lines else None
-
-
-def _last_int(text: bytes, key: bytes) -> int | None:
-    at = text.rfind(key)
-    if at < 0:
-        return None
-    m = _INT.match(text, at + len(key))
-    return int(m[1]) if m else None
-
-
-def _read_whole(record: RequestRecord, body: bytes) -> str | None:
-    try:
-        data: Any = orjson.loads(body)
-        usage = data.get("usage") or {}
-        record.server["id"] = data.get("id")
-    except (orjson.JSONDecodeError, AttributeError):
-        return f"response is not a JSON object: {body[:80]!r}"
-    record.chunk_ns = [record.end_ns] if record.end_ns else []
-    _set_tokens(record, usage.get("completion_tokens"), usage.get("prompt_tokens"), None)
-    return None
-
-
-def _set_tokens(record: RequestRecord, completion: int | None, prompt: int | None,
-                counted: int | None) -> None:
-    if completion is not None:
-        record.output_tokens, record.output_tokens_source = int(completion), "usage"
-    elif counted is not None:
-        record.output_tokens, record.output_tokens_source = counted, "counted"
-    if prompt is not None:
-        record.prompt_tokens = int(prompt)

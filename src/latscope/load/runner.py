@@ -11,29 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-import urllib.error
-import urllib.request
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import numpy as np
-import orjson
-
 from latscope.analysis.stats import distribution, summarize
-from latscope.errors import TargetError
 from latscope.load.arrival import arrival_offsets_ns
-from latscope.load.client import StreamingClient, finalize
+from latscope.load.client import StreamingClient
 from latscope.load.config import BenchConfig
-from latscope.load.rundir import RunWriter, default_run_dir, host_info
-from latscope.load.workload import (LocalTokenizer, Prompt, ServerTokenizer, Tokenizer,
-                                    WordTokenizer, Workload, build_workload)
+from latscope.load.prepare import (base_url_of, discover_model, make_manifest, pick_tokenizer,
+                                   prompt_count, request_body)
+from latscope.load.response import finalize
+from latscope.load.rundir import RunWriter, default_run_dir
+from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
 
-_DURATION_POOL = 4096  # distinct prompts prepared for a closed-loop --duration run (then reused)
 _LAG_INTERVAL_S = 0.01
 OnRecord = Callable[[RequestRecord], None]
 
@@ -62,15 +56,15 @@ def run_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
 async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
                      on_record: OnRecord | None = None) -> BenchResult:
     config.validate()
-    base_url = _base_url(config.url)
+    base_url = base_url_of(config.url)
     headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
-    workload = await asyncio.to_thread(build_workload, config.workload, _prompt_count(config),
+    workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
                                        tokenizer, config.seed)
     bodies = [request_body(config, model, p) for p in workload.prompts]
     run = _Run(config, base_url, headers, bodies, workload, on_record)
-    manifest = _manifest(config, base_url, model, workload, run.tag)
+    manifest = make_manifest(config, base_url, model, workload, run.tag)
     run.writer.write_manifest(manifest)
     observers = list(observers)
     try:
@@ -97,83 +91,6 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
         run.writer.close()
         run.client.close()
     return BenchResult(run.writer.run_dir, run.records, summary, config, manifest)
-
-
-def _base_url(url: str) -> str:
-    url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
-
-
-def discover_model(base_url: str, headers: dict[str, str]) -> str:
-    """The first model the server lists; a clear TargetError when the server is not there."""
-    req = urllib.request.Request(base_url + "/v1/models", headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            data = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        raise TargetError(f"{base_url}/v1/models answered HTTP {exc.code}; "
-                          "pass --model to skip model discovery") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise TargetError(f"cannot reach {base_url}: {reason}") from None
-    except ValueError:
-        raise TargetError(f"{base_url}/v1/models did not return JSON") from None
-    models = data.get("data") or []
-    if not models:
-        raise TargetError(f"{base_url}/v1/models lists no model; pass --model")
-    return str(models[0]["id"])
-
-
-def pick_tokenizer(config: BenchConfig, base_url: str, model: str,
-                   headers: dict[str, str]) -> Tokenizer:
-    if config.tokenizer:
-        return LocalTokenizer(config.tokenizer)
-    server = ServerTokenizer(base_url, model, headers)
-    return server if server.works() else WordTokenizer()
-
-
-def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:
-    body: dict[str, Any] = {"model": model, "max_tokens": prompt.output_tokens,
-                            "stream": config.stream}
-    if config.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": prompt.text}]
-    else:
-        body["prompt"] = prompt.text
-    if config.stream:
-        # Final usage gives the exact output count; per-chunk usage (vLLM's continuous usage
-        # stats) costs server and client work on every chunk, so it is opt-in.
-        body["stream_options"] = {"include_usage": True}
-        if config.per_chunk_usage:
-            body["stream_options"]["continuous_usage_stats"] = True
-    if config.workload.ignore_eos:
-        body["ignore_eos"] = True
-    body.update(config.extra_body)
-    return orjson.dumps(body)
-
-
-def _prompt_count(config: BenchConfig) -> int:
-    if config.num_requests:
-        return config.num_requests + config.warmup
-    assert config.duration_s
-    if config.rate:
-        return int(config.rate * config.duration_s * 1.5) + 16 + config.warmup
-    return _DURATION_POOL + config.warmup
-
-
-def _manifest(config: BenchConfig, base_url: str, model: str, workload: Workload,
-              tag: str) -> dict[str, Any]:
-    import latscope
-
-    versions = {"latscope": latscope.__version__}
-    with contextlib.suppress(ImportError):
-        import uvloop
-        versions["uvloop"] = uvloop.__version__
-    return {"kind": "bench", "run_tag": tag, "config": config.public_dict(), "base_url": base_url,
-            "model": model, "endpoint": config.endpoint, "versions": versions, "host": host_info(),
-            "workload": {"tokenizer": workload.tokenizer, "exact_lengths": workload.exact,
-                         "notes": workload.notes,
-                         "groups": dict(Counter(p.group for p in workload.prompts))},
-            "created_wall": time.time(), "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)"}
 
 
 class _Run:

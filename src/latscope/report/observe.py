@@ -60,9 +60,9 @@ def print_decomposition(result: Decomposition, console: Console | None = None) -
     console = console or Console()
     console.print(decomposition_table(result))
     window = f"{result.window_s:.1f} s" if result.window_s is not None else "n/a"
+    finished = "-" if result.server_requests is None else f"{result.server_requests:g}"
     console.print(f"[dim]server window {window}; server figures from {result.server_source}; "
-                  f"client requests {result.client_requests}, server-finished "
-                  f"{'-' if result.server_requests is None else f'{result.server_requests:g}'}[/dim]")
+                  f"client requests {result.client_requests}, server-finished {finished}[/dim]")
     g = result.gauges
     if g and g.get("running_max") is not None:
         kv = g.get("kv_cache_usage_max")

@@ -11,6 +11,7 @@ came from, so findings can cite it.
 from __future__ import annotations
 
 import ast
+import gzip
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +24,8 @@ _VLLM_LINE = re.compile(
     r"^.*?" + _PROC + r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
     r"(?P<date>\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)?\s+\[(?P<src>[^\]]+)\]\s?(?P<msg>.*)$")
 _ACCESS_LINE = re.compile(r"^" + _PROC + r"INFO:\s+\S+ - \"(?P<method>[A-Z]+) (?P<path>\S+) ")
-_STATS_HEAD = re.compile(r"^(?:Engine (?P<engine>\d+)|(?P<agg>\d+) Engines Aggregated): (?P<body>.*)$")
+_STATS_HEAD = re.compile(
+    r"^(?:Engine (?P<engine>\d+)|(?P<agg>\d+) Engines Aggregated): (?P<body>.*)$")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 # startup lines: regex -> config key (first group is the value)
@@ -31,12 +33,15 @@ _CONFIG_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("version", re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")),
     ("version", re.compile(r"vLLM (?:API )?server version ([\w.+-]+)")),
     ("version", re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+-]*)\s*$")),  # 0.2x banner
-    ("max_num_batched_tokens", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")),
+    ("max_num_batched_tokens",
+     re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")),
     ("max_num_batched_tokens", re.compile(r"Defaulting max_num_batched_tokens to (\d+)")),
     ("max_num_seqs", re.compile(r"Defaulting max_num_seqs to (\d+)")),
     ("kv_cache_tokens", re.compile(r"(?:GPU|CPU|XPU|TPU) KV cache size: ([\d,]+) tokens")),
-    ("max_concurrency", re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.,]+)x")),
-    ("max_concurrency_tokens_per_request", re.compile(r"Maximum concurrency for ([\d,]+) tokens per request")),
+    ("max_concurrency",
+     re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.,]+)x")),
+    ("max_concurrency_tokens_per_request",
+     re.compile(r"Maximum concurrency for ([\d,]+) tokens per request")),
     ("attention_backend", re.compile(r"Using (\S+) attention backend out of potential backends")),
     ("attention_backend", re.compile(r"Using (.+?) backend out of potential backends")),
     ("attention_backend", re.compile(r"Using (.+?) backend on V1 engine")),
@@ -50,11 +55,16 @@ _CONFIG_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("device_memory_gib", re.compile(r"Free memory on device \([\d.]+/([\d.]+) GiB\)")),
     ("graph_capture_gib", re.compile(r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB")),
 ]
+# every config line contains one of these words (a cheap filter before the regexes)
+_CONFIG_WORDS = ("version", "Initializing", "max_num", "KV cache size", "Maximum concurrency",
+                 "backend", "enforce_eager", "enable_", "max_seq_len", "parallel_size", "cudagraph",
+                 "Cudagraph", "Free memory", "Graph capturing", "Asynchronous", "rofiler")
 _CUDAGRAPH_INT = {"0": "NONE", "1": "PIECEWISE", "2": "FULL"}
 # warnings worth flagging: regex -> kind (vllm-facts.md section 2, "Warnings to flag")
 _WARNING_PATTERNS = [
     ("unknown_env_var", re.compile(r"Unknown vLLM environment variable detected: (\S+)")),
-    ("block_size_precluded_backend", re.compile(r"--block-size \d+ precluded higher-priority backend")),
+    ("block_size_precluded_backend",
+     re.compile(r"--block-size \d+ precluded higher-priority backend")),
     ("async_scheduling_disabled", re.compile(r"Async(?:hronous)? scheduling is disabled")),
     ("profiler_enabled", re.compile(r"Profiler .* is enabled in the API server")),
 ]
@@ -133,11 +143,12 @@ def strip_ansi(text: str) -> str:
 
 
 def parse_log(path_or_lines: str | Path | Iterable[str], *, name: str = "") -> ServerLog:
-    """Parse a vLLM server log (a path, or any iterable of lines)."""
+    """Parse a vLLM server log (a path, ``.gz`` too, or any iterable of lines)."""
     if isinstance(path_or_lines, (str, Path)):
         path = Path(path_or_lines)
         label = name or str(path)
-        with path.open("r", encoding="utf-8", errors="replace") as fh:
+        opener = gzip.open if path.suffix == ".gz" else open  # rotated logs are often gzipped
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
             return _parse(fh, label)
     return _parse(path_or_lines, name or "<lines>")
 
@@ -209,6 +220,8 @@ class _State:
         self._config_from_text(number, msg)
 
     def _config_from_text(self, number: int, msg: str) -> None:
+        if not any(word in msg for word in _CONFIG_WORDS):
+            return  # most lines (per-step DEBUG, progress bars) carry no config: skip the regexes
         for key, pattern in _CONFIG_PATTERNS:
             if key in self.config:
                 continue
@@ -251,9 +264,11 @@ class _State:
 
     def finish(self) -> ServerLog:
         cfg = self.config
-        cfg["log_level"] = "DEBUG" if self.levels.get("DEBUG") else ("INFO" if self.levels else None)
+        cfg["log_level"] = ("DEBUG" if self.levels.get("DEBUG")
+                            else "INFO" if self.levels else None)
         cfg["request_logging"] = bool(cfg.get("enable_log_requests") or self.request_lines)
-        cfg["unknown_env_vars"] = [w["value"] for w in self.warnings if w["kind"] == "unknown_env_var"]
+        cfg["unknown_env_vars"] = [w["value"] for w in self.warnings
+                                   if w["kind"] == "unknown_env_var"]
         if cfg.get("cudagraph_mode") in _CUDAGRAPH_INT:
             cfg["cudagraph_mode"] = _CUDAGRAPH_INT[cfg["cudagraph_mode"]]
         cfg.setdefault("version", None)

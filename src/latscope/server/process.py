@@ -131,7 +131,8 @@ class ManagedServer:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise TargetError(self._failure(f"server exited with code {code} before it was ready"))
+                raise TargetError(self._failure(
+                    f"server exited with code {code} before it was ready"))
             if health_ok(self.health_url):
                 self.ready_s = time.monotonic() - self._t0
                 return

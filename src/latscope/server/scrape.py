@@ -204,7 +204,8 @@ class MetricsScraper:
         out: dict[str, Any] = {"status": status, "path": self.path, "interval_s": self.interval_s,
                                "scrapes": len(self.snapshots), "failures": self._failures,
                                "errors": self._errors, "vllm_series": bool(self._has_vllm),
-                               "parsed": "during the run" if self.parse_during_run else "after the run"}
+                               "parsed": ("during the run" if self.parse_during_run
+                                          else "after the run")}
         for key in ("scrape_ms", "parse_ms", "bytes"):
             values = np.array([s[key] for s in self._stats], dtype=float)
             out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),

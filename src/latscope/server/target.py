@@ -98,7 +98,8 @@ class LocalTarget:
     """A real vLLM on 127.0.0.1 serving the tiny model (or ``model``, a local HF model dir).
 
     ``serve_args`` are extra vLLM flags, ``env`` extra environment variables. After ``start()``:
-    ``url`` (no ``/v1``), ``model_name``, ``log_path`` (kept after stop), ``pid``, ``tokenizer_dir``.
+    ``url`` (no ``/v1``), ``model_name``, ``log_path`` (kept after stop), ``pid`` and
+    ``tokenizer_dir``.
     """
 
     def __init__(self, port: int | None = None, model: str | Path = "tiny",

@@ -1,11 +1,12 @@
-"""The tiny model latscope serves when there is no server to diagnose: built locally, never downloaded.
+"""The tiny model latscope serves when there is no server to diagnose: built here, never downloaded.
 
-A Llama-architecture checkpoint (hidden 256, 2 layers, bf16) with seeded random weights, a byte-level
-BPE tokenizer trained with the ``tokenizers`` package on documentation text that ships with Python
-(``pydoc_data/topics.py``), and a Llama-3-style chat template. Everything is seeded, so one Python
-and one ``tokenizers`` version always produce the same bytes; the directory is built once into the
-user cache (``$XDG_CACHE_HOME/latscope/models``) under a name that hashes every input, and reused.
-The ``dummy`` variant has the config and tokenizer only and is served with ``--load-format dummy``.
+A Llama-architecture checkpoint (hidden 256, 2 layers, bf16) with seeded random weights, a
+byte-level BPE tokenizer trained with the ``tokenizers`` package on documentation text that ships with
+Python (``pydoc_data/topics.py``), and a Llama-3-style chat template. Everything is seeded, so one
+Python and one ``tokenizers`` version always produce the same bytes; the directory is built once
+into the user cache (``$XDG_CACHE_HOME/latscope/models``) under a name that hashes every input, and
+reused. The ``dummy`` variant has the config and tokenizer only and is served with ``--load-format
+dummy``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -25,7 +25,7 @@ from pathlib import Path
 from latscope.errors import TargetError
 
 # Bump when anything below changes the produced bytes: it is part of the cache key.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SERVED_NAME = "tiny-llama"
 SEED = 0
 
@@ -59,13 +59,13 @@ class TinySpec:
 
 
 def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/latscope/models`` (``~/.cache/...`` when the variable is unset or empty)."""
+    """``$XDG_CACHE_HOME/latscope/models``, or ``~/.cache/latscope/models`` if unset or empty."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "latscope" / "models"
 
 
 def corpus_text() -> str:
-    """The tokenizer's training text: Python's own documentation topics (ships with CPython)."""
+    """The tokenizer's training text: Python's own ``help()`` topics (they ship with CPython)."""
     from pydoc_data import topics  # stdlib: the text ``help('TOPIC')`` prints
 
     return "\n\n".join(topics.topics[key] for key in sorted(topics.topics))
@@ -122,7 +122,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def build_model_dir(out: Path, *, corpus: str, spec: TinySpec, weights: bool) -> None:
-    """Write config, generation config, tokenizer files and (unless ``weights`` is False) weights."""
+    """Write config, generation config and tokenizer files, and the weights if ``weights``."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(corpus, spec.vocab_size)
     tokenizer.save(str(out / "tokenizer.json"))
@@ -228,7 +228,9 @@ def write_weights(path: Path, spec: TinySpec) -> None:
         else:
             values = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
         tensors[name] = torch.from_numpy(values).to(torch.bfloat16).contiguous()
-    save_file(tensors, str(path), metadata={"format": "pt", "generator": "latscope.tinymodel"})
+    # One metadata key only: safetensors keeps metadata in a Rust HashMap, whose order (and so
+    # the header bytes) varies from run to run as soon as there are two keys (seen in testing).
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -68,7 +68,8 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
                "nsys -t cuda) to see the cause.")
     else:
         why = ""
-    why = why or (f"The GPU ran nothing for {share:.0%} of the window. In {host_share:.0%} of that idle "
+    why = why or (f"The GPU ran nothing for {share:.0%} of the window. In {host_share:.0%} of "
+           "that idle "
            "time the CPU call that issued the next GPU work started only after the GPU had "
            "gone idle: the GPU was waiting for the host to issue work (launch-bound), not the "
            f"other way round. Meanwhile the launching thread was in: {kinds}.")

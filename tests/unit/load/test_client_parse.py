@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from latscope.load.client import _Exchange, finalize
+from latscope.load.client import _Exchange
+from latscope.load.response import finalize
 from latscope.model import RequestRecord
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -57,3 +57,31 @@ def test_unreachable_server_is_one_clear_error(tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(TargetError, match="cannot reach"):
         _bench(f"http://127.0.0.1:{port}", tmp_path)
+
+
+def test_ctrl_c_keeps_everything_and_marks_in_flight_cancelled(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    with FakeServer(ttft_ms=20, itl_ms=20) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "latscope", "bench", "--url", srv.url, "-n", "1000", "-c", "4",
+             "--output-len", "10", "--output-dir", str(run_dir), "--no-progress",
+             "--scrape-interval", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # a shell's background job inherits SIGINT ignored; make Ctrl-C reach the child
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        requests = run_dir / "requests.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+                not requests.exists() or len(requests.read_text().splitlines()) < 8):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    _, records, summary = read_run(run_dir)
+    assert len(records) >= 8 and summary["requests"]["total"] == len(records)
+    assert summary["errors"] == {"cancelled": 4}  # the 4 in flight, written, not dropped

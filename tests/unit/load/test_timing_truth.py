@@ -5,8 +5,8 @@ request after the server read it, nor see a chunk before the server wrote it. To
 error (reported - true) are looser than the benchmark bars (p50 <= 2 ms, p99 <= 10 ms) because
 CI and dev boxes (2 cores, shared with other work: load averages of 6-7 were seen while writing
 this) starve both processes at concurrency 256; benchmarks/client_overhead.py holds the bars.
-"True TTFT" is the server's first-chunk write time minus its request read time, so the error
-also holds the time a request waits in the server's socket before the (busy) server reads it.
+"True TTFT" is the server's first-chunk write time minus the kernel's receive time of the request
+(SO_TIMESTAMPNS), so the server's own backlog under a burst is not charged to the client.
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ def _run(server, tmp_path, concurrency: int, n: int, tokens: int):
 
 
 @pytest.mark.parametrize("concurrency,n,p50_tol_ms,p99_tol_ms", [(1, 8, 2.0, 10.0),
-                                                                  (256, 256, 15.0, 50.0)])
+                                                                  (256, 256, 10.0, 40.0)])
 def test_ttft_and_itl_match_server_truth(server, tmp_path, concurrency, n, p50_tol_ms,
                                          p99_tol_ms):
     tokens = 16
     result, truth = _run(server, tmp_path, concurrency, n, tokens)
     assert result.summary["requests"]["completed"] == n
-    ttft_err, itl_err = [], []
+    ttft_err, itl_err, true_ttfts, true_itls = [], [], [], []
     for rec in (r for r in result.records if not r.warmup):
         t = truth[rec.request_id]
         # causality on one clock: these can only fail if timestamps are wrong
@@ -53,6 +53,8 @@ def test_ttft_and_itl_match_server_truth(server, tmp_path, concurrency, n, p50_t
         assert len(rec.chunk_ns) == len(t.chunk_ns) == tokens
         assert all(c >= s for c, s in zip(rec.chunk_ns, t.chunk_ns))
         true_ttft = t.chunk_ns[0] - t.recv_ns
+        true_ttfts.append(true_ttft / 1e6)
+        true_itls.extend(np.diff(t.chunk_ns) / 1e6)
         ttft_err.append((rec.first_token_ns - rec.scheduled_ns - true_ttft) / 1e6)
         itl_err.extend((np.diff(rec.chunk_ns) - np.diff(t.chunk_ns)) / 1e6)
         assert rec.output_tokens == tokens and rec.output_tokens_source == "usage"
@@ -60,6 +62,9 @@ def test_ttft_and_itl_match_server_truth(server, tmp_path, concurrency, n, p50_t
     assert np.percentile(ttft_err, 50) <= p50_tol_ms
     assert np.percentile(ttft_err, 99) <= p99_tol_ms
     assert abs(np.median(itl_err)) <= 1.0
-    # the reported figures are those of the records, and close to the configured server delays
-    assert result.summary["ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=p99_tol_ms)
-    assert result.summary["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=2.0)
+    # the summary's figures match the server's own (which drift from the configured 50/10 ms
+    # only when the box is too busy to keep the schedule)
+    assert result.summary["ttft_ms"]["p50"] == pytest.approx(np.median(true_ttfts),
+                                                             abs=p50_tol_ms)
+    assert result.summary["itl_ms"]["p50"] == pytest.approx(np.median(true_itls), abs=1.0)
+    assert np.median(true_ttfts) >= TTFT_MS - 1.5  # the server never answers early

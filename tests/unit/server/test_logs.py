@@ -139,3 +139,33 @@ def test_cli_logs_reads_every_fixture(fixtures_dir, rel, tmp_path, capsys):
 def test_cli_logs_missing_file_is_one_line_error(capsys):
     assert main(["logs", "/nonexistent/server.log"]) == 1
     assert capsys.readouterr().err.startswith("error: ")
+
+
+_PREFIX = "(EngineCore_DP0 pid=3) INFO 05-06 07:08:09 [x.py:1] "
+
+
+@pytest.mark.parametrize("message, key, expected", [
+    # attention backend lines of 0.10 ROCm, 0.13 ROCm, 0.33 ROCm and CUDA 0.13+ (facts doc sec. 2)
+    ("Using Triton Attention backend on V1 engine.", "attention_backend", "Triton Attention"),
+    ("Using Aiter Flash Attention backend on V1 engine.", "attention_backend", "Aiter Flash Attention"),
+    ("Using ROCM_AITER_FA backend out of potential backends: ['ROCM_AITER_FA', 'TRITON_ATTN'].",
+     "attention_backend", "ROCM_AITER_FA"),
+    ("Using FLASHINFER attention backend out of potential backends: ['FLASHINFER']",
+     "attention_backend", "FLASHINFER"),
+    ("vLLM API server version 0.10.2", "version", "0.10.2"),
+    ("vLLM server version 0.33.0, serving model /m", "version", "0.33.0"),
+    ("Cudagraph is disabled under eager mode", "cudagraph_mode", "NONE"),
+    ("Chunked prefill is enabled with max_num_batched_tokens=16384.", "max_num_batched_tokens", 16384),
+])
+def test_startup_line_forms_across_versions(message, key, expected):
+    assert parse_log([_PREFIX + message]).config[key] == expected
+
+
+def test_gzipped_log_reads_like_the_plain_one(fixtures_dir, tmp_path):
+    import gzip
+
+    plain = _log(fixtures_dir, "h200-vllm0.26/server.log")
+    packed = tmp_path / "server.log.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = parse_log(plain), parse_log(packed)
+    assert a.config == b.config and len(a.stats) == len(b.stats) > 0

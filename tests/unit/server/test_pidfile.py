@@ -101,6 +101,13 @@ def test_cli_down_removes_a_stale_file(pid_file, capsys):
     assert not pid_file.exists()
 
 
+def test_cli_up_refuses_a_second_target(pid_file, sleeper, capsys):
+    write_record(pid_file, _record(ProcessIdentity.of(sleeper.pid)))
+    assert main(["target", "up"]) == 1
+    assert "already running at http://127.0.0.1:9" in capsys.readouterr().err
+    assert sleeper.poll() is None and pid_file.exists()  # the running one is left as it was
+
+
 def test_cli_rejects_bad_env_pair(pid_file, capsys):
     assert main(["target", "up", "--env", "NOEQUALS"]) == 1
     assert "expected KEY=VALUE" in capsys.readouterr().err

@@ -88,7 +88,7 @@ def test_not_ready_in_time_raises_and_kills(tmp_path):
 
 
 def test_crash_before_ready_quotes_the_log(tmp_path):
-    script = "import sys; print('line one'); print('fatal: bad flag --foo', flush=True); sys.exit(3)"
+    script = "import sys; print('line one'); print('fatal: bad flag --foo'); sys.exit(3)"
     server = ManagedServer([sys.executable, "-c", script], log_path=tmp_path / "s.log",
                            health_url=f"http://127.0.0.1:{free_port()}/health", ready_timeout=20)
     with pytest.raises(TargetError) as info:

@@ -100,7 +100,8 @@ def test_amd_clamp_reported_and_optional(traces_dir):
 
 def test_generic_kernels_found_on_both_vendors(loaded):
     for key in ("mi300x_hf", "h100"):
-        rules = {r["rule"] for r in analyze_trace(loaded(key))["devices"][0]["kernels"]["fallbacks"]}
+        kernels = analyze_trace(loaded(key))["devices"][0]["kernels"]
+        rules = {r["rule"] for r in kernels["fallbacks"]}
         assert "elementwise_strided" in rules
 
 

@@ -69,3 +69,29 @@ def test_family_is_the_function_without_templates():
                          "<c10::BFloat16, 8>(c10::BFloat16*, long)") \
         == "vllm::fused_add_rms_norm_kernel"
     assert function_name("attn_fwd") == "attn_fwd"
+
+
+def test_secrets_in_trace_metadata_never_reach_the_output(kineto_path, tmp_path, capsys):
+    # Fixture #5 carries the recording host's environment in its metadata, tokens included.
+    import gzip
+    import json
+
+    with gzip.open(kineto_path("h100"), "rt") as f:
+        metadata = json.load(f)["metadata"]
+    secrets = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                secret_key = key.upper().endswith(("_TOKEN", "_SECRET", "_API_KEY"))
+                if isinstance(value, str) and secret_key and len(value) >= 8:
+                    secrets.append(value)
+                walk(value)
+
+    walk(metadata)
+    assert secrets, "the fixture no longer carries a token: this test needs another input"
+    out = tmp_path / "trace.json"
+    assert main(["trace", str(kineto_path("h100")), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for secret in secrets:
+        assert secret not in out.read_text() and secret not in printed

@@ -21,7 +21,8 @@ def _raw_events(path):
         return json.load(f)["traceEvents"]
 
 
-@pytest.mark.parametrize("key", ["b200", "fullgraph", "h100", "mi250", "mi300x_hf", "piecewise", "sglang"])
+@pytest.mark.parametrize("key", ["b200", "fullgraph", "h100", "mi250", "mi300x_hf", "piecewise",
+                                 "sglang"])
 def test_kineto_reader_keeps_every_gpu_and_runtime_event(key, kineto_path, loaded):
     raw = _raw_events(kineto_path(key))
     cats = Counter(e.get("cat") for e in raw if e.get("ph") == "X")
@@ -140,3 +141,13 @@ def test_block_cut_inside_a_string_is_recovered(tmp_path, monkeypatch):
     assert len(trace.gpu) == 50
     assert sorted(trace.names[i] for i in trace.gpu.name) == sorted(e["name"] for e in events)
     assert trace.gpu.corr.tolist() == list(range(50))
+
+
+def test_vendor_from_api_names_when_metadata_is_silent(tmp_path):
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "ts": 1.0, "dur": 1.0,
+               "pid": 1, "tid": 1, "args": {"correlation": 5}},
+              {"ph": "X", "cat": "kernel", "name": "k", "ts": 3.0, "dur": 1.0,
+               "args": {"device": 0, "stream": 0, "correlation": 5}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert read_trace(path).meta.vendor == "amd"

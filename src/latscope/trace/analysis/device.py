@@ -30,7 +30,8 @@ class DeviceActivities:
     clamp: dict[str, int] = field(default_factory=dict)
 
 
-def split_devices(trace: TraceEvents, names: NameTable, *, clamp_queues: bool) -> list[DeviceActivities]:
+def split_devices(trace: TraceEvents, names: NameTable, *,
+                  clamp_queues: bool) -> list[DeviceActivities]:
     out = []
     for device in np.unique(trace.gpu.device):
         table = trace.gpu.take(np.flatnonzero(trace.gpu.device == device))

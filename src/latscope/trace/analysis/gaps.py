@@ -148,7 +148,10 @@ def _cpu_during(trace: TraceEvents, cpu: dict[str, np.ndarray], gs: np.ndarray,
     covered_idle = int(iv.overlap_with(*covered, gs, ge).sum()) if len(gs) else 0
     self_time = _self_overlap(cpu, gs, ge)
     by_kind = np.bincount(cpu["label"].astype(np.int64), weights=self_time, minlength=_API + 1)
-    share = (lambda v: float(v / idle) if idle else 0.0)
+
+    def share(value: float) -> float:
+        return float(value / idle) if idle else 0.0
+
     return {
         "idle_ns": idle,
         "cpu_recorded_ns": covered_idle,

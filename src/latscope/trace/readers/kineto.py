@@ -1,11 +1,13 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, CUDA and ROCm flavours.
 
-Events are streamed: blocks of whole events are decoded by orjson (``readers/chunked.py``), with
-ijson (C backend) as the fallback for documents orjson rejects; nothing holds the whole JSON
-text. The metadata (``deviceProperties``, ``distributedInfo``, runtime versions) is read from the
-bytes before the ``"traceEvents"`` key and after the array, where Kineto writes it. ``ts``/``dur`` are float
-microseconds and become integer nanoseconds. rocprof v1 ``results.json`` (same Chrome layout,
-``ts``/``dur`` as strings) goes through the same path.
+Events are streamed: ``chunked.py`` cuts the ``traceEvents`` array into blocks of whole events,
+``kineto_fast.py`` decodes each block with msgspec into typed structs and builds the columns
+(orjson dicts for blocks with unexpected field types; ijson, C backend, for documents neither
+accepts). Nothing holds the whole JSON text. The metadata (``deviceProperties``,
+``distributedInfo``, runtime versions) is read from the bytes before the ``"traceEvents"`` key and
+after the array, where Kineto writes it. ``ts``/``dur`` are float microseconds and become integer
+nanoseconds. rocprof v1 ``results.json`` (same Chrome layout, strings for ``ts``/``dur``) takes
+the same path, but no real sample of it was available to test.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ from typing import Any
 
 import orjson
 
-from latscope.trace.model import (
-    CopyDir, GpuKind, HostMem, RangeKind, TraceBuilder, TraceEvents, TraceMeta,
-)
 from latscope.errors import TraceFormatError
+from latscope.trace.model import (
+    CopyDir,
+    GpuKind,
+    HostMem,
+    RangeKind,
+    TraceBuilder,
+    TraceEvents,
+    TraceMeta,
+)
 from latscope.trace.readers.chunked import ChunkedEvents
 from latscope.trace.readers.kineto_fast import DECODER, DecodeError, add_events
 from latscope.trace.readers.stream import IntegerOverflow, iter_json_items, open_binary
@@ -219,7 +227,9 @@ def _vendor(data: dict[str, Any], builder: TraceBuilder, devices: dict[int, str]
     if "cuda_runtime_version" in data or "cupti_version" in data:
         return "nvidia"
     names = builder.names.values
-    for name_id in set(builder.api.lists["name"][:1000]):
+    api_ids = [*builder.api.lists["name"][:1000],
+               *(int(i) for chunk in builder.api.chunks["name"][:1] for i in chunk[:1000])]
+    for name_id in set(api_ids):
         if names[name_id].startswith("hip"):
             return "amd"
         if names[name_id].startswith("cu"):

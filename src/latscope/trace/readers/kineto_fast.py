@@ -6,14 +6,12 @@ Blocks msgspec rejects (an unexpected type in some field) go through the dict pa
 
 from __future__ import annotations
 
-from typing import Optional, Union
-
 import msgspec
 import numpy as np
 
 from latscope.trace.model import RangeKind, TraceBuilder
 
-Scalar = Union[int, str, None]
+Scalar = int | str | None
 
 
 class _Args(msgspec.Struct):
@@ -25,13 +23,13 @@ class _Args(msgspec.Struct):
 
 class _Event(msgspec.Struct):
     ph: str = ""
-    cat: Optional[str] = None
+    cat: str | None = None
     name: str = ""
-    ts: Union[float, str, None] = None
-    dur: Union[float, str, None] = None
+    ts: float | str | None = None
+    dur: float | str | None = None
     pid: Scalar = None
     tid: Scalar = None
-    args: Optional[_Args] = None
+    args: _Args | None = None
 
 
 DECODER = msgspec.json.Decoder(list[_Event])

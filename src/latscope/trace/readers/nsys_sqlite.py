@@ -17,7 +17,13 @@ from pathlib import Path
 
 from latscope.errors import TraceFormatError
 from latscope.trace.model import (
-    CopyDir, GpuKind, HostMem, RangeKind, TraceBuilder, TraceEvents, TraceMeta,
+    CopyDir,
+    GpuKind,
+    HostMem,
+    RangeKind,
+    TraceBuilder,
+    TraceEvents,
+    TraceMeta,
 )
 from latscope.trace.readers.sqlite_util import columns, open_sqlite, tables
 

@@ -9,12 +9,18 @@ in older ones. The CSV has no copy sizes and no host addresses: bytes stay unkno
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from latscope.errors import TraceFormatError
 from latscope.trace.model import (
-    CopyDir, GpuKind, HostMem, RangeKind, TraceBuilder, TraceEvents, TraceMeta,
+    CopyDir,
+    GpuKind,
+    HostMem,
+    RangeKind,
+    TraceBuilder,
+    TraceEvents,
+    TraceMeta,
 )
 
 EXPECTED = "rocprofv3 CSV (kernel_trace.csv / memory_copy_trace.csv)"

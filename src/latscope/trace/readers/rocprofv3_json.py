@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from latscope.trace.model import (
-    CopyDir, GpuKind, HostMem, RangeKind, TraceBuilder, TraceEvents, TraceMeta,
+    CopyDir,
+    GpuKind,
+    HostMem,
+    RangeKind,
+    TraceBuilder,
+    TraceEvents,
+    TraceMeta,
 )
 from latscope.trace.readers.stream import iter_json_items, iter_json_kvitems
 

@@ -8,8 +8,8 @@ import contextlib
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from latscope.trace.readers.stream import GZIP_MAGIC, open_binary
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import gzip
 import io
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import ijson
 

@@ -1,0 +1,46 @@
+"""`latscope bench` end to end against the fake server, through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+from fakeserver import FakeServer
+
+from latscope.cli.main import main
+
+
+def test_bench_prints_table_and_writes_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FakeServer(ttft_ms=5, itl_ms=1) as srv:
+        rc = main(["bench", "--url", srv.url, "-n", "12", "-c", "3", "--output-len", "8",
+                   "--slo", "ttft=1000", "--percentiles", "50,99.9", "--no-progress",
+                   "--scrape-interval", "0", "--output-dir", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    for word in ("TTFT", "TPOT", "ITL", "E2E", "p99.9", "goodput", "requests/s"):
+        assert word in text, word
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["completed"] == 12 and summary["goodput"]["good_requests"] == 12
+    assert len((out / "requests.jsonl").read_text().splitlines()) == 12
+
+
+def test_open_loop_rate_from_cli(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FakeServer(ttft_ms=1, itl_ms=1) as srv:
+        rc = main(["bench", "--url", srv.url, "-n", "20", "--rate", "200", "--burstiness", "0.5",
+                   "--output-len", "2", "--no-progress", "--scrape-interval", "0",
+                   "--output-dir", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["load"] == {"mode": "open", "concurrency": None, "rate": 200.0,
+                               "burstiness": 0.5}
+    assert "open loop 200 req/s" in capsys.readouterr().out
+
+
+def test_unreachable_and_bad_flags_exit_1_with_one_line(tmp_path, capsys):
+    rc = main(["bench", "--url", "http://127.0.0.1:9", "-n", "2", "--no-progress",
+               "--output-dir", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("error: cannot reach") and err.count("\n") == 1
+    rc = main(["bench", "--url", "http://127.0.0.1:9", "--mix", "nonsense", "--no-progress"])
+    assert rc == 1 and "NAME:WEIGHT:IN:OUT" in capsys.readouterr().err

@@ -1,0 +1,118 @@
+"""Workloads: exact lengths with a real tokenizer, distributions, mixes, shared prefixes,
+datasets, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from fakeserver import FakeServer
+
+from latscope.errors import ConfigError
+from latscope.load.config import (LengthDist, WorkloadSpec, load_workload_file, parse_mix,
+                                  parse_slo)
+from latscope.load.workload import LocalTokenizer, ServerTokenizer, WordTokenizer, build_workload
+
+
+def test_exact_input_lengths_with_a_local_tokenizer(tokenizer_dir):
+    tok = LocalTokenizer(tokenizer_dir)
+    spec = WorkloadSpec(input_len="5..300", output_len="32")
+    wl = build_workload(spec, 40, tok, seed=3)
+    assert wl.exact and not wl.notes
+    for p in wl.prompts:
+        assert len(tok.encode(p.text)) == p.prompt_tokens
+    lengths = [p.prompt_tokens for p in wl.prompts]
+    assert min(lengths) >= 5 and max(lengths) <= 300 and len(set(lengths)) > 10
+    assert {p.output_tokens for p in wl.prompts} == {32}
+
+
+def test_same_seed_same_prompts_other_seed_others(tokenizer_dir):
+    tok = LocalTokenizer(tokenizer_dir)
+    spec = WorkloadSpec(input_len="64")
+    a = [p.text for p in build_workload(spec, 5, tok, seed=1).prompts]
+    b = [p.text for p in build_workload(spec, 5, tok, seed=1).prompts]
+    c = [p.text for p in build_workload(spec, 5, tok, seed=2).prompts]
+    assert a == b and a != c
+
+
+def test_shared_prefix_share_and_exact_lengths(tokenizer_dir):
+    tok = LocalTokenizer(tokenizer_dir)
+    spec = WorkloadSpec(input_len="200", prefix_len=120, prefix_fraction=0.5)
+    wl = build_workload(spec, 200, tok, seed=0)
+    shared = [p for p in wl.prompts if p.group == "shared_prefix"]
+    assert 70 <= len(shared) <= 130  # binomial(200, 0.5): far outside this would be a bug
+    ids = [tok.encode(p.text) for p in shared]
+    # all shared prompts start with the same token ids (the last prefix token may merge)
+    assert len({tuple(i[:110]) for i in ids}) == 1
+    assert all(p.prompt_tokens == 200 for p in wl.prompts)
+
+
+def test_mix_weights_and_lengths():
+    mix = parse_mix("short:0.9:16:8,long:0.1:64..80:100~10")
+    spec = WorkloadSpec(mix=mix)
+    wl = build_workload(spec, 2000, WordTokenizer(), seed=0)
+    groups = Counter(p.group for p in wl.prompts)
+    assert 0.87 < groups["short"] / 2000 < 0.93
+    longs = [p for p in wl.prompts if p.group == "long"]
+    assert all(64 <= p.prompt_tokens <= 80 for p in longs)
+    assert abs(np.mean([p.output_tokens for p in longs]) - 100) < 3
+    assert not wl.exact and "approximate" in wl.notes[0]
+
+
+def test_server_tokenizer_is_used_when_the_server_has_one():
+    with FakeServer() as srv:
+        tok = ServerTokenizer(srv.url, "fake-model", {})
+        assert tok.works()
+        wl = build_workload(WorkloadSpec(input_len="33"), 3, tok, seed=0)
+    assert wl.exact and all(len(p.text.split()) == 33 for p in wl.prompts)
+
+
+def test_sharegpt_and_jsonl_datasets(tmp_path, tokenizer_dir):
+    tok = LocalTokenizer(tokenizer_dir)
+    sharegpt = tmp_path / "sg.json"
+    sharegpt.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "what is the time"},
+                           {"from": "gpt", "value": "it is time to go home now"}]},
+        {"conversations": [{"from": "gpt", "value": "skipped: starts with gpt"}]},
+    ]))
+    wl = build_workload(WorkloadSpec(dataset=str(sharegpt)), 3, tok, seed=0)
+    assert {p.text for p in wl.prompts} == {"what is the time"}
+    assert wl.prompts[0].output_tokens == len(tok.encode("it is time to go home now"))
+    assert "repeat" in wl.notes[0]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text('{"prompt": "one two", "output_len": 7}\n\n{"prompt": "three"}\n')
+    wl = build_workload(WorkloadSpec(dataset=str(jsonl), output_len="9"), 2, tok, seed=0)
+    assert sorted((p.text, p.output_tokens) for p in wl.prompts) == [("one two", 7),
+                                                                     ("three", 9)]
+
+
+@pytest.mark.parametrize("text", ["abc", "10..5", "1~", "-3"])
+def test_bad_lengths(text):
+    with pytest.raises(ConfigError):
+        LengthDist.parse(text)
+
+
+def test_bad_inputs_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="NAME:WEIGHT:IN:OUT"):
+        parse_mix("short:0.9:16")
+    with pytest.raises(ConfigError, match="SLO"):
+        parse_slo("latency=5")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\nnot json\n')
+    with pytest.raises(ConfigError, match="bad.jsonl:2"):
+        build_workload(WorkloadSpec(dataset=str(bad)), 1, WordTokenizer(), seed=0)
+    with pytest.raises(ConfigError, match="no tokenizer.json"):
+        LocalTokenizer(tmp_path)
+
+
+def test_workload_file_toml(tmp_path):
+    path = tmp_path / "w.toml"
+    path.write_text('prefix_len = 32\nprefix_fraction = 0.25\n\n[[mix]]\nname = "chat"\n'
+                    'weight = 3\ninput_len = "100..200"\noutput_len = "50"\n')
+    data = load_workload_file(path)
+    assert data["prefix_len"] == 32 and data["mix"][0].input_len == LengthDist("uniform", 100, 200)
+    path.write_text("surprise = 1\n")
+    with pytest.raises(ConfigError, match="unknown workload keys"):
+        load_workload_file(path)
