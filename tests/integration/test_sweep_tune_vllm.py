@@ -41,7 +41,7 @@ def test_sweep_auto_grows_stops_and_recommends(vllm_target, tmp_path, capsys):
     assert doc == json.loads((out / "sweep.json").read_text())  # what was printed is on disk
     steps = doc["steps"]
     grow = [s["load"] for s in steps if s["phase"] == "grow"]
-    assert grow[:3] == [1, 2, 4]  # geometric growth from 1
+    assert grow[:2] == [1, 2] and all(b == 2 * a for a, b in zip(grow, grow[1:]))  # x2 from 1
     assert any(s["stop_reason"] for s in steps)  # it stopped early, and says why
     for s in steps:
         # Each step is a real bench run: its throughput counts the requests on disk.

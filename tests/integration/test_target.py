@@ -32,6 +32,11 @@ def _post(url: str, body: dict, timeout: float = 120) -> dict:
         return json.loads(resp.read())
 
 
+def _post_empty(url: str, timeout: float = 300) -> None:
+    urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"),
+                           timeout=timeout).close()
+
+
 def _get(url: str, timeout: float = 10) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.read()
@@ -117,7 +122,9 @@ def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
     pid_file = tmp_path / "latscope" / "target.json"
     cli = [sys.executable, "-m", "latscope", "target"]
-    up = subprocess.Popen([*cli, "up", "--dummy", "--", "--max-num-seqs", "3"], env=env,
+    profile_dir = tmp_path / "profile"
+    up = subprocess.Popen([*cli, "up", "--dummy", "--profile-dir", str(profile_dir),
+                           "--", "--max-num-seqs", "3"], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -142,6 +149,13 @@ def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):
             time.sleep(1)
         assert "'max_num_seqs': 3" in Path(record["log_path"]).read_text(errors="replace")
         assert "'load_format': 'dummy'" in Path(record["log_path"]).read_text(errors="replace")
+        # --profile-dir: the profiler endpoints work and write a torch trace there
+        url = record["url"]
+        _post_empty(f"{url}/start_profile")
+        _post(f"{url}/v1/completions", {"model": record["model_name"], "prompt": "hi",
+                                         "max_tokens": 4, "ignore_eos": True})
+        _post_empty(f"{url}/stop_profile")
+        assert list(profile_dir.rglob("*.pt.trace.json*")), list(profile_dir.rglob("*"))
     finally:
         down = subprocess.run([*cli, "down"], env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr

@@ -2,8 +2,9 @@
 
 A sweep is a sequence of steps, each one load run (``measure(load) -> Step``) at one concurrency
 (closed loop) or request rate (open loop). ``auto`` starts low and grows the load geometrically
-until throughput stops growing (at most ``SATURATION_GAIN`` over the best step so far), errors
-pass ``max_error_rate``, a latency cap is passed or ``max_load`` is reached; then it measures the
+until throughput stops growing (at most ``SATURATION_GAIN`` over the best step so far for
+``patience`` steps, or a fall of more than ``collapse``), errors pass ``max_error_rate``, a
+latency cap is passed or ``max_load`` is reached; then it measures the
 geometric midpoints on either side of the Kneedle knee (``refine`` steps), instead of walking a
 fixed grid. A list of loads is measured as given, with the same early stops. The caller's
 ``on_step`` runs after every step so results reach disk as they are gathered.
@@ -102,6 +103,21 @@ class StopRules:
     latency_cap: SloTerm | None = None  # e.g. e2e_p99_ms<=30000: stop once it no longer holds
     max_load: float = 1024
     max_steps: int = 12
+    # Consecutive steps without > SATURATION_GAIN more throughput before stopping: one noisy
+    # step on a shared machine must not end the sweep ...
+    patience: int = 2
+    # ... unless throughput fell by more than this share of the best: a collapse, stop at once.
+    collapse: float = 0.20
+
+
+def _stalled_steps(throughputs: Sequence[float]) -> int:
+    """How many trailing steps gained at most SATURATION_GAIN over every step before them."""
+    count = 0
+    for i in range(len(throughputs) - 1, 0, -1):
+        if throughputs[i] > max(throughputs[:i]) * (1.0 + SATURATION_GAIN):
+            break
+        count += 1
+    return count
 
 
 def stop_reason(steps: Sequence[Step], rules: StopRules) -> str:
@@ -112,12 +128,15 @@ def stop_reason(steps: Sequence[Step], rules: StopRules) -> str:
         return f"error rate {m['error_rate']:.1%} > {rules.max_error_rate:.0%}"
     if rules.latency_cap is not None and not rules.latency_cap.holds(m):
         return f"latency cap {rules.latency_cap} passed ({m.get(rules.latency_cap.metric)})"
-    earlier = [s.metrics.get(THROUGHPUT) or 0.0 for s in steps[:-1]]
-    if earlier and (thr := m.get(THROUGHPUT)) is not None:
-        best = max(earlier)
-        if thr <= best * (1.0 + SATURATION_GAIN):
-            verb = "fell" if thr < best else "grew < " + f"{SATURATION_GAIN:.0%}"
-            return f"throughput {verb} ({thr:.3g} req/s vs best {best:.3g})"
+    thr = [s.metrics.get(THROUGHPUT) or 0.0 for s in steps]
+    if len(thr) > 1:
+        best = max(thr[:-1])
+        if thr[-1] < best * (1.0 - rules.collapse):
+            return f"throughput fell {1 - thr[-1] / best:.0%} ({thr[-1]:.3g} req/s vs best {best:.3g})"
+        stalled = _stalled_steps(thr)
+        if stalled >= rules.patience:
+            return (f"throughput grew <= {SATURATION_GAIN:.0%} for {stalled} step(s) "
+                    f"({thr[-1]:.3g} req/s vs best {max(thr):.3g})")
     if last.load >= rules.max_load:
         return f"max load {rules.max_load:g} reached"
     if len(steps) >= rules.max_steps:

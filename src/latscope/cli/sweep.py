@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--refine", type=int, default=2,
                       help="auto: steps bisecting around the knee after growth stops (default 2)")
     load.add_argument("--max-steps", type=int, default=12)
+    load.add_argument("--patience", type=int, default=2,
+                      help="stop after N steps in a row without >10%% more throughput (default 2)")
     load.add_argument("-n", "--num-requests", type=int, default=None,
                       help="measured requests per step (default: max(32, 4 x load))")
     load.add_argument("--duration", type=float, default=None, help="seconds per step instead of -n")
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"latscope-runs/sweep-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     out.mkdir(parents=True, exist_ok=True)
     rules = StopRules(max_error_rate=args.max_error_rate, latency_cap=cap[0] if cap else None,
-                      max_load=args.max_load, max_steps=args.max_steps)
+                      max_load=args.max_load, max_steps=args.max_steps, patience=args.patience)
     unit = "concurrency" if integer else "request rate"
 
     with contextlib.ExitStack() as stack:

@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="vLLM logging level (sets VLLM_LOGGING_LEVEL, e.g. DEBUG)")
     up.add_argument("--log-dir", default=None, help="server log directory "
                     "(default $XDG_STATE_HOME/latscope/logs)")
+    up.add_argument("--profile-dir", default=None, metavar="DIR",
+                    help="enable POST /start_profile and /stop_profile; torch traces go to DIR")
     up.add_argument("--ready-timeout", type=float, default=None, metavar="S",
                     help="seconds to wait for /health (default 300)")
     up.add_argument("serve_args", nargs="*", metavar="-- VLLM_FLAGS",
@@ -72,7 +74,7 @@ def _up(args: argparse.Namespace) -> int:
         port=args.port, model="tiny-dummy" if args.dummy else args.model,
         serve_args=args.serve_args, env=env, log_dir=args.log_dir,
         ready_timeout=args.ready_timeout or DEFAULT_READY_TIMEOUT_S, host=args.host,
-        detach=True, pid_file=pid_file,
+        detach=True, pid_file=pid_file, profiler_dir=args.profile_dir,
     )
     err.print(f"starting vLLM ({target.model}) ... log: {target.log_dir}", highlight=False)
     target.start()

@@ -33,8 +33,13 @@ def run(args: argparse.Namespace) -> int:
 
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
-    from latscope.report.trace import print_comparison, print_result
-    from latscope.trace.analyze import AnalysisOptions, analyze_trace, to_json_units
+    from latscope.report.trace import print_comparison, print_ranks, print_result
+    from latscope.trace.analyze import (
+        AnalysisOptions,
+        analyze_trace,
+        rank_summary,
+        to_json_units,
+    )
     from latscope.trace.compare import compare_results
     from latscope.trace.findings import trace_findings
     from latscope.trace.readers import read_trace
@@ -60,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
             console.print("[yellow]no GPU activity in this trace (a CPU-only profile?): "
                           "nothing to break down[/yellow]")
         print_findings(findings, console, title=f"Findings: {Path(path).name}")
+    if len(results) > 1:
+        output["summary"] = to_json_units(rank_summary(results))
+        print_ranks(rank_summary(results), console)
     if args.compare:
         a, b = (analyze_trace(read_trace(p), options) for p in args.compare)
         diff = compare_results(a, b)

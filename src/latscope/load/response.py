@@ -76,17 +76,24 @@ def finalize(record: RequestRecord, exchange: _Exchange, stream: bool) -> None:
     """Fill a record from a finished exchange: status, timestamps, tokens, or the failure."""
     record.status = exchange.status or None
     record.headers_ns = exchange.headers_ns
+    if exchange.error_kind:
+        _set_error(record, exchange.error_kind, exchange.error or "")
+        if stream and exchange.status and exchange.status < 400:
+            try:  # keep the chunks that arrived before the failure
+                _read_stream(record, exchange.body_pieces())
+            except FramingError:
+                pass  # a body cut mid-chunk: the failure above already says why
+        return
+    record.end_ns = exchange.end_ns
+    if (stream and exchange.mode == "chunked" and exchange.status < 400
+            and _read_stream_fast(record, exchange.reads)):
+        return
     try:
         pieces = exchange.body_pieces()
     except FramingError as exc:
-        _set_error(record, exchange.error_kind or ErrorKind.MALFORMED, str(exc))
+        record.end_ns = None
+        _set_error(record, ErrorKind.MALFORMED, str(exc))
         return
-    if exchange.error_kind:
-        _set_error(record, exchange.error_kind, exchange.error or "")
-        if stream and exchange.status < 400:
-            _read_stream(record, pieces)  # keep the chunks that arrived before the failure
-        return
-    record.end_ns = exchange.end_ns
     if exchange.status >= 400:
         kind = ErrorKind.HTTP_5XX if exchange.status >= 500 else ErrorKind.HTTP_4XX
         text = b"".join(p for _, p in pieces)[:_ERROR_TEXT_MAX]
@@ -98,6 +105,62 @@ def finalize(record: RequestRecord, exchange: _Exchange, stream: bool) -> None:
         problem = _read_whole(record, b"".join(p for _, p in pieces))
     if problem:
         _set_error(record, ErrorKind.MALFORMED, problem)
+
+
+_FAST_MARKS = (b'"text":"', b'"content":"', b'"reasoning_content":"', b'"reasoning":"')
+
+
+def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> bool:
+    """The usual stream, read with whole-buffer C-level counts instead of a Python loop per event.
+
+    Applies only when the raw chunked body proves to be the common shape: compact JSON, one
+    ``data: {...}`` line per event, events never split across HTTP chunks, no CR inside events,
+    no per-chunk usage, no error event, ``[DONE]`` last. Any doubt returns False and the exact
+    per-event reader runs instead (the two agree on every stream the tests feed them). Every
+    check is one C-level pass over the body (about 8 in all); that is several times cheaper than
+    reading the events one by one in Python.
+    """
+    raw = b"".join([d for _, d in reads]) if len(reads) > 1 else reads[0][1] if reads else b""
+    first_end = raw.find(b"\n\n")
+    if (not raw.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+            or b'"usage"' in raw[:first_end]):  # per-chunk usage: read each event
+        return False
+    events = raw.count(b"\n\n")
+    if (raw.count(b"data: {") != events - 1 or raw.count(b"}\n\n") != events - 1
+            # CRs only in chunk framing, and every chunk ends where an event ends
+            or raw.count(b"\r\n") != 2 * raw.count(b"\n\n\r\n") + 2
+            or b'"error"' in raw):
+        return False
+    marks = [(m, m + b'"') for m in _FAST_MARKS if m in raw]
+    chunk_ns: list[int] = []
+    if len(reads) == 1:
+        chunk_ns = [reads[0][0]] * _count_marks(raw, marks)
+    else:
+        carried = seen_events = 0
+        for ns, data in reads:
+            ends = data.count(b"\n\n")
+            seen_events += ends
+            if not ends:
+                carried += _count_marks(data, marks)
+                continue
+            after = data.rfind(b"\n\n") + 2  # marks after the last event end: a later read's
+            chunk_ns.extend([ns] * (carried + _count_marks(data[:after], marks)))
+            carried = _count_marks(data[after:], marks)
+        if carried or seen_events != events or len(chunk_ns) != _count_marks(raw, marks):
+            return False  # a mark or an event end split across two reads: count exactly instead
+    tail = raw[-2048:]
+    completion = _last_int(tail, b'"completion_tokens"')
+    if not chunk_ns and events > 1:
+        return False  # tokens but no compact "text":"..." marks (e.g. '"text": "'): read exactly
+    record.chunk_ns = chunk_ns
+    record.first_token_ns = chunk_ns[0] if chunk_ns else None
+    _set_tokens(record, completion, _last_int(tail, b'"prompt_tokens"'), len(chunk_ns))
+    return True
+
+
+def _count_marks(data: bytes, marks: list[tuple[bytes, bytes]]) -> int:
+    """Non-empty text/content values: every mark minus the empty ones."""
+    return sum(data.count(m) - data.count(empty) for m, empty in marks)
 
 
 def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int], bytes]:

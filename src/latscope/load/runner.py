@@ -75,14 +75,16 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
                          start_ns=time.perf_counter_ns(), start_wall=time.time())
         manifest.update(start_ns=ctx.start_ns, start_wall=ctx.start_wall)
         run.writer.write_manifest(manifest)
-        for obs in observers:
-            await obs.start(ctx)
+        started: list[RunObserver] = []
         try:
+            for obs in observers:
+                await obs.start(ctx)
+                started.append(obs)
             await run.measure()
         finally:
             run.stop_clock()
-            for obs in observers:
-                with contextlib.suppress(Exception):
+            for obs in started:
+                with contextlib.suppress(Exception):  # one observer's failure must not lose data
                     await obs.stop(ctx)
     finally:
         run.cancel_in_flight()
@@ -233,8 +235,22 @@ class _Run:
                            "burstiness": cfg.burstiness if cfg.rate else None}
         summary["workload"] = {"tokenizer": self.workload.tokenizer,
                                "exact_lengths": self.workload.exact, "notes": self.workload.notes}
+        summary["by_group"] = self._by_group(summary["duration_s"])
         summary["client"] = self._client_figures(summary)
         return summary
+
+    def _by_group(self, duration_s: float | None) -> dict[str, Any]:
+        """Per mix entry / shared-prefix group, when the workload has more than one."""
+        prompts = self.workload.prompts
+        groups: dict[str, list[RequestRecord]] = {}
+        for r in self.records:
+            groups.setdefault(prompts[r.index % len(prompts)].group, []).append(r)
+        if len(groups) < 2:
+            return {}
+        keys = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
+        return {name: {k: v for k, v in summarize(recs, percentiles=self.config.percentiles,
+                                                  duration_s=duration_s).items() if k in keys}
+                for name, recs in sorted(groups.items())}
 
     def _client_figures(self, summary: dict[str, Any]) -> dict[str, Any]:
         out_tokens = summary["tokens"]["output_total"]

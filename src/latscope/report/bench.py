@@ -36,6 +36,22 @@ def latency_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def groups_table(summary: dict[str, Any]) -> Table | None:
+    groups = summary.get("by_group") or {}
+    if not groups:
+        return None
+    table = Table(title="By workload group (ms)", title_justify="left")
+    for name in ("group", "done", "failed", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50",
+                 "E2E p99"):
+        table.add_column(name, justify="left" if name == "group" else "right", no_wrap=True)
+    for name, g in groups.items():
+        table.add_row(name, str(g["requests"]["completed"]), str(g["requests"]["failed"]),
+                      _ms(g["ttft_ms"].get("p50")), _ms(g["ttft_ms"].get("p99")),
+                      _ms(g["tpot_ms"].get("p50")), _ms(g["e2e_ms"].get("p50")),
+                      _ms(g["e2e_ms"].get("p99")))
+    return table
+
+
 def totals_table(summary: dict[str, Any]) -> Table:
     table = Table(title="Throughput and requests", title_justify="left", show_header=False)
     table.add_column("what")
@@ -80,6 +96,9 @@ def print_bench(summary: dict[str, Any], console: Console | None = None) -> None
             f"  {_load_text(summary.get('load') or {})}")
     console.print(head)
     console.print(latency_table(summary))
+    groups = groups_table(summary)
+    if groups is not None:
+        console.print(groups)
     console.print(totals_table(summary))
     workload = summary.get("workload") or {}
     for note in workload.get("notes", []):

@@ -125,7 +125,7 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
                                     f"Highest {unit} meeting the SLO ({terms}): {analysis.slo_load:g}{note}",
                                     [Evidence(t.metric, by_load[analysis.slo_load].metrics.get(t.metric), "",
                                               source) for t in slo], layer="config"))
-    last = max(steps, key=lambda s: len(s.stop_reason)) if steps else None
+    last = next((s for s in steps if s.stop_reason), None)
     if last is not None and last.stop_reason.startswith("error rate"):
         findings.append(Finding("sweep.errors", Severity.WARNING,
                                 f"Sweep stopped at {unit} {last.load:g}: {last.stop_reason}",

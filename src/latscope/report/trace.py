@@ -111,6 +111,14 @@ def _gaps(dev: dict[str, Any], console: Console) -> None:
     cpu = g["cpu_during_idle"]
     kinds = ", ".join(f"{k['kind']} {_pct(k['share_of_idle'])}" for k in cpu["self_time_by_kind"])
     console.print(f"during idle the launching thread was in: {kinds or 'nothing recorded'}")
+    if cpu["top_events"]:
+        t = Table(title="launching thread's self time inside idle gaps (top)")
+        for col in ("kind", "CPU event", "ms", "share of idle"):
+            t.add_column(col, justify="right" if col in ("ms", "share of idle") else "left",
+                         overflow="fold", max_width=90 if col == "CPU event" else None)
+        for e in cpu["top_events"]:
+            t.add_row(e["kind"], e["name"][:200], _ms(e["self_ns"]), _pct(e["share_of_idle"]))
+        console.print(t)
     d = g["launch_delay"]
     if d.get("count"):
         console.print(f"launch delay (GPU start - API end): median {d['median_ns'] / 1e3:.1f} us, "
@@ -133,3 +141,14 @@ def print_comparison(diff: dict[str, Any], console: Console, *, top_n: int = 15)
             t.add_row(r["key"], _ms(r["a_ns"]), _ms(r["b_ns"]), _ms(r["delta_ns"]),
                       "-" if r["ratio"] is None else f"{r['ratio']:.2f}x")
         console.print(t)
+
+
+def print_ranks(rows: list[dict[str, Any]], console: Console) -> None:
+    t = Table(title="traces side by side (e.g. one per rank)")
+    for col in ("file", "rank", "device", "window ms", "busy ms", "idle", "exposed comm"):
+        t.add_column(col, justify="left" if col == "file" else "right", overflow="fold")
+    for r in rows:
+        t.add_row(r["path"].rsplit("/", 1)[-1], "-" if r["rank"] is None else str(r["rank"]),
+                  str(r["device"]), _ms(r["window_ns"]), _ms(r["busy_ns"]),
+                  _pct(r["idle_share"]), _pct(r["exposed_comm_share"]))
+    console.print(t)

@@ -99,7 +99,8 @@ class LocalTarget:
 
     ``serve_args`` are extra vLLM flags, ``env`` extra environment variables. After ``start()``:
     ``url`` (no ``/v1``), ``model_name``, ``log_path`` (kept after stop), ``pid`` and
-    ``tokenizer_dir``.
+    ``tokenizer_dir``. With ``profiler_dir``, ``POST /start_profile`` and ``/stop_profile`` write
+    torch profiler traces there (stacks off: with them, ``/stop_profile`` blocked for 3 minutes).
     """
 
     def __init__(self, port: int | None = None, model: str | Path = "tiny",
@@ -107,7 +108,8 @@ class LocalTarget:
                  log_dir: Path | str | None = None,
                  ready_timeout: float = DEFAULT_READY_TIMEOUT_S, *, host: str = "127.0.0.1",
                  detach: bool = False, pid_file: Path | str | None = None,
-                 stop_grace: float = DEFAULT_STOP_GRACE_S) -> None:
+                 stop_grace: float = DEFAULT_STOP_GRACE_S,
+                 profiler_dir: Path | str | None = None) -> None:
         self.port = port
         self.model = str(model)
         self.serve_args = [str(arg) for arg in serve_args]
@@ -118,6 +120,7 @@ class LocalTarget:
         self.detach = detach
         self.pid_file = Path(pid_file) if pid_file else None
         self.stop_grace = stop_grace
+        self.profiler_dir = Path(profiler_dir).resolve() if profiler_dir else None
         self.server: ManagedServer | None = None
         self.model_dir: Path | None = None
         self.model_name = ""
@@ -203,8 +206,16 @@ class LocalTarget:
         return [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", self.model_name,
-            "--host", self.host, "--port", str(port), *BASE_FLAGS, *load_flags, *self.serve_args,
+            "--host", self.host, "--port", str(port), *BASE_FLAGS, *load_flags,
+            *self._profiler_flags(), *self.serve_args,
         ]
+
+    def _profiler_flags(self) -> list[str]:
+        if not self.profiler_dir:
+            return []
+        config = {"profiler": "torch", "torch_profiler_dir": str(self.profiler_dir),
+                  "torch_profiler_with_stack": False}
+        return ["--profiler-config", json.dumps(config)]
 
     def _record(self, identity: ProcessIdentity) -> TargetRecord:
         assert self.server is not None and self.log_path is not None

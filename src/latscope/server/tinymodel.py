@@ -1,12 +1,12 @@
 """The tiny model latscope serves when there is no server to diagnose: built here, never downloaded.
 
 A Llama-architecture checkpoint (hidden 256, 2 layers, bf16) with seeded random weights, a
-byte-level BPE tokenizer trained with the ``tokenizers`` package on documentation text that ships with
-Python (``pydoc_data/topics.py``), and a Llama-3-style chat template. Everything is seeded, so one
-Python and one ``tokenizers`` version always produce the same bytes; the directory is built once
-into the user cache (``$XDG_CACHE_HOME/latscope/models``) under a name that hashes every input, and
-reused. The ``dummy`` variant has the config and tokenizer only and is served with ``--load-format
-dummy``.
+byte-level BPE tokenizer trained with the ``tokenizers`` package on documentation text that ships
+with Python (``pydoc_data/topics.py``), and a Llama-3-style chat template. Everything is seeded,
+so one Python and one ``tokenizers`` version always produce the same bytes; the directory is built
+once into the user cache (``$XDG_CACHE_HOME/latscope/models``) under a name that hashes every
+input, and reused. The ``dummy`` variant has the config and tokenizer only and is served with
+``--load-format dummy``.
 """
 
 from __future__ import annotations

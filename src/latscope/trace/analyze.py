@@ -60,6 +60,20 @@ def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) ->
     }
 
 
+def rank_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (file, device) for several traces at once (e.g. vLLM's per-rank files): the
+    window, busy and idle side by side, so a rank that idles more than its peers stands out."""
+    rows = []
+    for result in results:
+        for dev in result["devices"]:
+            b = dev["breakdown"]
+            rows.append({"path": result["source"]["path"], "rank": result["source"]["rank"],
+                         "device": dev["device"], "window_ns": b["window_ns"],
+                         "busy_ns": b["busy_ns"], "idle_share": b["idle_share"],
+                         "exposed_comm_share": b["exposed_comm_share"]})
+    return rows
+
+
 def to_json_units(value: Any) -> Any:
     """Recursively rename ``x_ns`` keys to ``x_ms`` (value / 1e6); everything else unchanged."""
     if isinstance(value, dict):

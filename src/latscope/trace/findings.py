@@ -57,6 +57,13 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
         Evidence("top CPU self time during idle", top, "", where),
     ]
     delay = gaps["launch_delay"]
+    joined = delay.get("count", 0) + delay.get("graph_launched", 0)
+    if joined:
+        # eager vs graph mode: per-op launches where graph capture was expected is heuristic #4
+        # of trace-formats.md section 4
+        evidence.append(Evidence("GPU activities launched by a graph replay",
+                                 f"{delay.get('graph_launched', 0)} of {dev['activities']}", "",
+                                 where))
     if delay.get("count"):
         evidence.append(Evidence("launch delay median (GPU start - API end)",
                                  round(delay["median_ns"] / 1e3, 2), "us", where))

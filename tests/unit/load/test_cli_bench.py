@@ -44,3 +44,18 @@ def test_unreachable_and_bad_flags_exit_1_with_one_line(tmp_path, capsys):
     assert rc == 1 and err.startswith("error: cannot reach") and err.count("\n") == 1
     rc = main(["bench", "--url", "http://127.0.0.1:9", "--mix", "nonsense", "--no-progress"])
     assert rc == 1 and "NAME:WEIGHT:IN:OUT" in capsys.readouterr().err
+
+
+def test_mix_reports_each_group(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FakeServer(ttft_ms=1, itl_ms=5) as srv:
+        rc = main(["bench", "--url", srv.url, "-n", "40", "-c", "4", "--seed", "7",
+                   "--mix", "short:0.7:8:2,long:0.3:64:6", "--no-progress",
+                   "--scrape-interval", "0", "--output-dir", str(out)])
+    assert rc == 0
+    assert "By workload group" in capsys.readouterr().out
+    groups = json.loads((out / "summary.json").read_text())["by_group"]
+    assert set(groups) == {"short", "long"}
+    assert sum(g["requests"]["completed"] for g in groups.values()) == 40
+    # the long answers are 6 tokens (25 ms of ITL), the short ones 2 (5 ms): E2E must show it
+    assert groups["long"]["e2e_ms"]["p50"] > groups["short"]["e2e_ms"]["p50"]

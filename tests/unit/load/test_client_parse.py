@@ -105,3 +105,46 @@ def test_non_streaming_json_with_usage():
                               body[:10], body[10:]], stream=False)
     assert record.ok and record.output_tokens == 5 and record.first_token_ns is None
     assert record.end_ns == 3000
+
+
+def _both_readers(reads: list[tuple[int, bytes]]):
+    from latscope.load.response import _read_stream, _read_stream_fast, dechunk
+
+    fast = RequestRecord(index=0, request_id="f", scheduled_ns=0)
+    took_fast = _read_stream_fast(fast, reads)
+    exact = RequestRecord(index=0, request_id="e", scheduled_ns=0)
+    problem = _read_stream(exact, dechunk(reads))
+    return took_fast, fast, exact, problem
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("step", [7, 61, 150, 4096])
+def test_fast_reader_agrees_with_exact_reader_at_any_split(chat, step):
+    import fakeserver
+
+    events = list(fakeserver._events(chat, 40, 11, True, False))
+    if chat:  # vLLM's first chat chunk: role only, empty content
+        events.insert(0, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
+    body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+    reads = [(i, body[i:i + step]) for i in range(0, len(body), step)]
+    took_fast, fast, exact, problem = _both_readers(reads)
+    assert problem is None and len(exact.chunk_ns) == 40
+    if took_fast:
+        assert (fast.chunk_ns, fast.output_tokens, fast.prompt_tokens) == (
+            exact.chunk_ns, exact.output_tokens, exact.prompt_tokens)
+    # one event per read, as servers stream: the fast path must be the one taken
+    if step == 4096:
+        assert took_fast
+
+
+def test_fast_reader_declines_what_it_cannot_prove():
+    spaced = [b'data: {"choices": [{"text": "a"}]}\n\n', b"data: [DONE]\n\n"]
+    per_chunk = [b'data: {"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}\n\n',
+                 b'data: {"choices":[{"text":"b"}],"usage":{"completion_tokens":2}}\n\n',
+                 b"data: [DONE]\n\n"]
+    split_event = [b'data: {"choices":[{"te', b'xt":"a"}]}\n\n', b"data: [DONE]\n\n"]
+    for events in (spaced, per_chunk, split_event):
+        body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+        took_fast, _, exact, problem = _both_readers([(1, body)])
+        assert not took_fast and problem is None and exact.chunk_ns == [1] * (
+            len(events) - 1 if events is not split_event else 1)

@@ -63,6 +63,8 @@ def test_b200_eager_gpu_idle_most_of_window_and_why(loaded):
     assert idle.severity == Severity.CRITICAL
     assert "86%" in idle.title and "host" in idle.title
     assert "launch" in idle.why and "python" in idle.why
+    graph = next(e for e in idle.evidence if e.name.startswith("GPU activities launched by a graph"))
+    assert graph.value == "0 of 929"  # eager mode: no CUDA graphs
 
 
 def test_leading_warmup_gap_is_trimmed(loaded):
@@ -133,3 +135,17 @@ def test_rocm_host_memory_inference_only_for_large_slow_copies():
     assert out.tolist() == [HostMem.PAGEABLE, HostMem.UNKNOWN, HostMem.UNKNOWN]
     # on CUDA the recorded kind is kept as is
     assert _host_memory(unknown, nbytes, dur, "nvidia").tolist() == unknown.tolist()
+
+
+def test_explicit_window_and_bad_spec(loaded):
+    from latscope.errors import ConfigError
+
+    dev = analyze_trace(loaded("b200"), AnalysisOptions(window="10:20"))["devices"][0]
+    assert dev["window"]["method"] == "explicit" and dev["window"]["length_ns"] == 10_000_000
+    b = dev["breakdown"]
+    parts = b["compute_ns"] + b["exposed_comm_ns"] + b["exposed_copy_ns"] + b["idle_ns"]
+    assert parts == 10_000_000
+    with pytest.raises(ConfigError):
+        analyze_trace(loaded("b200"), AnalysisOptions(window="20:10"))
+    with pytest.raises(ConfigError):
+        analyze_trace(loaded("b200"), AnalysisOptions(window="first-step"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from latscope.cli.main import main
 from latscope.trace.analyze import analyze_trace
@@ -95,3 +96,15 @@ def test_secrets_in_trace_metadata_never_reach_the_output(kineto_path, tmp_path,
     printed = capsys.readouterr().out
     for secret in secrets:
         assert secret not in out.read_text() and secret not in printed
+
+
+def test_several_traces_get_a_side_by_side_summary(kineto_path, tmp_path):
+    out = tmp_path / "trace.json"
+    assert main(["trace", str(kineto_path("fullgraph")), str(kineto_path("b200")), "-o", str(out),
+                 "--quiet"]) == 0
+    rows = orjson.loads(out.read_bytes())["summary"]
+    assert len(rows) == 2
+    # SOURCES.md #1: "99.8 % GPU busy over 10.7 ms"; #6: "86 % GPU idle over 84 ms"
+    assert rows[0]["window_ms"] == pytest.approx(10.7, abs=0.1)
+    assert rows[0]["idle_share"] == pytest.approx(0.002, abs=0.002)
+    assert rows[1]["idle_share"] == pytest.approx(0.86, abs=0.01)

@@ -66,19 +66,16 @@ def add_events(builder: TraceBuilder, events: list[_Event], gpu_kinds: dict[str,
     dur = np.asarray([e.dur or 0.0 for e in xs], dtype=np.float64)
     start = np.floor(ts * 1000.0 + 0.5).astype(np.int64)
     end = start + np.floor(dur * 1000.0 + 0.5).astype(np.int64)
-    cats = [e.cat for e in xs]
-    _add_gpu(builder, xs, cats, start, end, gpu_kinds, copy_attrs)
-    _add_api(builder, xs, cats, start, end, api_cats)
-    _add_ranges(builder, xs, cats, start, end, range_kinds)
+    group = {**{c: 0 for c in gpu_kinds}, **{c: 1 for c in api_cats},
+             **{c: 2 for c in range_kinds}}
+    table = np.asarray([group.get(e.cat, -1) for e in xs], dtype=np.int8)
+    _add_gpu(builder, xs, np.flatnonzero(table == 0), start, end, gpu_kinds, copy_attrs)
+    _add_api(builder, xs, np.flatnonzero(table == 1), start, end)
+    _add_ranges(builder, xs, np.flatnonzero(table == 2), start, end, range_kinds)
     return len(events)
 
 
-def _select(cats: list, wanted) -> np.ndarray:
-    return np.fromiter((c in wanted for c in cats), dtype=bool, count=len(cats))
-
-
-def _add_gpu(builder, xs, cats, start, end, gpu_kinds, copy_attrs) -> None:
-    idx = np.flatnonzero(_select(cats, gpu_kinds))
+def _add_gpu(builder, xs, idx, start, end, gpu_kinds, copy_attrs) -> None:
     if not len(idx):
         return
     evs = [xs[i] for i in idx]
@@ -95,8 +92,7 @@ def _add_gpu(builder, xs, cats, start, end, gpu_kinds, copy_attrs) -> None:
         copy=[a[0] for a in attrs], hostmem=[a[1] for a in attrs])
 
 
-def _add_api(builder, xs, cats, start, end, api_cats) -> None:
-    idx = np.flatnonzero(_select(cats, api_cats))
+def _add_api(builder, xs, idx, start, end) -> None:
     if not len(idx):
         return
     evs = [xs[i] for i in idx]
@@ -106,8 +102,7 @@ def _add_api(builder, xs, cats, start, end, api_cats) -> None:
         corr=_ints([(e.args or _EMPTY).correlation for e in evs]))
 
 
-def _add_ranges(builder, xs, cats, start, end, range_kinds) -> None:
-    idx = np.flatnonzero(_select(cats, range_kinds))
+def _add_ranges(builder, xs, idx, start, end, range_kinds) -> None:
     if not len(idx):
         return
     evs = [xs[i] for i in idx]

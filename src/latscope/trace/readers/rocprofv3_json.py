@@ -9,6 +9,7 @@ rocprofv3 writes 64-bit unsigned ids (``hive_id``) that need the wide-integer gu
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from latscope.trace.model import (
     TraceEvents,
     TraceMeta,
 )
-from latscope.trace.readers.stream import iter_json_items, iter_json_kvitems
+from latscope.trace.readers.stream import iter_json_items, iter_json_kvitems, open_binary
 
 EXPECTED = "rocprofv3 JSON (rocprofiler-sdk-tool)"
 _RECORDS = "rocprofiler-sdk-tool.item.buffer_records."
@@ -41,10 +42,14 @@ def read_rocprofv3_json(path: Path) -> TraceEvents:
             _corr(rec), -1, CopyDir.NONE, HostMem.NA)
         kernel_ids.append(int(info.get("kernel_id", -1)))
     _name_kernels(builder, kernel_ids, symbols)
-    for rec in iter_json_items(path, _RECORDS + "memory_copy.item", EXPECTED, guard=True):
-        _append_copy(builder, rec)
+    present = _nonempty_record_lists(path)
+    if "memory_copy" in present:
+        for rec in iter_json_items(path, _RECORDS + "memory_copy.item", EXPECTED, guard=True):
+            _append_copy(builder, rec)
     kinds = list(op_names)
     for section in ("hip_api", "marker_api"):
+        if section not in present:
+            continue
         for rec in iter_json_items(path, _RECORDS + section + ".item", EXPECTED, guard=True):
             name = builder.names.intern(_op_name(rec, kinds, op_names))
             start, end = int(rec["start_timestamp"]), int(rec["end_timestamp"])
@@ -54,6 +59,22 @@ def read_rocprofv3_json(path: Path) -> TraceEvents:
             else:
                 builder.ranges.append_row(RangeKind.ANNOTATION, start, end, -1, tid, -1, name)
     return builder.build(_meta(path, agents))
+
+
+_NONEMPTY = re.compile(rb'"(memory_copy|hip_api|marker_api)"\s*:\s*\[\s*\{')
+
+
+def _nonempty_record_lists(path: Path) -> set[str]:
+    """Which optional record lists hold records: one cheap byte scan instead of one full JSON
+    pass per empty list (a false match only costs an extra pass, never a wrong result)."""
+    found: set[str] = set()
+    tail = b""
+    with open_binary(path) as f:
+        while block := f.read(8 << 20):
+            text = tail + block
+            found.update(m.group(1).decode() for m in _NONEMPTY.finditer(text))
+            tail = text[-256:]
+    return found
 
 
 def _read_front(path: Path) -> tuple[dict[int, dict], dict[int, str], dict[str, list[str]]]:
