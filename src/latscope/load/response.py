@@ -2,9 +2,13 @@
 
 Runs after a response ended, never on the receive path. Every piece of the body keeps the arrival
 time of the read that completed it, and every SSE event the time of the piece that completed it.
-An event is a token chunk when its ``text``, ``delta.content`` or ``reasoning(_content)`` is a
-non-empty string, found with one regex, so no chunk's JSON is decoded: this is what lets one
-Python process parse several hundred thousand streamed tokens per second. Output tokens come
+An event is a token chunk when it carries a ``text``, ``delta.content`` or ``reasoning(_content)``
+string, empty or not, and is not a chat role announcement (``delta.role``); found with regexes,
+so no chunk's JSON is decoded: this is what lets one Python process parse several hundred
+thousand streamed tokens per second. Empty strings count because vLLM streams an event with
+empty text for every token that does not yet decode to whole characters (a multi-byte character
+split over several byte-level BPE tokens, common in CJK text): skipping them would move TTFT
+later and stretch ITL. Output tokens come
 from the server's ``usage`` when it sends one (``stream_options.include_usage``), else they are
 the number of token chunks.
 """
@@ -23,7 +27,8 @@ from latscope.model import ErrorKind, RequestRecord
 if TYPE_CHECKING:
     from latscope.load.client import _Exchange
 
-_CONTENT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"(?!")')
+_CONTENT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"')
+_ROLE = re.compile(rb'"role"\s*:')
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _INT = re.compile(rb'\s*:\s*(\d+)')
 _ERROR_TEXT_MAX = 300
@@ -131,7 +136,14 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
             or raw.count(b"\r\n") != 2 * raw.count(b"\n\n\r\n") + 2
             or b'"error"' in raw):
         return False
-    marks = [(m, m + b'"') for m in _FAST_MARKS if m in raw]
+    marks = [m for m in _FAST_MARKS if m in raw]
+    role_marks = 0  # token marks inside a chat role announcement: its first event, if any
+    if b'"role"' in raw:
+        if raw.count(b'"role"') != 1 or b'"role"' not in raw[:first_end]:
+            return False
+        role_marks = _count_marks(raw[:first_end], marks)
+    if _count_marks(raw, marks) > events - 1:
+        return False  # two marks in one event (e.g. content and reasoning): read exactly
     chunk_ns: list[int] = []
     if len(reads) == 1:
         chunk_ns = [reads[0][0]] * _count_marks(raw, marks)
@@ -148,6 +160,8 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
             carried = _count_marks(data[after:], marks)
         if carried or seen_events != events or len(chunk_ns) != _count_marks(raw, marks):
             return False  # a mark or an event end split across two reads: count exactly instead
+    del chunk_ns[:role_marks]
+    _keep_server_metrics(record, raw)
     tail = raw[-2048:]
     completion = _last_int(tail, b'"completion_tokens"')
     if not chunk_ns and events > 1:
@@ -158,9 +172,9 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
     return True
 
 
-def _count_marks(data: bytes, marks: list[tuple[bytes, bytes]]) -> int:
-    """Non-empty text/content values: every mark minus the empty ones."""
-    return sum(data.count(m) - data.count(empty) for m, empty in marks)
+def _count_marks(data: bytes, marks: list[bytes]) -> int:
+    """Token-carrying text/content values (empty ones included)."""
+    return sum(data.count(m) for m in marks)
 
 
 def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int], bytes]:
@@ -200,11 +214,11 @@ def _read_stream(record: RequestRecord, pieces: list[tuple[int, bytes]]) -> str 
     done = False
     chunk_ns = record.chunk_ns
     content_events = []
-    is_content = _CONTENT.search
+    is_content, is_role = _CONTENT.search, _ROLE.search
     for event, ns in zip(events, times):
         # the usual event, one line "data: {...}", tested with two C-level calls
         if event.startswith(b"data: {") and event.endswith(b"}"):
-            if is_content(event):
+            if is_content(event) and not is_role(event):
                 chunk_ns.append(ns)
                 content_events.append(event)
             elif b'"error"' in event:
@@ -218,7 +232,7 @@ def _read_stream(record: RequestRecord, pieces: list[tuple[int, bytes]]) -> str 
             done = True
         elif payload[:1] != b"{" or payload[-1:] != b"}":
             return f"SSE data is not a JSON object: {payload[:80]!r}"
-        elif is_content(payload):
+        elif is_content(payload) and not is_role(payload):
             chunk_ns.append(ns)
             content_events.append(payload)
         elif b'"error"' in payload:
@@ -228,6 +242,7 @@ def _read_stream(record: RequestRecord, pieces: list[tuple[int, bytes]]) -> str 
     if rest.strip():
         return f"stream ended inside an SSE event: {rest[:80]!r}"
     tail = b"".join(events[-3:])
+    _keep_server_metrics(record, b"\n\n".join(events[-3:]) + b"\n\n")
     _set_tokens(record, _last_int(tail, b'"completion_tokens"'), _last_int(tail, b'"prompt_tokens"'),
                 len(chunk_ns))
     if content_events and b'"completion_tokens"' in content_events[0]:
@@ -244,6 +259,22 @@ def _set_chunk_tokens(record: RequestRecord, content_events: list[bytes]) -> Non
             return
         cumulative.append(int(m[1]))
     record.chunk_tokens = [cumulative[0]] + [b - a for a, b in zip(cumulative, cumulative[1:])]
+
+
+def _keep_server_metrics(record: RequestRecord, body: bytes) -> None:
+    """vLLM's per-request timings (``--enable-per-request-metrics``) ride in the last usage event
+    as ``"metrics": {...}``; decode that one event only, once per request, after it ended."""
+    at = body.rfind(b'"metrics"')
+    if at < 0:
+        return
+    start = body.rfind(b"data:", 0, at)
+    end = body.find(b"\n\n", at)
+    try:
+        data = orjson.loads(body[start + 5:end if end >= 0 else len(body)].strip())
+    except orjson.JSONDecodeError:
+        return  # "metrics" was part of the generated text, not a field
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        record.server["metrics"] = data["metrics"]
 
 
 def _data_of(event: bytes) -> bytes | None:
@@ -265,6 +296,8 @@ def _read_whole(record: RequestRecord, body: bytes) -> str | None:
         data: Any = orjson.loads(body)
         usage = data.get("usage") or {}
         record.server["id"] = data.get("id")
+        if isinstance(data.get("metrics"), dict):  # vLLM --enable-per-request-metrics
+            record.server["metrics"] = data["metrics"]
     except (orjson.JSONDecodeError, AttributeError):
         return f"response is not a JSON object: {body[:80]!r}"
     record.chunk_ns = [record.end_ns] if record.end_ns else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from conftest import environ, pci_gpu, stat, status
+from fakehost import DATA, environ, pci_gpu, stat, status
 from tooltexts import MI300X_BDFS, amd_smi_static, rocm_smi_showtopo, rocminfo
 
 from latscope.cli.main import main
@@ -138,7 +138,6 @@ def test_cli_writes_json_and_prints_error_line(h200_capture, tmp_path, capsys):
 
 
 def test_real_two_gpu_capture_nvlink_with_tp2(tmp_path):
-    from conftest import DATA
     found = by_id(run_doctor(root=str(DATA / "h200x2_collect.tar.gz")))
     topo = found["gpu.topology"]
     assert topo.severity == Severity.OK

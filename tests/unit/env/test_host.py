@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import pci_gpu, status
+from fakehost import pci_gpu, status
 
 from latscope.env.facts import Facts
 from latscope.env.host import (check_cpu_governor, check_cstates, check_gpu_numa_affinity,

@@ -148,3 +148,56 @@ def test_fast_reader_declines_what_it_cannot_prove():
         took_fast, _, exact, problem = _both_readers([(1, body)])
         assert not took_fast and problem is None and exact.chunk_ns == [1] * (
             len(events) - 1 if events is not split_event else 1)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("step", [9, 4096])
+def test_token_events_with_empty_text_count_and_role_chunk_does_not(chat, step):
+    # vLLM streams one event per token even when the token does not decode to whole characters
+    # yet (text ""): those events are tokens; a chat role announcement is not.
+    def ev(text: str) -> bytes:
+        body = ('{"choices":[{"delta":{"content":"%s"}}]}' if chat
+                else '{"choices":[{"text":"%s"}]}') % text
+        return b"data: " + body.encode() + b"\n\n"
+
+    events = [ev(""), ev(""), ev("\\u4f60"), ev("a")]
+    if chat:
+        events.insert(0, b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
+    events += [b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n',
+               b"data: [DONE]\n\n"]
+    body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+    first = 1 if chat else 0
+    # one read per event, each at a distinct time, so first_token_ns tells which event it was
+    reads, t = [], 100
+    for e in events:
+        reads.append((t, chunk(e)))
+        t += 100
+    reads[-1] = (reads[-1][0], reads[-1][1] + b"0\r\n\r\n")
+    if step != 4096:  # awkward splits instead
+        reads = [(i, body[i:i + step]) for i in range(0, len(body), step)]
+    took_fast, fast, exact, problem = _both_readers(reads)
+    assert problem is None and len(exact.chunk_ns) == 4 and exact.output_tokens == 4
+    if step == 4096:
+        assert exact.first_token_ns == 100 + 100 * first  # the first empty-text token event
+        assert took_fast
+    if took_fast:
+        assert fast.chunk_ns == exact.chunk_ns
+
+
+def test_per_request_server_metrics_are_kept_from_the_last_usage_event():
+    # shape of vLLM 0.32 with --enable-per-request-metrics (final usage chunk of a stream)
+    metrics = b'{"queue_time_ms":1.5,"time_to_first_token_ms":20.0,"generation_time_ms":80.0}'
+    events = [b'data: {"choices":[{"text":"a"}]}\n\n', b'data: {"choices":[{"text":"b"}]}\n\n',
+              b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2},'
+              b'"metrics":' + metrics + b'}\n\n', b"data: [DONE]\n\n"]
+    body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+    for reads in ([(1, body)], [(i, body[i:i + 13]) for i in range(0, len(body), 13)]):
+        took_fast, fast, exact, problem = _both_readers(reads)
+        assert problem is None
+        assert exact.server["metrics"]["time_to_first_token_ms"] == 20.0
+        if took_fast:
+            assert fast.server["metrics"] == exact.server["metrics"]
+    body = b'{"choices":[{"text":"ab"}],"usage":{"completion_tokens":2},"metrics":' + metrics + b"}"
+    record, _ = run_exchange([b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body), body],
+                             stream=False)
+    assert record.server["metrics"]["queue_time_ms"] == 1.5
