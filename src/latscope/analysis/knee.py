@@ -202,9 +202,14 @@ def parse_slo(text: str | None) -> list[SloTerm]:
     terms = []
     for part in text.split(","):
         match = _SLO_TERM.match(part)
-        if not match:
-            raise ConfigError(f"bad --slo term {part.strip()!r}: expected METRIC<=NUMBER, e.g. ttft_p99_ms<=500")
-        terms.append(SloTerm(match[1], match[2], float(match[3])))
+        try:
+            limit = float(match[3]) if match else math.nan  # the regex admits "1.2.3", "e"
+        except ValueError:
+            limit = math.nan
+        if not match or not math.isfinite(limit):
+            raise ConfigError(f"bad --slo term {part.strip()!r}: expected METRIC<=NUMBER, "
+                              "e.g. ttft_p99_ms<=500")
+        terms.append(SloTerm(match[1], match[2], limit))
     return terms
 
 

@@ -77,9 +77,11 @@ def parse_param(text: str) -> Param:
         raise ConfigError(f"bad --param {text!r}: expected NAME=LO..HI or NAME=A,B,C")
     match = _RANGE.match(spec.strip())
     if match:
-        lo, hi = float(match[1]), float(match[2])
-        factor = float(match[3] or 2)
-        if lo <= 0 or hi < lo or factor <= 1:
+        try:  # the regex admits "1.2.3" and "e"
+            lo, hi, factor = float(match[1]), float(match[2]), float(match[3] or 2)
+        except ValueError:
+            raise ConfigError(f"bad --param {text!r}: LO, HI and FACTOR must be numbers") from None
+        if not math.isfinite(hi * factor) or lo <= 0 or hi < lo or factor <= 1:
             raise ConfigError(f"bad --param {text!r}: need 0 < LO <= HI and a factor > 1")
         values: list[Value] = []
         v = lo
@@ -89,6 +91,8 @@ def parse_param(text: str) -> Param:
         values.append(hi)
         integral = match[1].lstrip("+-").isdigit() and match[2].lstrip("+-").isdigit()
         values = [int(round(x)) for x in values] if integral else values
+    elif ".." in spec:  # meant as a range but malformed: never pass it to the server verbatim
+        raise ConfigError(f"bad --param {text!r}: a range is LO..HI or LO..HI*FACTOR (numbers)")
     else:
         values = [_number(v.strip()) for v in spec.split(",") if v.strip()]
     if len(set(values)) != len(values) or not values:

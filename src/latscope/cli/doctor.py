@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     from latscope.env.collect import collect
     from latscope.env.doctor import run_doctor
+    from latscope.errors import ConfigError
     from latscope.model import Severity
     from latscope.report.findings import print_findings
 
@@ -50,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     report = run_doctor(url=args.url, pid=args.pid, log=args.log, root=args.root, headers=headers)
     if args.json:
-        Path(args.json).write_bytes(report.to_json())
+        try:
+            Path(args.json).write_bytes(report.to_json())
+        except OSError as exc:
+            raise ConfigError(f"--json {args.json}: {exc.strerror or exc}") from None
     facts = report.facts
     where = f"captured tree {args.root}" if args.root else "this host"
     console.print(f"[bold]latscope doctor[/bold] on {where}; server pid: "

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from latscope.env.net import probe
+    from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
 
     key = os.environ.get(args.api_key_env)
@@ -43,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
                    verify_tls=not args.insecure, stream_requests=args.stream_requests,
                    iperf3_server=args.iperf3, path=args.path)
     if args.json:
-        Path(args.json).write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
+        try:
+            Path(args.json).write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            raise ConfigError(f"--json {args.json}: {exc.strerror or exc}") from None
     console = Console()
     print_findings(report.findings, console, title=f"net: {report.url}", show_ok=True)
     return 1 if report.error else 0

@@ -76,6 +76,23 @@ def _loads(text: str | None) -> list[float] | None:
     return values
 
 
+def _check_flags(args: argparse.Namespace, loads: list[float] | None, integer: bool) -> None:
+    """Flag values that would otherwise fail deep inside a step, or give a nonsense answer."""
+    from latscope.errors import ConfigError
+
+    if integer and loads and any(v != int(v) for v in loads):
+        raise ConfigError(f"--concurrency {args.concurrency}: concurrency must be whole numbers")
+    if integer and not loads and (args.start != int(args.start)
+                                   or args.max_load != int(args.max_load)):
+        raise ConfigError("--start and --max-load: concurrency must be whole numbers")
+    if not 0 <= args.backoff < 1:
+        raise ConfigError(f"--backoff {args.backoff:g}: must be in [0, 1)")
+    if not args.scrape_interval > 0:
+        raise ConfigError(f"--scrape-interval {args.scrape_interval:g}: must be > 0 seconds")
+    if args.max_steps < 1:
+        raise ConfigError(f"--max-steps {args.max_steps}: must be at least 1")
+
+
 def run(args: argparse.Namespace) -> int:
     import contextlib
     import re
@@ -85,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from latscope.analysis.knee import parse_slo
+    from latscope.env.redact import redact_url_password
     from latscope.analysis.sweep import StopRules, analyse, bench_step, run_sweep
     from latscope.cli.tune import bench_base_config
     from latscope.errors import ConfigError
@@ -95,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     mode = "rate" if args.rate is not None else "concurrency"
     loads = _loads(args.rate if mode == "rate" else args.concurrency)
     integer = mode == "concurrency"
+    _check_flags(args, loads, integer)
     slo = parse_slo(args.slo)
     if not re.fullmatch(r"(ttft|itl|tpot|e2e)_(p[0-9.]+|mean|min|max)_ms", args.knee_latency):
         raise ConfigError(f"--knee-latency {args.knee_latency!r}: use e.g. e2e_p50_ms or ttft_p99_ms")
@@ -113,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
             target = stack.enter_context(LocalTarget(log_dir=out))
             url, model = target.url, target.model_name
         base = bench_base_config(args, url, model)
-        meta = {"url": url, "mode": mode, "loads": loads or "auto", "slo": args.slo,
+        meta = {"url": redact_url_password(url) if url else url, "mode": mode,
+                "loads": loads or "auto", "slo": args.slo,
                 "latency_cap": args.latency_cap, "backoff": args.backoff,
                 "bench": base.public_dict()}
 

@@ -46,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.files and not args.compare:
         raise ConfigError("give at least one trace FILE, or --compare A B")
+    if args.top < 1:
+        raise ConfigError(f"--top {args.top}: must be at least 1")
+    if args.step_pattern:
+        _check_regex(args.step_pattern, ConfigError)
+    _check_writable(args.output, ConfigError)  # fail before the slow work, clobbering nothing
     options = AnalysisOptions(window=args.window, top_n=max(args.top, 15),
                               clamp_queues=False if args.no_clamp else None)
     if args.step_pattern:
@@ -78,5 +83,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_writable(path: Path, error: type[Exception]) -> None:
+    import os
+
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise error(f"cannot write {path}: not a writable file path")
+
+
+def _check_regex(pattern: str, error: type[Exception]) -> None:
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise error(f"--step-pattern {pattern!r}: not a valid regex ({exc})") from None
+
+
 def _write(path: Path, data: dict, orjson) -> None:
-    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    from latscope.errors import ConfigError
+
+    try:
+        path.write_bytes(orjson.dumps(data,
+                                      option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None

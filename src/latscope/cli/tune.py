@@ -105,7 +105,12 @@ def _spec(args: argparse.Namespace) -> Any:
             name = name.strip().replace("-", "_")
             if name not in by_name:
                 raise ConfigError(f"--start {item!r}: no --param named {name}")
-            start[name] = type(by_name[name].values[0])(value)
+            try:
+                start[name] = type(by_name[name].values[0])(value)
+            except ValueError:
+                raise ConfigError(f"--start {item!r}: {value!r} is not a value of type "
+                                  f"{type(by_name[name].values[0]).__name__}") from None
+    _check_workload(args)
     workload = {k: getattr(args, k) for k in ("per_trial", "concurrency", "rate", "num_requests",
                                               "duration", "warmup", "input_len", "output_len",
                                               "workload", "seed", "scrape_interval", "endpoint",
@@ -115,6 +120,29 @@ def _spec(args: argparse.Namespace) -> Any:
                     workload=workload, objective=args.objective, latency=args.latency,
                     strategy=args.search, start=start, min_gain=args.min_gain,
                     max_error_rate=args.max_error_rate)
+
+
+def _check_workload(args: argparse.Namespace) -> None:
+    """Reject flags that would fail only once servers start, after tune.json is written."""
+    from latscope.analysis.knee import parse_slo
+    from latscope.cli.sweep import _loads
+    from latscope.errors import ConfigError
+
+    parse_slo(args.slo)
+    text = args.rate or args.concurrency
+    if text and args.per_trial == "sweep":
+        _loads(text)
+    elif text:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"{text!r}: --per-trial fixed takes one number of "
+                              "--concurrency or --request-rate (a list needs --per-trial sweep)"
+                              ) from None
+        if not value > 0:
+            raise ConfigError(f"{text!r}: the load must be > 0")
+    if not args.scrape_interval > 0:
+        raise ConfigError(f"--scrape-interval {args.scrape_interval:g}: must be > 0 seconds")
 
 
 def _measure(spec: Any) -> Any:

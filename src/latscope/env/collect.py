@@ -27,7 +27,12 @@ from latscope import __version__
 from latscope.env.gpu import local_python_versions
 from latscope.env.host import pci_gpus
 from latscope.env.hostview import META_DIR, TOOL_COMMANDS, TOOLS_DIR, HostView
-from latscope.env.redact import environ_bytes, redact_argv, redact_env
+from latscope.env.redact import (
+    environ_bytes,
+    redact_argv,
+    redact_env,
+    redact_url_password,
+)
 from latscope.env.serverfacts import find_listening_pid, is_local, url_port
 from latscope.errors import ConfigError
 
@@ -75,7 +80,11 @@ def collect(out: Path, url: str | None = None, pid: int | None = None,
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise ConfigError(f"--collect {out}: name it .tar.gz")
     result = Collected(out, pid)
-    with tarfile.open(out, "w:gz") as tar:
+    try:
+        tar = tarfile.open(out, "w:gz")  # noqa: SIM115 (opened here to map OSError, closed below)
+    except OSError as exc:
+        raise ConfigError(f"--collect {out}: {exc.strerror or exc}") from exc
+    with tar:
         w = _Writer(tar)
         for path in HOST_FILES:
             w.copy(view, path)
@@ -96,7 +105,8 @@ def collect(out: Path, url: str | None = None, pid: int | None = None,
         w.add(f"/{META_DIR}/environ", environ_bytes(redact_env(dict(os.environ))))
         if log:
             _add_log(w, Path(log))
-        manifest = {"pid": pid, "url": url, "hostname": socket.gethostname(), "time": time.time(),
+        manifest = {"pid": pid, "url": url and redact_url_password(url),
+                    "hostname": socket.gethostname(), "time": time.time(),
                     "latscope": __version__, "tools": result.tools}
         w.add(f"/{META_DIR}/collect.json", orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
         result.files = w.count
@@ -136,5 +146,8 @@ def open_root(root: str | None) -> Iterator[str | None]:
             with tarfile.open(root, "r:*") as tar:
                 tar.extractall(tmp, filter="data")  # no absolute paths, links out, devices
         except (tarfile.TarError, OSError) as exc:
-            raise ConfigError(f"--root {root}: not a readable tar archive ({exc})") from exc
+            # tarfile's message for a non-archive spans lines (one per method tried): keep one
+            detail = exc.strerror if isinstance(exc, OSError) else "not a tar/tar.gz archive"
+            raise ConfigError(f"--root {root}: not a readable tar archive ({detail})") \
+                from exc
         yield tmp

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from latscope.env.redact import redact_url_password
 from latscope.errors import ConfigError, TargetError
 from latscope.model import Finding
 
@@ -126,7 +127,8 @@ def _socket_probes(report: NetReport, scheme: str, host: str, family: int, socka
 async def _timed_get(session: Any, url: str) -> tuple[float, int]:
     """ms from sending GET to the response headers; the body is then read and dropped."""
     t0 = time.perf_counter_ns()
-    async with session.get(url) as resp:
+    # No redirects: every request goes to the given server only, and one sample is one round trip.
+    async with session.get(url, allow_redirects=False) as resp:
         ms = _ms_since(t0)
         await resp.read()
         return ms, resp.status
@@ -156,7 +158,7 @@ async def _http_probes(report: NetReport, base: str, probes: int, timeout: float
 
 async def _model_id(session: Any, base: str) -> tuple[str | None, str]:
     try:
-        async with session.get(base + "/v1/models") as resp:
+        async with session.get(base + "/v1/models", allow_redirects=False) as resp:
             if resp.status != 200:
                 return None, f"GET /v1/models answered HTTP {resp.status}: not OpenAI-compatible"
             data = await resp.json(content_type=None)
@@ -172,7 +174,7 @@ async def _server_ttft(session: Any, base: str) -> tuple[float, float] | None:
     from latscope.errors import ScrapeError
     from latscope.server.metrics import parse_metrics_text
     try:
-        async with session.get(base + "/metrics") as resp:
+        async with session.get(base + "/metrics", allow_redirects=False) as resp:
             if resp.status != 200:
                 return None
             page = parse_metrics_text(await resp.text())
@@ -228,7 +230,12 @@ def _run_iperf3(report: NetReport, server: str | None, seconds: int) -> None:
         return
     host, _, port = server.partition(":")
     cmd = ["iperf3", "-c", host, "-p", port or "5201", "-t", str(seconds), "-J"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30, check=False)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        report.iperf3_reason = f"iperf3 did not finish within {seconds + 30} s"
+        return
     try:
         end = json.loads(done.stdout)["end"]
         report.iperf3 = {"command": " ".join(cmd),
@@ -246,9 +253,11 @@ def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[
 
     if probes < 1:
         raise ConfigError("--probes must be at least 1")
+    if not timeout_s > 0:
+        raise ConfigError(f"--timeout {timeout_s}: must be more than 0 seconds")
     scheme, host, port = _target(url)
     base = url.rstrip("/").removesuffix("/v1")
-    report = NetReport(url=base, health_path=path if path.startswith("/") else "/" + path)
+    report = NetReport(url=redact_url_password(base), health_path=path if path.startswith("/") else "/" + path)
     family, sockaddr = _resolve(report, host, port)
     _socket_probes(report, scheme, host, family, sockaddr, probes, timeout_s, verify_tls)
     import aiohttp
@@ -258,7 +267,7 @@ def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[
                                      stream_requests))
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         # Keep what the earlier phases measured; the finding names the phase that failed.
-        report.error = f"HTTP probe of {base} failed: {type(exc).__name__}: {exc}"
+        report.error = f"HTTP probe of {report.url} failed: {type(exc).__name__}: {exc}"
     _run_iperf3(report, iperf3_server, iperf3_seconds)
     report.findings = net_findings(report)
     return report

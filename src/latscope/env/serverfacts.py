@@ -98,7 +98,8 @@ def settings_from_log(server_log: Any) -> dict[str, tuple[Any, str]]:
 
 
 async def _get(session: Any, url: str) -> tuple[int, str]:
-    async with session.get(url) as resp:
+    # no redirects: doctor talks to the given server only (a 3xx is reported as its status)
+    async with session.get(url, allow_redirects=False) as resp:
         return resp.status, await resp.text()
 
 
@@ -121,7 +122,10 @@ async def fetch_endpoints(url: str, headers: dict[str, str], timeout_s: float = 
 def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str]) -> ServerFacts:
     import orjson
 
-    facts = ServerFacts(url=url, log_path=log)
+    from latscope.env.redact import redact_url_password
+
+    # facts.url is printed and written to --json: never with a user:password@ in it
+    facts = ServerFacts(url=url and redact_url_password(url), log_path=log)
     if log:
         from latscope.server.logs import parse_log
         try:
@@ -142,7 +146,7 @@ def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str
     if isinstance(version, tuple) and version[0] == 200:
         try:
             facts.version = str(orjson.loads(version[1]).get("version"))
-            facts.version_source = base_url(url) + "/version"
+            facts.version_source = base_url(facts.url) + "/version"
         except (orjson.JSONDecodeError, AttributeError):
             pass
     models = results.get("/v1/models")

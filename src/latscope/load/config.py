@@ -20,6 +20,7 @@ import numpy as np
 
 from latscope.errors import ConfigError
 from latscope.analysis.stats import DEFAULT_PERCENTILES, SLO_KEYS
+from latscope.env.redact import redact_url_password
 
 _FIXED = re.compile(r"^\s*(\d+)\s*$")
 _UNIFORM = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
@@ -125,10 +126,17 @@ class BenchConfig:
             raise ConfigError("burstiness must be > 0")
         if not self.num_requests and not self.duration_s:
             raise ConfigError("give num_requests or duration_s")
+        if (self.num_requests or 0) < 0 or (self.duration_s or 0) < 0 or self.warmup < 0:
+            raise ConfigError("num_requests, duration and warmup must not be negative")
+        if self.request_timeout_s <= 0:
+            raise ConfigError("request timeout must be > 0 s")
         if self.slo:
             unknown = set(self.slo) - set(SLO_KEYS)
             if unknown:
                 raise ConfigError(f"unknown SLO metric(s) {sorted(unknown)}; use {SLO_KEYS}")
+        if not self.percentiles or not all(0 <= p <= 100 for p in self.percentiles):
+            # checked up front: numpy would raise only when the summary is made, after the run
+            raise ConfigError(f"percentiles must be within 0..100 (got {self.percentiles})")
         if not 0 <= self.workload.prefix_fraction <= 1:
             raise ConfigError("prefix fraction must be within 0..1")
 
@@ -136,6 +144,7 @@ class BenchConfig:
         """The config as JSON-ready data, minus secrets (the API key is never written)."""
         data = dataclasses.asdict(self)
         data["api_key"] = "<set>" if self.api_key else None
+        data["url"] = redact_url_password(self.url) if self.url else self.url
         data["output_dir"] = str(self.output_dir) if self.output_dir else None
         data["workload"]["mix"] = [
             {"name": m.name, "weight": m.weight, "input_len": str(m.input_len),
@@ -194,10 +203,15 @@ def load_workload_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a table of workload settings")
     if "mix" in data:
-        data["mix"] = _check_mix([MixEntry(str(m.get("name", f"m{i}")), float(m["weight"]),
-                                           LengthDist.parse(m["input_len"]),
-                                           LengthDist.parse(m["output_len"]))
-                                  for i, m in enumerate(data["mix"])])
+        try:
+            data["mix"] = _check_mix([MixEntry(str(m.get("name", f"m{i}")), float(m["weight"]),
+                                               LengthDist.parse(m["input_len"]),
+                                               LengthDist.parse(m["output_len"]))
+                                      for i, m in enumerate(data["mix"])])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # a one-line error, not a traceback, for a mix entry missing a key or not a table
+            raise ConfigError(f"{path}: each mix entry needs name, weight, input_len and "
+                              f"output_len ({type(exc).__name__}: {exc})") from None
     known = {f.name for f in dataclasses.fields(WorkloadSpec)}
     unknown = set(data) - known
     if unknown:

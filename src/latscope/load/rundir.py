@@ -49,7 +49,10 @@ class RunWriter:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create output dir {self.run_dir}: {exc.strerror}") from None
-        self._requests = open(self.run_dir / REQUESTS, "ab")
+        # A reused --output-dir starts clean: appending would mix an earlier run's records (and
+        # leave its summary) into this run's directory, and every reader would average them.
+        (self.run_dir / SUMMARY).unlink(missing_ok=True)
+        self._requests = open(self.run_dir / REQUESTS, "wb")
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         _write_json(self.run_dir / MANIFEST, manifest)

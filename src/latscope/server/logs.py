@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from latscope.errors import ConfigError
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PROC = r"(?:\((?P<proc>[\w.-]+) pid=(?P<pid>\d+)\)\s+)?"
 _VLLM_LINE = re.compile(
@@ -26,6 +28,7 @@ _VLLM_LINE = re.compile(
 _ACCESS_LINE = re.compile(r"^" + _PROC + r"INFO:\s+\S+ - \"(?P<method>[A-Z]+) (?P<path>\S+) ")
 _STATS_HEAD = re.compile(
     r"^(?:Engine (?P<engine>\d+)|(?P<agg>\d+) Engines Aggregated): (?P<body>.*)$")
+_SECRET_ARG = re.compile(r"(?:^|_)(?:api_key|token|password|secret)$", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 # startup lines: regex -> config key (first group is the value)
@@ -148,8 +151,12 @@ def parse_log(path_or_lines: str | Path | Iterable[str], *, name: str = "") -> S
         path = Path(path_or_lines)
         label = name or str(path)
         opener = gzip.open if path.suffix == ".gz" else open  # rotated logs are often gzipped
-        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-            return _parse(fh, label)
+        try:
+            with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+                return _parse(fh, label)
+        except (OSError, EOFError) as exc:  # unreadable, not gzip, or a gzip cut short
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"{path}: cannot read log: {reason}") from None
     return _parse(path_or_lines, name or "<lines>")
 
 
@@ -240,6 +247,9 @@ class _State:
         args = _parse_python_literal(text)
         if not isinstance(args, dict):
             return
+        # vLLM prints --api-key / --hf-token values here: never keep them (output goes to JSON)
+        args = {k: ("***" if isinstance(k, str) and _SECRET_ARG.search(k) else v)
+                for k, v in args.items()}
         self.set("non_default_args", args, number, override=True)
         for key in ("max_num_seqs", "max_num_batched_tokens", "enforce_eager",
                     "enable_chunked_prefill", "enable_prefix_caching", "max_model_len",

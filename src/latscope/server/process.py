@@ -34,7 +34,10 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _PR_SET_PDEATHSIG = 1
 # Flag values that must never reach a log, report or PID file.
 _SECRET_FLAGS = re.compile(r"^--?(api-key|api_key|token|hf-token|password)(=.*)?$", re.I)
-_SECRET_TEXT = re.compile(r"""(api[_-]?key|token|password)(['"]?\s*[:=]\s*['"]?)[^'",\s}]+""", re.I)
+# key: value / key=value / 'key': ['v'] (vLLM logs --api-key as a list) / --api-key VALUE
+_SECRET_TEXT = re.compile(r"""(?:(--(?:api-key|hf-token|token|password))(\s+)"""
+                          r"""|(api[_-]?key|token|password)(['"]?\s*[:=]\s*\[?\s*['"]?))"""
+                          r"""[^'",\s}\]]+""", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +288,8 @@ def redact_cmd(cmd: Sequence[str]) -> list[str]:
 
 
 def redact_text(line: str) -> str:
-    return _SECRET_TEXT.sub(lambda m: m.group(1) + m.group(2) + "***", line)
+    return _SECRET_TEXT.sub(
+        lambda m: (m.group(1) or m.group(3)) + (m.group(2) or m.group(4)) + "***", line)
 
 
 def _die_with_parent(parent_pid: int):

@@ -137,3 +137,9 @@ def test_interpolate_between_steps_and_refuse_to_extrapolate():
     assert thr == pytest.approx((33.1 + 43.9) / 2)
     assert lat == pytest.approx((819 + 1064) / 2)
     assert interpolate(h200_points(), 1024) is None
+
+
+@pytest.mark.parametrize("term", ["ttft_p99_ms<=1.2.3", "ttft_p99_ms<=e", "ttft_p99_ms<=--"])
+def test_parse_slo_rejects_numbers_the_regex_admits(term):
+    with pytest.raises(ConfigError, match="bad --slo term"):
+        parse_slo(term)

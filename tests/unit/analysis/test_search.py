@@ -153,3 +153,9 @@ def test_better_respects_min_gain_and_failed_servers():
 def test_pareto_front_drops_dominated_points():
     pts = [(10, 100), (20, 150), (15, 200), (30, 400), (5, 90)]
     assert pareto_front(pts) == [4, 0, 1, 3]  # (15, 200) is beaten by (20, 150)
+
+
+@pytest.mark.parametrize("text", ["x=1..10*abc", "x=1.2.3..8", "x=e..8", "x=1..1e400"])
+def test_malformed_ranges_are_config_errors_not_string_values(text):
+    with pytest.raises(ConfigError, match="bad --param"):
+        parse_param(text)

@@ -151,3 +151,21 @@ def test_interrupted_sweep_keeps_measured_steps_on_disk(tmp_path):
     doc = json.loads((out / "sweep.json").read_text())
     assert [s["load"] for s in doc["steps"]][:2] == [1, 2]
     assert all(Path(s["run_dir"]).is_dir() for s in doc["steps"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--backoff", "1.5"], "--backoff"),
+    (["--backoff", "-0.1"], "--backoff"),
+    (["--scrape-interval", "0"], "--scrape-interval"),
+    (["--concurrency", "1.5,3"], "whole numbers"),
+    (["--max-steps", "0"], "--max-steps"),
+    (["--start", "1.5"], "whole numbers"),
+])
+def test_sweep_bad_flag_values_fail_before_any_step(tmp_path, capsys, extra, message):
+    from latscope.cli.main import main
+
+    # port 9 (discard) is closed here: reaching it would print "cannot reach", not the flag error
+    assert main(["sweep", "--url", "http://127.0.0.1:9", "-o", str(tmp_path / "s"), *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert not list((tmp_path / "s").glob("step-*"))

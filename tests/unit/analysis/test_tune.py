@@ -191,3 +191,22 @@ def test_interrupted_tune_keeps_its_trials_stops_its_server_and_resumes(tmp_path
     assert len(configs) == len(set(configs))  # the finished trial was not run again
     assert final["result"]["best"] == {"itl_ms": 1}
     assert final["result"]["restarts"] < final["result"]["grid_size"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--start", "max_num_seqs=abc"], "--start"),
+    (["--concurrency", "1,4"], "--per-trial sweep"),
+    (["--concurrency", "abc"], "--per-trial fixed"),
+    (["--slo", "ttft_p99_ms<=y"], "bad --slo term"),
+    (["--scrape-interval", "0"], "--scrape-interval"),
+])
+def test_bad_tune_flags_fail_before_tune_json_or_a_server(tmp_path, capsys, extra, message):
+    from latscope.cli.main import main
+
+    out = tmp_path / "t"
+    # "false" would only run if a trial started; the flag error must come first
+    assert main(["tune", "--serve-cmd", "false {port} --max-num-seqs {max_num_seqs}",
+                 "--param", "max_num_seqs=8..64", "-o", str(out), *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert not (out / "tune.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+from pathlib import Path
 
 from latscope.env.collect import collect
 from latscope.env.doctor import run_doctor
@@ -37,3 +38,24 @@ def test_redaction_rules():
     assert env == {"HF_TOKEN": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>",
                    "VLLM_LOGGING_LEVEL": "DEBUG", "CUSTOM": "<redacted>", "HIP_FORCE_DEV_KERNARG": "1"}
     assert "s3cret" not in " ".join(redact_argv(["vllm", "serve", "--api-key", "s3cret"]))
+
+
+def test_url_passwords_are_redacted_but_host_kept():
+    env = redact_env({"HTTPS_PROXY": "http://bob:hunter2@proxy:3128", "NO_PROXY": "localhost"})
+    assert env == {"HTTPS_PROXY": "http://bob:<redacted>@proxy:3128", "NO_PROXY": "localhost"}
+    argv = redact_argv(["latscope", "net", "--url", "https://u:pw9x@example.test/v1"])
+    assert "pw9x" not in " ".join(argv) and "example.test" in argv[-1]
+
+
+def test_bad_root_archive_and_unwritable_outputs_are_one_line_errors(tmp_path, capsys):
+    from latscope.cli.main import main
+
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_text("not an archive")
+    assert main(["doctor", "--root", str(junk)]) == 1
+    assert main(["doctor", "--collect", str(tmp_path / "missing" / "x.tar.gz")]) == 1
+    captured = Path(__file__).parent / "data" / "h200_collect.tar.gz"
+    assert main(["doctor", "--root", str(captured), "--json", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert "--json" in err[2]

@@ -139,3 +139,34 @@ def test_tls_failure_keeps_the_tcp_samples(fake_server):
     assert len(report.tcp_connect_ms) == 1 and report.keepalive_ms == []
     error = by_id(report)["net.error"]
     assert error.severity == Severity.CRITICAL and "TLS handshake" in error.title
+
+
+class _Redirects(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(302)
+        self.send_header("Location", "http://192.0.2.1/elsewhere")  # TEST-NET: must not be hit
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_redirects_are_not_followed_and_url_password_not_reported():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirects)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        report = probe(f"http://bob:pw9secret@127.0.0.1:{server.server_address[1]}", 2,
+                       timeout_s=2.0, stream_requests=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report.error is None or "192.0.2.1" not in report.error
+    assert report.health_status == 302 and len(report.keepalive_ms) == 2
+    assert "pw9secret" not in orjson.dumps(report.to_dict()).decode()
+
+
+def test_bad_timeout_is_a_config_error():
+    with pytest.raises(ConfigError, match="--timeout"):
+        probe("http://127.0.0.1:9", 2, timeout_s=0)

@@ -36,3 +36,34 @@ def test_cmdline_flags_with_and_without_values():
         "request_logging": True, "max_num_seqs": 2, "tensor_parallel_size": 4,
         "chunked_prefill": False, "max_log_len": 100}
     assert {src for _, src in settings.values()} == {"/proc/7/cmdline"}
+
+
+def test_doctor_does_not_follow_redirects_nor_report_url_password():
+    import http.server
+    import threading
+
+    from latscope.env.serverfacts import gather_server_facts
+
+    hits = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", "http://192.0.2.1/elsewhere")  # TEST-NET: never reached
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        facts = gather_server_facts(f"http://u:pw7secret@127.0.0.1:{server.server_address[1]}",
+                                    None, {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert facts.endpoints == {"/version": 302, "/v1/models": 302, "/metrics": 302}
+    assert "pw7secret" not in facts.url and "127.0.0.1" in facts.url

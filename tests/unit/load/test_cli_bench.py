@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fakeserver import FakeServer
 
 from latscope.cli.main import main
@@ -44,6 +46,11 @@ def test_unreachable_and_bad_flags_exit_1_with_one_line(tmp_path, capsys):
     assert rc == 1 and err.startswith("error: cannot reach") and err.count("\n") == 1
     rc = main(["bench", "--url", "http://127.0.0.1:9", "--mix", "nonsense", "--no-progress"])
     assert rc == 1 and "NAME:WEIGHT:IN:OUT" in capsys.readouterr().err
+    # numpy rejects a percentile > 100 only when the summary is made: refuse it before the run
+    rc = main(["bench", "--url", "http://127.0.0.1:9", "--percentiles", "50,150", "--no-progress",
+               "--output-dir", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("error: percentiles") and err.count("\n") == 1
 
 
 def test_mix_reports_each_group(tmp_path, capsys):
@@ -59,3 +66,21 @@ def test_mix_reports_each_group(tmp_path, capsys):
     assert sum(g["requests"]["completed"] for g in groups.values()) == 40
     # the long answers are 6 tokens (25 ms of ITL), the short ones 2 (5 ms): E2E must show it
     assert groups["long"]["e2e_ms"]["p50"] > groups["short"]["e2e_ms"]["p50"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_requests": -5}, "negative"),  # once: numpy "negative dimensions" traceback
+    ({"num_requests": None, "duration_s": -2.0}, "negative"),  # once: an empty run, no error
+    ({"warmup": -1}, "negative"),
+    ({"request_timeout_s": 0.0}, "timeout"),  # once: every request failed as a timeout
+    ({"percentiles": (50.0, 150.0)}, "percentiles"),  # once: ValueError after the whole run
+])
+def test_config_refuses_values_that_would_fail_later(changes, message):
+    from latscope.errors import ConfigError
+    from latscope.load import BenchConfig
+
+    config = BenchConfig(url="http://127.0.0.1:9", num_requests=4, concurrency=1)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    with pytest.raises(ConfigError, match=message):
+        config.validate()

@@ -48,3 +48,28 @@ def test_truncated_last_line_is_skipped_but_other_damage_is_an_error(tmp_path):
 def test_not_a_run_dir(tmp_path):
     with pytest.raises(ConfigError, match="not a latscope run directory"):
         read_run(tmp_path)
+
+
+def test_reused_output_dir_holds_only_the_new_run(tmp_path):
+    from latscope.load.rundir import RunWriter
+
+    first = RunWriter(tmp_path)
+    first.write_manifest({"run_tag": "old"})
+    first.append(RequestRecord(index=0, request_id="old-0", scheduled_ns=1))
+    first.write_summary({"old": True})
+    first.close()
+    second = RunWriter(tmp_path)
+    second.write_manifest({"run_tag": "new"})
+    second.append(RequestRecord(index=0, request_id="new-0", scheduled_ns=2))
+    second.close()  # e.g. killed before its summary was written
+    manifest, records, summary = read_run(tmp_path)
+    assert manifest["run_tag"] == "new" and [r.request_id for r in records] == ["new-0"]
+    assert summary == {}  # not the earlier run's summary
+
+
+def test_url_password_is_not_written_to_the_manifest():
+    from latscope.load import BenchConfig
+
+    public = BenchConfig(url="http://alice:s3cret@127.0.0.1:8000", api_key="sk-x").public_dict()
+    assert "s3cret" not in str(public) and "sk-x" not in str(public)
+    assert "alice" in public["url"] and "127.0.0.1:8000" in public["url"]

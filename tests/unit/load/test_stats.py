@@ -74,3 +74,24 @@ def test_empty_input_gives_none_not_errors():
     s = summarize([])
     assert s["ttft_ms"]["count"] == 0 and s["ttft_ms"]["p50"] is None
     assert s["throughput"]["requests_per_s"] is None
+
+
+def test_send_lag_warning_does_not_depend_on_the_requested_percentiles():
+    # --percentiles 50,90 once removed p99 from the summary, and with it the send-lag warning
+    import asyncio
+
+    from latscope.load.runner import _Run
+
+    run = object.__new__(_Run)
+    run.records = [rec(i, 0, [100, 110]) for i in range(99)]
+    late = rec(99, 0, [100, 110])
+    late.sent_ns = late.scheduled_ns + 500 * MS  # one request left 500 ms late
+    run.records.append(late)
+    run.lag_ms, run.cpu_s, run.wall_s = [0.1], 0.1, 1.0
+    summary = summarize(run.records, percentiles=(50, 90))
+
+    async def figures():
+        return run._client_figures(summary)
+
+    warnings = asyncio.run(figures())["warnings"]
+    assert any(w.startswith("send lag p99") for w in warnings)

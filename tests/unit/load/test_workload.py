@@ -116,3 +116,10 @@ def test_workload_file_toml(tmp_path):
     path.write_text("surprise = 1\n")
     with pytest.raises(ConfigError, match="unknown workload keys"):
         load_workload_file(path)
+    # a mix entry without a weight, or a mix that is not a list of tables: one line, no traceback
+    path.write_text('[[mix]]\nname = "chat"\ninput_len = "100"\noutput_len = "50"\n')
+    with pytest.raises(ConfigError, match="each mix entry needs"):
+        load_workload_file(path)
+    path.write_text('mix = ["short"]\n')
+    with pytest.raises(ConfigError, match="each mix entry needs"):
+        load_workload_file(path)

@@ -169,3 +169,34 @@ def test_gzipped_log_reads_like_the_plain_one(fixtures_dir, tmp_path):
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     a, b = parse_log(plain), parse_log(packed)
     assert a.config == b.config and len(a.stats) == len(b.stats) > 0
+
+
+def test_non_default_args_never_keep_secrets(tmp_path):
+    # vLLM logs every non-default CLI arg, --api-key and --hf-token values included (format of
+    # the fixture logs' api_utils.py line); `latscope logs` prints and writes this dict.
+    log_file = tmp_path / "server.log"
+    log_file.write_text(
+        "(APIServer pid=1) INFO 11-30 04:25:28 [api_utils.py:286] non-default args: "
+        "{'model_tag': '/srv/m', 'api_key': ['sk-live-SECRET1'], 'hf_token': 'hf_SECRET2', "
+        "'max_num_batched_tokens': 4096, 'max_model_len': 2048}\n")
+    log = parse_log(log_file)
+    args = log.config["non_default_args"]
+    assert args["api_key"] == "***" and args["hf_token"] == "***"
+    assert args["max_num_batched_tokens"] == 4096 and args["max_model_len"] == 2048
+    assert "SECRET" not in repr(log.to_dict())
+
+
+def test_unreadable_logs_are_one_line_errors(tmp_path, capsys):
+    import gzip
+
+    from latscope.errors import ConfigError
+
+    fake_gz = tmp_path / "server.log.1.gz"
+    fake_gz.write_text("INFO plain text, not gzip\n")
+    with pytest.raises(ConfigError, match="cannot read log"):
+        parse_log(fake_gz)
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gzip.compress(b"INFO 11-30 04:25:28 [x.py:1] hello\n" * 200)[:-30])
+    assert main(["logs", str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "cannot read log" in err and err.count("\n") == 1

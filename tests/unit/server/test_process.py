@@ -195,3 +195,17 @@ def test_tail_lines_takes_the_last_non_empty_lines_and_redacts(tmp_path):
     lines = tail_lines(log, count=3)
     assert lines == ["line 98", "line 99", "args: {'api_key': '***'}"]
     assert tail_lines(tmp_path / "missing.log") == []
+
+
+def test_redact_text_hides_list_and_space_separated_secrets():
+    # vLLM >= 0.10 logs --api-key as a list in its "non-default args" line; a command line in
+    # free text has the value after a space. Both once leaked through redact_text.
+    from latscope.server.process import redact_text
+
+    line = ("non-default args: {'api_key': ['sk-live-SECRET1'], 'hf_token': 'hf_SECRET2', "
+            "'max_num_batched_tokens': 4096}")
+    assert redact_text(line) == ("non-default args: {'api_key': ['***'], 'hf_token': '***', "
+                                 "'max_num_batched_tokens': 4096}")
+    assert redact_text("vllm serve m --api-key sk-SECRET3 --port 8000") == \
+        "vllm serve m --api-key *** --port 8000"
+    assert redact_text("the token is invalid") == "the token is invalid"

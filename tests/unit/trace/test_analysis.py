@@ -35,6 +35,15 @@ def test_clamp_moves_same_queue_overlap_only():
     assert stats["activities_clamped"] == 1 and stats["overlap_removed_ns"] == 5
 
 
+def test_clamp_reports_duration_lost_not_distance_moved():
+    # B [10, 50) lies inside A [0, 100) on the same queue; C [60, 120) overlaps A by 40.
+    table = Table({"stream": np.array([1, 1, 1]), "start": np.array([0, 10, 60]),
+                   "end": np.array([100, 50, 120]), "kind": np.zeros(3, np.int8)})
+    clamped, stats = clamp_same_queue(table)
+    before, after = 100 + 40 + 60, int(np.sum(clamped.end - clamped.start))
+    assert stats["overlap_removed_ns"] == before - after == 80
+
+
 @pytest.mark.parametrize("key", ["b200", "fullgraph", "h100", "mi250", "mi300x_hf", "piecewise",
                                  "sglang"])
 def test_breakdown_adds_up_to_the_window(key, loaded):
@@ -149,3 +158,18 @@ def test_explicit_window_and_bad_spec(loaded):
         analyze_trace(loaded("b200"), AnalysisOptions(window="20:10"))
     with pytest.raises(ConfigError):
         analyze_trace(loaded("b200"), AnalysisOptions(window="first-step"))
+
+
+def test_trailing_gap_of_explicit_window_is_not_blamed_on_earlier_work(loaded):
+    trace = loaded("h100")
+    auto = analyze_trace(trace)["devices"][0]
+    assert auto["window"]["method"] == "auto"
+    span_ms = auto["window"]["length_ns"] / 1e6
+    wide = analyze_trace(trace, AnalysisOptions(window=f"0:{span_ms + 50}"))["devices"][0]
+    extra_idle = wide["gaps"]["idle_ns"] - auto["gaps"]["idle_ns"]
+    assert extra_idle > 49e6  # the 50 ms added after the last activity
+    # nothing issued the (absent) work after it: the added idle is "unknown", not "queued"
+    assert (wide["gaps"]["by_cause"]["queued_ns"] - auto["gaps"]["by_cause"]["queued_ns"]
+            < 1e6)
+    assert wide["gaps"]["by_cause"]["unknown_ns"] - auto["gaps"]["by_cause"]["unknown_ns"] \
+        >= extra_idle - 1e6

@@ -108,3 +108,17 @@ def test_several_traces_get_a_side_by_side_summary(kineto_path, tmp_path):
     assert rows[0]["window_ms"] == pytest.approx(10.7, abs=0.1)
     assert rows[0]["idle_share"] == pytest.approx(0.002, abs=0.002)
     assert rows[1]["idle_share"] == pytest.approx(0.86, abs=0.01)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--step-pattern", "(", "--window", "steps"], "not a valid regex"),
+    (["--top", "0"], "--top 0"),
+    (["-o", "."], "cannot write"),
+    (["-o", "no-such-dir/x.json"], "cannot write"),
+    (["--window", "nan:5"], "finite"),
+    (["--window", "0:inf"], "finite"),
+])
+def test_cli_bad_flags_are_one_line_errors(kineto_path, capsys, extra, message):
+    assert main(["trace", str(kineto_path("mi250")), "--quiet", *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err

@@ -36,6 +36,21 @@ def test_truncated_gzip_stream(kineto_path, tmp_path):
     assert err.value.offset is not None
 
 
+def test_gzip_cut_inside_the_detection_head_is_not_called_empty(kineto_path, tmp_path):
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(kineto_path("mi250").read_bytes()[:5000])  # < 1 MiB once decompressed
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(path)
+    assert "empty" not in str(err.value) and "Kineto" in str(err.value)
+
+
+def test_corrupt_gzip_data_is_a_format_error(tmp_path):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00" + b"garbage" * 4)
+    with pytest.raises(TraceFormatError, match="gzip"):
+        read_trace(path)
+
+
 def test_not_a_trace(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("hello, this is not a trace\n")

@@ -73,7 +73,9 @@ def clamp_same_queue(table: Table) -> tuple[Table, dict[str, int]]:
     new_end = np.maximum(end, new_start)
     moved = new_start != start
     stats = {"activities_clamped": int(moved.sum()),
-             "overlap_removed_ns": int(np.sum(new_start - start)),
+             # duration lost, not distance moved: an activity nested inside its predecessor
+             # becomes zero-length and loses only its own duration
+             "overlap_removed_ns": int(np.sum(np.minimum(new_start, end) - start)),
              "overlapping_pairs": int(moved.sum())}
     columns = {k: v[order] for k, v in table.columns.items()}
     columns["start"], columns["end"] = new_start, new_end

@@ -64,10 +64,13 @@ def _distribution(glen: np.ndarray) -> list[dict[str, Any]]:
 def _issue_start_of_next(gpu, api_row: np.ndarray, trace: TraceEvents,
                          gap_end: np.ndarray) -> np.ndarray:
     """Start of the CPU call that issued the first activity starting at each gap's end."""
-    pos = np.clip(np.searchsorted(gpu.start, gap_end), 0, max(len(gpu.start) - 1, 0))
+    found = np.searchsorted(gpu.start, gap_end)
+    pos = np.clip(found, 0, max(len(gpu.start) - 1, 0))
     if len(gpu.start) == 0 or len(trace.api) == 0:
         return np.full(len(gap_end), -1, dtype=np.int64)
-    rows = api_row[pos]
+    # a gap that no later activity ends (trailing gap of an explicit window) has no issuing call:
+    # without this the clipped index would blame the last activity, which started before it
+    rows = np.where(found < len(gpu.start), api_row[pos], -1)
     return np.where(rows >= 0, trace.api.start[np.maximum(rows, 0)], -1)
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -81,6 +82,8 @@ def _explicit_window(spec: str, origin: int) -> Window:
         lo, hi = float(lo_text), float(hi_text)
     except ValueError:
         raise ConfigError(f"--window {spec!r}: expected auto, steps or START_MS:END_MS") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ConfigError(f"--window {spec!r}: START_MS and END_MS must be finite numbers")
     if hi <= lo:
         raise ConfigError(f"--window {spec!r}: END_MS must be greater than START_MS")
     return Window(origin + int(lo * 1e6), origin + int(hi * 1e6), "explicit")

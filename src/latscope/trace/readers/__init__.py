@@ -8,15 +8,18 @@ magic plus the tables inside, the top-level JSON keys, or a CSV header. Every re
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import zlib
 from pathlib import Path
 
 from latscope.errors import TraceFormatError
 from latscope.trace.model import TraceEvents
-from latscope.trace.readers.stream import GZIP_MAGIC, open_binary
+from latscope.trace.readers.stream import GZIP_MAGIC
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-FORMATS = ("kineto", "rocprofv3-json", "rocprofv3-csv", "nsys-sqlite", "rocpd-sqlite")
+FORMATS = ("kineto", "rocprofv3-json", "rocprofv3-csv", "nsys-sqlite", "rocpd-sqlite",
+           "rocprof-v1-csv", "rocprof-v1-json")
 _HEAD_BYTES = 1 << 20
 
 
@@ -41,9 +44,13 @@ def detect_format(path: Path) -> str:
     if text[:1] in (b"{", b"["):
         if b'"rocprofiler-sdk-tool"' in head:
             return "rocprofv3-json"
+        if re.search(rb'"ts"\s*:\s*"', head):  # rocprof v1/v2 writes ts/dur as strings
+            return "rocprof-v1-json"
         if b'"traceEvents"' in head or b'"ph"' in head:
             return "kineto"
     first_line = text.split(b"\n", 1)[0]
+    if b"KernelName" in first_line and b"BeginNs" in first_line:
+        return "rocprof-v1-csv"
     if b"Kernel_Name" in first_line or b"MEMORY_COPY" in text[:4096]:
         return "rocprofv3-csv"
     raise TraceFormatError("not a recognised trace", path=str(path), offset=0,
@@ -56,11 +63,28 @@ def _head(path: Path) -> bytes:
 
 
 def _gz_head(path: Path, size: int) -> bytes:
-    try:
-        with open_binary(path) as f:
-            return f.read(size)
-    except (OSError, EOFError):
-        return b""
+    """Up to ``size`` decompressed bytes (plain bytes when not gzip). zlib directly, not GzipFile:
+    GzipFile raises EOFError on a truncated .gz and loses its head, which detection needs;
+    corrupt deflate data is a format error."""
+    with open(path, "rb") as raw:
+        if raw.read(2) != GZIP_MAGIC:
+            raw.seek(0)
+            return raw.read(size)
+        raw.seek(0)
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16+: expect a gzip header
+        head = bytearray()
+        try:
+            while len(head) < size and not inflater.eof:
+                chunk = raw.read(1 << 16)
+                if not chunk:
+                    break
+                head += inflater.decompress(chunk, size - len(head))
+                while inflater.unconsumed_tail and len(head) < size:
+                    head += inflater.decompress(inflater.unconsumed_tail, size - len(head))
+        except zlib.error as exc:
+            raise TraceFormatError(f"corrupt gzip data ({exc})", path=str(path), offset=0,
+                                   expected="a gzip-compressed trace") from None
+    return bytes(head[:size])
 
 
 def _detect_sqlite(path: Path) -> str:
@@ -98,8 +122,10 @@ def read_trace(path: str | Path, fmt: str | None = None) -> TraceEvents:
         from latscope.trace.readers.nsys_sqlite import read_nsys_sqlite
         return read_nsys_sqlite(path)
     if fmt == "rocpd-sqlite":
-        # No real rocpd database was available to test a reader against (fixtures README).
-        raise TraceFormatError("rocpd SQLite is not supported yet; convert it with `rocpd "
-                               "convert -f csv` and pass the CSV folder", path=str(path),
-                               expected="Kineto JSON, rocprofv3 JSON/CSV or nsys SQLite")
+        from latscope.trace.readers.rocpd import read_rocpd
+        return read_rocpd(path)
+    if fmt in ("rocprof-v1-csv", "rocprof-v1-json"):
+        from latscope.trace.readers import rocprof_v1
+        return (rocprof_v1.read_rocprof_v1_csv if fmt == "rocprof-v1-csv"
+                else rocprof_v1.read_rocprof_v1_json)(path)
     raise TraceFormatError(f"unknown format {fmt!r}", path=str(path), expected=", ".join(FORMATS))
