@@ -79,11 +79,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from latscope.load import run_bench
+    from latscope.load.rundir import default_run_dir
     from latscope.report.bench import print_bench
 
     console = Console()
     with _target(args, console) as (url, tokenizer_dir):
         config = build_config(args, url, tokenizer_dir)
+        if config.output_dir is None:  # named up front, so Ctrl-C users know where results are
+            config.output_dir = default_run_dir()
+        console.print(f"[dim]writing to {config.output_dir}[/dim]")
         observers = _observers(args)
         with _Progress(console, config, enabled=not args.no_progress) as progress:
             result = run_bench(config, observers, on_record=progress.on_record)

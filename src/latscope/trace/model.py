@@ -143,7 +143,7 @@ class Names:
 @dataclass
 class TraceMeta:
     path: str
-    format: str  # "kineto" | "rocprofv3-json" | "rocprofv3-csv" | "nsys-sqlite"
+    format: str  # one of latscope.trace.readers.FORMATS
     vendor: str  # "amd" | "nvidia" | "unknown"
     devices: dict[int, str] = field(default_factory=dict)  # device id -> product name
     rank: int | None = None

@@ -98,7 +98,7 @@ def test_cli_prints_one_line_error(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and "byte" in err[0]
 
 
-def test_rocpd_database_is_recognised_and_refused_clearly(tmp_path):
+def test_rocpd_database_without_timestamps_is_refused_with_a_convert_hint(tmp_path):
     path = tmp_path / "1_results.db"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE rocpd_kernel_dispatch (start INTEGER, end INTEGER)")
