@@ -250,32 +250,17 @@ def _dominant(components: list[Component]) -> str | None:
     return max(scored, key=lambda c: c.mean_ms or 0.0).key
 
 
-def read_records(run_dir: Path) -> list[RequestRecord]:
-    path = Path(run_dir) / "requests.jsonl"
-    out = []
-    if path.is_file():
-        with path.open("rb") as fh:
-            for line in fh:
-                if line.strip():
-                    try:
-                        out.append(RequestRecord.from_dict(orjson.loads(line)))
-                    except (orjson.JSONDecodeError, TypeError):
-                        break  # torn last line of an interrupted run
-    return out
-
-
 def decompose_run(run_dir: Path) -> Decomposition:
     """Decompose a run directory; writes ``decomposition.json`` and ``server_timeseries.json``."""
     from latscope.analysis.server_findings import (findings_from_decomposition,
                                                    findings_from_metrics)
+    from latscope.load.rundir import read_run
     from latscope.server.timeseries import server_timeseries
-    from latscope.errors import ConfigError
 
     run_dir = Path(run_dir)
-    if not (run_dir / "requests.jsonl").is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (no requests.jsonl)")
+    _, records, _ = read_run(run_dir)  # one reader of requests.jsonl for every verb
     snapshots = read_snapshots(run_dir)
-    result = decompose(read_records(run_dir), snapshots)
+    result = decompose(records, snapshots)
     scrape_json = run_dir / "metrics" / "scrape.json"
     if scrape_json.is_file():
         result.scrape = orjson.loads(scrape_json.read_bytes())
