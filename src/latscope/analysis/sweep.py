@@ -168,8 +168,12 @@ def refine_candidates(steps: Sequence[Step], knee_load: float, integer: bool) ->
 def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | None, *,
               start: float = 1, factor: float = 2.0, refine: int = 2, integer: bool = True,
               rules: StopRules | None = None,
-              on_step: Callable[[list[Step]], None] = lambda steps: None) -> list[Step]:
-    """Measure steps (``loads`` as given, or ``auto`` when None) and return them by load."""
+              on_step: Callable[[list[Step]], None] = lambda steps: None,
+              budget: Callable[[list[Step]], str] | None = None) -> list[Step]:
+    """Measure steps (``loads`` as given, or ``auto`` when None) and return them by load.
+
+    ``budget(steps)`` returns why the next step would not fit the caller's time budget ("" if it
+    fits); it is asked after every step and before every refinement step."""
     rules = rules or StopRules()
     if factor <= 1 or start <= 0:
         raise ConfigError("sweep growth needs --factor > 1 and --start > 0")
@@ -185,7 +189,7 @@ def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | No
     load = plan.pop(0) if plan else start
     while True:
         step = take(load, "list" if loads else "grow")
-        step.stop_reason = stop_reason(steps, rules)
+        step.stop_reason = stop_reason(steps, rules) or (budget(steps) if budget else "")
         on_step(steps)
         if step.stop_reason:
             break
@@ -197,13 +201,16 @@ def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | No
             nxt = max(load + 1, round(load * factor)) if integer else load * factor
             load = min(nxt, rules.max_load)
     if loads is None:
-        _refine(take, steps, refine, integer, on_step)
+        _refine(take, steps, refine, integer, on_step, budget)
     return sorted(steps, key=lambda s: s.load)
 
 
-def _refine(take: Callable[[float, str], Step], steps: list[Step], budget: int, integer: bool,
-            on_step: Callable[[list[Step]], None]) -> None:
-    for _ in range(budget):
+def _refine(take: Callable[[float, str], Step], steps: list[Step], count: int, integer: bool,
+            on_step: Callable[[list[Step]], None],
+            budget: Callable[[list[Step]], str] | None = None) -> None:
+    for _ in range(count):
+        if budget and budget(steps):
+            return
         knee = find_knee(curve(steps))
         if knee is None:
             return

@@ -175,19 +175,22 @@ def _target(args: argparse.Namespace, console: Any):
 def _observers(args: argparse.Namespace) -> list[Any]:
     if not args.scrape_interval or args.scrape_interval <= 0:
         return []
-    try:
-        from latscope.server.scrape import MetricsScraper
-    except ImportError:
-        return []
+    from latscope.server.scrape import MetricsScraper
+
     return [MetricsScraper(interval_s=args.scrape_interval)]
 
 
 def _print_decomposition(run_dir: Any, console: Any) -> None:
-    try:
-        from latscope.analysis.decompose import decompose_run, print_decomposition
-    except ImportError:
-        return
-    print_decomposition(decompose_run(run_dir), console)
+    from latscope.analysis.decompose import decompose_run
+    from latscope.findings.latency import findings_from_decomposition
+    from latscope.findings.server import findings_from_metrics
+    from latscope.report.observe import print_decomposition
+    from latscope.server.scrape import read_snapshots
+
+    result = decompose_run(run_dir)
+    result.findings = (findings_from_decomposition(result)
+                       + findings_from_metrics(read_snapshots(run_dir)))
+    print_decomposition(result, console)
 
 
 class _Progress:

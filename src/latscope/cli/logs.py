@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
 
-    from latscope.analysis.server_findings import findings_from_log
+    from latscope.findings.server import findings_from_log
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
     from latscope.report.observe import line_rate_text, log_config_table, log_stats_table
