@@ -381,6 +381,9 @@ def test_sweep_and_trial_tables_fit_80_columns():
                         error="server did not become ready within 600 s (see the trial's log)"))
     lines = _render(trials_table(trials, "requests_per_s", "e2e_p99_ms", trials[1].config))
     _assert_fits(lines)
+    text = "\n".join(lines)
+    assert "…" not in text and "max_num_batched_tokens=65536" in text  # nothing chopped
+    assert any(line.startswith("#5: server did not become ready") for line in lines)
 
 
 def test_console_is_80_columns_without_colour_when_not_a_tty(monkeypatch):
