@@ -99,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     import orjson
-    from rich.console import Console
 
     from latscope.analysis.knee import parse_slo
     from latscope.env.redact import redact_url_password
@@ -107,9 +106,10 @@ def run(args: argparse.Namespace) -> int:
     from latscope.cli.tune import bench_base_config
     from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
+    from latscope.report.text import make_console
     from latscope.report.sweep import decomposition_table, sweep_document, sweep_findings, sweep_table, write_json
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     mode = "rate" if args.rate is not None else "concurrency"
     loads = _loads(args.rate if mode == "rate" else args.concurrency)
     integer = mode == "concurrency"

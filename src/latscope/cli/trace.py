@@ -29,10 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import orjson
-    from rich.console import Console
 
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
+    from latscope.report.text import make_console
     from latscope.report.trace import print_comparison, print_ranks, print_result
     from latscope.trace.analyze import (
         AnalysisOptions,
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                               clamp_queues=False if args.no_clamp else None)
     if args.step_pattern:
         options.step_pattern = args.step_pattern
-    console = Console()
+    console = make_console()
     output: dict = {"traces": []}
     results = []
     for path in args.files:

@@ -174,13 +174,13 @@ def _launch(spec: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from rich.console import Console
 
     from latscope.analysis.tune import TuneState, Tuner
     from latscope.errors import ConfigError
     from latscope.report.sweep import trials_table, validation_lines
+    from latscope.report.text import make_console
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     if args.resume:
         state = TuneState.load(Path(args.resume))
         console.print(f"resuming {state.path}: {len(state.cache())} finished trial(s) reused")
