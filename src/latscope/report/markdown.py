@@ -221,7 +221,8 @@ def _decompositions(decs: list[dict[str, Any]] | None) -> str:
         for name, (_, c) in zip(names, tree):
             if len(name) > width:
                 name = name[: width - 1] + "…"
-            line = f"{name.ljust(width)} {units.ms(c.get('mean_ms')):>10} {units.pct(c.get('share')):>6}"
+            mean, share = units.ms(c.get("mean_ms")), units.pct(c.get("share"))
+            line = f"{name.ljust(width)} {mean:>10} {share:>6}"
             if c.get("note"):
                 line += f"  ({_block(c['note'])})"
             out.append(line[:WIDTH])

@@ -216,7 +216,8 @@ def timeseries_spec(ts: dict[str, Any] | None) -> dict[str, Any] | None:
         for when, value in zip(t, ts.get(key) or []):
             if _num(when) and _num(value):
                 v = value * 100 if key == "kv_usage" else value
-                panels[panel].append({"t": when, "v": v, "series": label})
+                panels[panel].append({"t": when, "v": v, "series": label,
+                                      "side": "client" if "client" in label else "server"})
     x_dom = [min(x for x in t if _num(x)), max(x for x in t if _num(x))]
     titles = {"requests": "requests", "kv": "KV cache usage (%)", "preemptions": "preemptions"}
     charts = [_ts_panel(rows, titles[name], x_dom, name == "kv", several=name == "requests")
@@ -241,7 +242,10 @@ def _ts_panel(rows: list[dict[str, Any]], title: str, x_dom: list[float],
                      "y": y,
                      **({"color": {"field": "series", "type": "nominal", "title": None,
                                    "legend": {"orient": "top"}},
-                         "strokeDash": {"field": "series", "type": "nominal", "legend": None}}
+                         # the client's load dashed, the server's state solid
+                         "strokeDash": {"field": "side", "type": "nominal", "legend": None,
+                                        "scale": {"domain": ["server", "client"],
+                                                  "range": [[1, 0], [6, 3]]}}}
                         if several else {})},
     }
 
@@ -324,8 +328,8 @@ def experiments_spec(experiments: list[dict[str, Any]] | None) -> dict[str, Any]
 
 
 def _arms_panel(i: int, e: dict[str, Any], values: list[dict[str, Any]]) -> dict[str, Any]:
-    means = [{"arm": arm, "v": e[key]} for arm, key in (("A (before)", "a_mean"),
-                                                        ("B (after)", "b_mean")) if _num(e.get(key))]
+    arms = (("A (before)", "a_mean"), ("B (after)", "b_mean"))
+    means = [{"arm": arm, "v": e[key]} for arm, key in arms if _num(e.get(key))]
     y = {"field": "arm", "type": "nominal", "title": None, "sort": ["A (before)", "B (after)"]}
     x = {"field": "v", "type": "quantitative", "title": str(e.get("metric") or "value"),
          "scale": {"zero": False}}
