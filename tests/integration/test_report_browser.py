@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from latscope.report.write import write_reports
-from report_samples import full_report
+from report_samples import HOSTILE, full_report, hostile_report
 
 pytestmark = pytest.mark.slow
 
@@ -179,6 +179,14 @@ async def test_report_opens_offline_with_plots_and_findings(tmp_path):
     assert dom["verdict"].startswith("At the knee (c=16), 81% of mean TTFT is queueing")
     assert seen["png"][:8] == b"\x89PNG\r\n\x1a\n"
     assert _colours(seen["png"]) > 1000  # charts and badges (~5000 measured), not a blank page
+
+
+async def test_hostile_text_stays_text_in_the_browser(tmp_path):
+    paths = write_reports(tmp_path / "run", hostile_report())
+    seen = await open_page(paths["html"], tmp_path / "profile")
+    assert _foreign(seen["requests"], paths["html"]) == [] and seen["errors"] == []
+    assert seen["dom"]["scripts"] == 0
+    assert seen["dom"]["findings"][0] == HOSTILE  # shown literally, not run or parsed
 
 
 _CSP = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
