@@ -16,8 +16,8 @@ from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
 
 # The client's timing is unreliable when its own delays are this large a part of what it measured.
-CLIENT_SHARE_UNRELIABLE = 0.10
-CLIENT_LOOP_LAG_P99_UNRELIABLE = 0.25  # of TTFT p50
+CLIENT_SHARE_UNRELIABLE = 0.10  # of mean TTFT: the client's send delay + mean loop lag
+CLIENT_LOOP_LAG_P99_UNRELIABLE = 1.0  # of TTFT p50: a tail of late stamps as long as a TTFT
 CLIENT_CPU_UNRELIABLE = 0.9
 
 

@@ -34,14 +34,16 @@ def render_text(report: dict[str, Any], width: int = WIDTH) -> str:
     if client.get("same_host"):
         lines += _wrap("client and server share this host (loopback): no network distance "
                        "between them", "  ", "i ", width)
-    findings = [f for f in report.get("findings", [])
-                if f.get("severity") in ("critical", "warning", "info")]
+    findings = _shown(report.get("findings", []))
     if findings:
         lines += ["", "Findings (ranked):"]
     for i, f in enumerate(findings[:MAX_FINDINGS], 1):
         lines += _finding_lines(i, f, width)
     if len(findings) > MAX_FINDINGS:
-        lines.append(f"  ... {len(findings) - MAX_FINDINGS} more in findings.json")
+        lines.append(f"  ... {len(findings) - MAX_FINDINGS} more in report.md")
+    rest = len(report.get("findings", [])) - min(len(findings), MAX_FINDINGS)
+    if rest > 0:
+        lines.append(f"  ({rest} more: information and passed checks, in report.md)")
     lines += _experiment_lines(report.get("experiments") or [], width)
     for p in report.get("proposals") or []:
         lines += _wrap(f"to prove {p['finding_id']} ({p['change']}): {p['command']}", "    ",
@@ -51,6 +53,14 @@ def render_text(report: dict[str, Any], width: int = WIDTH) -> str:
         for note in report["notes"]:
             lines += _wrap(note, "    ", "  note: ", width)
     return "\n".join(lines)
+
+
+def _shown(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What to act on (critical, warning), then information with a measured impact (where the
+    time goes); plain information and passed checks stay in the report files."""
+    act = [f for f in findings if f.get("severity") in ("critical", "warning")]
+    where = [f for f in findings if f.get("severity") == "info" and f.get("impact")]
+    return act + where
 
 
 def _finding_lines(i: int, f: dict[str, Any], width: int) -> list[str]:
