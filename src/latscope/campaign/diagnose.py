@@ -585,16 +585,17 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
         return "skipped: no finding's fix is a flag or environment change"
     if control is None or running is None or not state.opts.prove:
         for f, p, at in proposals:
-            state.proposals.append({"finding_id": f.id, "change": p.change.describe(),
-                                    "command": _proof_command(state, p, at)})
+            state.proposals.append(_proposal(f, p, at))
         why = "--no-prove" if not state.opts.prove else "latscope does not control the server"
         return f"skipped: {why}; {len(proposals)} experiment(s) proposed"
     done = []
     for f, p, at in proposals[:state.opts.max_proofs]:
         if budget.left() < 20:
             state.notes.append(f"prove: budget left no time for {f.id} ({p.change.describe()})")
-            state.proposals.append({"finding_id": f.id, "change": p.change.describe(),
-                                    "command": _proof_command(state, p, at)})
+            state.proposals.append(_proposal(f, p, at))
+            continue
+        if not p.cost_measurable:
+            state.proposals.append(_proposal(f, p, at))
             continue
         state.progress(f"    proving {f.id}: {p.change.describe()} at c={at}")
         exp = run_experiment(p, control, running, base, at,
@@ -618,7 +619,12 @@ def _load_of(f: Finding, state: Diagnosis) -> int | None:
     return None
 
 
-def _proof_command(state: Diagnosis, p: Any, load: int) -> str:
+def _proposal(f: Finding, p: Any, load: int) -> dict[str, Any]:
+    return {"finding_id": f.id, "change": p.change.describe(), "why": p.why, "note": p.note,
+            "command": _proof_command(p, load)}
+
+
+def _proof_command(p: Any, load: int) -> str:
     flags = " ".join(p.change.flags)
     return (f"restart the server with {p.change.describe()}, then compare "
             f"`latscope bench --url URL -c {load} -n {max(16, 3 * load)}` before and after; or let "

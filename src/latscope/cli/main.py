@@ -24,6 +24,7 @@ COMMANDS = {
     "net": "net",
     "sweep": "sweep",
     "tune": "tune",
+    "show": "show",
     "report": "report",
 }
 

@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judge.add_argument("--backoff", type=float, default=0.10,
                        help="operating point = knee x (1 - backoff) (default 0.10)")
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="/metrics every N s")
-    parser.add_argument("-o", "--out", help="output dir (default latscope-runs/sweep-<UTC time>)")
+    parser.add_argument("-o", "--output-dir", "--out", dest="out",
+                        help="run directory (default ./latscope-runs/sweep-TIME)")
     parser.add_argument("--json", action="store_true", help="print sweep.json instead of tables")
 
 
@@ -107,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
+    from latscope.rundir import RunDir
     from latscope.report.sweep import decomposition_table, sweep_document, sweep_findings, sweep_table, write_json
 
     console = make_console(stderr=args.json)
@@ -118,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"(ttft|itl|tpot|e2e)_(p[0-9.]+|mean|min|max)_ms", args.knee_latency):
         raise ConfigError(f"--knee-latency {args.knee_latency!r}: use e.g. e2e_p50_ms or ttft_p99_ms")
     cap = parse_slo(args.latency_cap)
-    out = Path(args.out or f"latscope-runs/sweep-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-    out.mkdir(parents=True, exist_ok=True)
+    run_dir = RunDir.create("sweep", args.out, target={"url": redact_url_password(args.url)
+                                                         if args.url else "local"})
+    out = run_dir.path
     rules = StopRules(max_error_rate=args.max_error_rate, latency_cap=cap[0] if cap else None,
                       max_load=args.max_load, max_steps=args.max_steps, patience=args.patience)
     unit = "concurrency" if integer else "request rate"
@@ -163,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
     findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
     doc = sweep_document(steps, analysis, findings, meta)
     write_json(out / "sweep.json", doc)
+    run_dir.write_findings(findings)
+    run_dir.finish("ok")
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0

@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     goal.add_argument("--validate", type=int, default=0, metavar="N",
                       help="re-run chosen and starting configuration alternately N times each")
 
-    parser.add_argument("-o", "--out", help="output dir (default latscope-runs/tune-<UTC time>)")
+    parser.add_argument("-o", "--output-dir", "--out", dest="out",
+                        help="run directory (default ./latscope-runs/tune-TIME)")
     parser.add_argument("--resume", metavar="DIR", help="continue the tune stored in DIR")
     parser.add_argument("--json", action="store_true", help="print tune.json instead of tables")
 
@@ -179,16 +180,19 @@ def run(args: argparse.Namespace) -> int:
     from latscope.errors import ConfigError
     from latscope.report.sweep import trials_table, validation_lines
     from latscope.report.text import make_console
+    from latscope.rundir import RunDir
 
     console = make_console(stderr=args.json)
     if args.resume:
         state = TuneState.load(Path(args.resume))
         console.print(f"resuming {state.path}: {len(state.cache())} finished trial(s) reused")
     else:
-        out = Path(args.out or f"latscope-runs/tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-        if (out / "tune.json").exists():
-            raise ConfigError(f"{out} already holds a tune; continue it with --resume {out}")
-        state = TuneState(out, _spec(args))
+        if args.out and (Path(args.out) / "tune.json").exists():
+            raise ConfigError(f"{args.out} already holds a tune; continue it with --resume "
+                              f"{args.out}")
+        spec = _spec(args)
+        out = RunDir.create("tune", args.out).path
+        state = TuneState(out, spec)
         state.save()
     spec = state.spec
 
