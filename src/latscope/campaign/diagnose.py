@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from latscope.analysis.sweep import (Step, StopRules, analyse, flatten_summary, noise_estimates,
-                                     run_sweep)
-from latscope.campaign.observe import Observation, client_reliability, observe, with_load
-from latscope.campaign.servers import (CommandControl, LocalControl, Running, ServerControl)
+from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
+from latscope.campaign.observe import Observation, observe, with_load
+from latscope.campaign.servers import CommandControl, LocalControl, Running, ServerControl
+from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError, LatscopeError
 from latscope.findings.impact import describe, severity_for_share
 from latscope.findings.latency import Context, findings_from_decomposition
@@ -292,13 +292,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms)
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs
-        metrics = flatten_summary(obs.summary)
-        metrics.update(noise_estimates(obs.summary, metrics))
-        metrics["prefix_cache_hit_rate"] = obs.prefix_cache_hit_rate
-        leaves = {comp.key: comp.mean_ms for comp in (obs.decomposition.components
-                                                      if obs.decomposition else [])
-                  if comp.mean_ms is not None}
-        step = Step(load, metrics, run_dir=str(obs.run_dir), decomposition=leaves)
+        step = step_of(load, obs)
+        metrics = step.metrics
         state.steps.append(step)
         state.progress(f"    c={c}: {metrics.get('requests_per_s') or 0:.2f} req/s, TTFT p50 "
                        f"{metrics.get('ttft_p50_ms') or 0:.0f} ms, p99 "
