@@ -345,10 +345,18 @@ def _pick_levels(state: Diagnosis) -> None:
 
 
 def _level_label(state: Diagnosis, load: float) -> str:
+    """``c=16 (past the knee at c=8)``, ``c=8 (the knee)``, ``c=1 (light load)``."""
     names = [n for n, v in state.levels.items() if v == load]
-    name = ("the knee" if "knee" in names else "light load" if "light" in names
-            else "past the knee" if "knee" in state.levels else "the highest load")
-    return f"{name} (c={load:g})"
+    knee = state.levels.get("knee")
+    if "knee" in names:
+        where = "the knee"
+    elif "light" in names:
+        where = "light load"
+    elif knee is not None and load > knee:
+        where = f"past the knee at c={knee:g}"
+    else:
+        where = "the highest load measured; no knee found"
+    return f"c={load:g} ({where})"
 
 
 def _log(state: Diagnosis, running: Running | None) -> str:
@@ -551,8 +559,8 @@ def _healthy_verdict(state: Diagnosis) -> dict[str, Any]:
                       if ttft and ttft.mean_ms)
     where = _level_label(state, load)
     thr = obs.summary.get("throughput", {}).get("requests_per_s") or 0
-    text = (f"No configuration fault found: capacity is reached at {where} "
-            f"({thr:.2f} req/s, mean TTFT {ttft.mean_ms:.0f} ms: {split})")
+    text = (f"No configuration fault found. At {where}: {thr:.2f} req/s, mean TTFT "
+            f"{ttft.mean_ms:.0f} ms ({split})")
     return {"text": text, "healthy": True, "finding_id": None, "measured_at": where}
 
 
@@ -607,11 +615,10 @@ class _NoControl(ServerControl):
 
 
 def _load_of(f: Finding, state: Diagnosis) -> int | None:
-    where = (f.impact or {}).get("measured_at", "")
-    for load in state.levels.values():
-        if where.endswith(f"(c={load:g})"):
-            return int(load)
-    return None
+    import re
+
+    match = re.match(r"c=(\d+)", (f.impact or {}).get("measured_at", ""))
+    return int(match.group(1)) if match else None
 
 
 def _proposal(f: Finding, p: Any, load: int) -> dict[str, Any]:
