@@ -580,7 +580,7 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
                state.levels.get("light") or 1)
     proposals = []
     for f in candidates:
-        at = _load_of(f, state) or load
+        at = _proof_load(f, state) or load
         p = propose(f, control or _NoControl(), at)
         if p is not None:
             proposals.append((f, p, at))
@@ -612,6 +612,18 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
 
 class _NoControl(ServerControl):
     kind = "remote"
+
+
+def _proof_load(f: Finding, state: Diagnosis) -> int | None:
+    """Where an A/B shows the fix best: for a queueing cause, the lowest measured load at which
+    queueing is half of TTFT or more (past it, both arms saturate the engine and the difference
+    drowns in the longer runs' noise); otherwise where the finding was measured."""
+    if f.layer == "queue":
+        for step in state.steps:
+            d = step.decomposition
+            if d.get("ttft") and d.get("ttft.server.queue", 0.0) / d["ttft"] >= 0.5:
+                return int(step.load)
+    return _load_of(f, state)
 
 
 def _load_of(f: Finding, state: Diagnosis) -> int | None:

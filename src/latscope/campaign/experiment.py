@@ -201,7 +201,7 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                    seed0: int = 10_000, scrape_interval_s: float = 1.0) -> Experiment:
     """Alternate A (``current``, already running) and B (``proposal.change``) ``pairs`` times."""
     exp = Experiment(proposal, load)
-    n = requests or max(16, 3 * load)
+    n = requests or max(24, 4 * load)
     warmup = min(load, 16)
     with _arms(control, current, proposal.change, out_dir) as arm_url:
         for i in range(pairs):
