@@ -70,9 +70,10 @@ class DiagnoseOptions:
     input_len: str = "128"
     output_len: str = "32"
     max_load: int = 64
+    loads: tuple[int, ...] | None = None  # explicit concurrencies to measure (default: auto)
     prove: bool = True
     max_proofs: int = 2
-    pairs: int = 3
+    pairs: int = 4
     argv: list[str] | None = None
 
 
@@ -318,7 +319,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
                                        "analysis": state.analysis.to_dict()})
 
     rules = StopRules(max_load=opts.max_load)
-    steps = run_sweep(measure, None, start=1, factor=2.0, refine=1, integer=True, rules=rules,
+    loads = [float(c) for c in opts.loads] if opts.loads else None
+    steps = run_sweep(measure, loads, start=1, factor=2.0, refine=1, integer=True, rules=rules,
                       on_step=on_step, budget=over_budget)
     state.steps = sorted(steps, key=lambda s: s.load)
     state.analysis = analyse(state.steps, _slo(opts.slo))
@@ -456,8 +458,11 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
 def _all_findings(state: Diagnosis) -> list[Finding]:
     doctor = [f for f in (state.doctor.findings if state.doctor else [])
               if f.severity not in (Severity.OK, Severity.SKIPPED)]
-    net = [f for f in (state.net.findings if state.net else [])
-           if f.id != "net.verdict"]  # the measured run's split (latency.network) replaces it
+    # The probe's own observations are information here: the measured run's split
+    # (latency.network) says what the network costs the load; net.verdict is that, for the probe.
+    net = [dataclasses.replace(f, severity=min(f.severity, Severity.INFO, key=lambda v: -v.rank))
+           for f in (state.net.findings if state.net else [])
+           if f.id != "net.verdict" and f.severity not in (Severity.OK, Severity.SKIPPED)]
     return doctor + net + _level_findings(state) + state.log_findings + state.trace_findings
 
 
