@@ -224,7 +224,7 @@ def preemption_finding(evidence: list[Evidence], count: float) -> Finding:
 
 
 def _debug_logging_finding(log: ServerLog) -> Finding | None:
-    if log.config.get("log_level") != "DEBUG":
+    if not is_debug_level(log.config.get("log_level")):
         return None
     rate = log.line_rate
     debug_lines = rate.by_level.get("DEBUG", 0)
@@ -235,6 +235,21 @@ def _debug_logging_finding(log: ServerLog) -> Finding | None:
                 Evidence("per-step 'Running batch with' lines", rate.step_lines, "", log.name)]
     if rate.lines_per_request is not None:
         evidence.append(Evidence("lines per request", rate.lines_per_request, "", log.name))
+    return debug_logging_finding(evidence)
+
+
+def is_debug_level(value: object) -> bool:
+    """``VLLM_LOGGING_LEVEL`` (or the level read from a log) names DEBUG."""
+    return str(value).strip().upper() == "DEBUG"
+
+
+def debug_logging_finding(evidence: list[Evidence], *, debug: bool = True) -> Finding:
+    """The one rule for "the server logs at DEBUG", whatever it was read from: the server's log
+    (``findings_from_log``), its environment (``env.envrules``) or its command line
+    (``env.server``). ``debug=False`` is the passed check."""
+    if not debug:
+        return Finding("server.debug_logging", Severity.OK, "log level is not DEBUG", evidence,
+                       layer="config")
     return Finding(
         id="server.debug_logging", severity=Severity.WARNING,
         title="The server logs at DEBUG level (VLLM_LOGGING_LEVEL=DEBUG): lines every engine step",
@@ -260,11 +275,25 @@ def _request_logging_finding(log: ServerLog) -> Finding | None:
     if "enable_log_requests" in cfg:
         evidence.append(Evidence("enable_log_requests", cfg["enable_log_requests"], "",
                                  log.source("enable_log_requests")))
+    return request_logging_finding(evidence, flag=bool(cfg.get("request_logging")),
+                                   lines_per_request=per_request)
+
+
+def request_logging_finding(evidence: list[Evidence], *, flag: bool,
+                            lines_per_request: float | None = None,
+                            logging_on: bool = True) -> Finding:
+    """The one rule for "every request is logged", from the log's line counts
+    (``findings_from_log``) or the server's settings (``env.server``). ``flag``: the server was
+    started with --enable-log-requests (a warning); without it, only the log's line count says
+    so (information). ``logging_on=False`` is the passed check."""
+    if not logging_on:
+        return Finding("server.request_logging", Severity.OK, "request logging is off", evidence,
+                       layer="frontend")
     return Finding(
         id="server.request_logging",
-        severity=Severity.WARNING if cfg.get("request_logging") else Severity.INFO,
-        title=(f"Per-request logging is on: {per_request:.1f} log lines per request"
-               if per_request else "Per-request logging is on"),
+        severity=Severity.WARNING if flag else Severity.INFO,
+        title=(f"Per-request logging is on: {lines_per_request:.1f} log lines per request"
+               if lines_per_request else "Per-request logging is on (--enable-log-requests)"),
         evidence=evidence,
         why="--enable-log-requests logs every request's parameters (and, before 0.20, its whole "
             "prompt) on the API server's event loop, which also streams every response.",
@@ -281,7 +310,8 @@ def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/me
     (from the server's command line or log) lets the full-batch rule name the cap."""
     if not snapshots:
         return [Finding("server.metrics_missing", Severity.SKIPPED,
-                        "No /metrics snapshot was taken: server-side checks did not run")]
+                        "No /metrics snapshot was taken: server-side checks did not run",
+                        reference=f"{REF}#server.metrics_missing")]
     if not any(has_vllm_series(s) for s in snapshots):
         return [stats_disabled_finding(source)]
     first, last = snapshots[0], snapshots[-1]
@@ -341,5 +371,7 @@ def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, Any]:
                                ("vllm:kv_cache_usage_perc", max))} if snapshots else {}
 
 
-__all__ = ["effective_max_num_seqs", "findings_from_log", "findings_from_metrics",
-           "full_batch_finding", "kv_finding", "metrics_overview", "preemption_finding"]
+__all__ = ["debug_logging_finding", "effective_max_num_seqs", "findings_from_log",
+           "findings_from_metrics", "full_batch_finding", "is_debug_level", "kv_finding",
+           "metrics_overview", "preemption_finding", "request_logging_finding",
+           "stats_disabled_finding"]
