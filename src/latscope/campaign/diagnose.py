@@ -68,7 +68,7 @@ class DiagnoseOptions:
     api_key: str | None = None
     model: str | None = None
     input_len: str = "128"
-    output_len: str = "32"
+    output_len: str = "64"
     max_load: int = 64
     loads: tuple[int, ...] | None = None  # explicit concurrencies to measure (default: auto)
     prove: bool = True

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(needed with --profile and --url)")
     work = parser.add_argument_group("load")
     work.add_argument("--input-len", default="128", help="prompt tokens (bench's syntax)")
-    work.add_argument("--output-len", default="32", help="output tokens (bench's syntax)")
+    work.add_argument("--output-len", default="64", help="output tokens (bench's syntax)")
     work.add_argument("--max-load", type=int, default=64, help="highest concurrency to sweep")
     work.add_argument("-c", "--concurrency", help="concurrencies to measure instead of the "
                       "automatic sweep, e.g. 1,4,16")
