@@ -124,8 +124,8 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
         id=rule.id, severity=severity, layer=rule.layer,
         title=f"{label}: {part_ms:.1f} ms of a {total_ms:.1f} ms mean {total_label} "
               f"({impact['share']:.0%}){where}",
-        evidence=[Evidence(f"{label} mean", round(part_ms, 3), "ms", part_source),
-                  Evidence(f"{total_label} mean", round(total_ms, 3), "ms", total_source)],
+        evidence=[Evidence(f"{label} mean{where}", round(part_ms, 3), "ms", part_source),
+                  Evidence(f"{total_label} mean{where}", round(total_ms, 3), "ms", total_source)],
         why=why, fix=fix, reference=f"{REF}#{rule.id}", impact=impact, role=rule.role)
 
 

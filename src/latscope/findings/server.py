@@ -76,17 +76,25 @@ def _queue_finding(log: ServerLog) -> Finding | None:
                              log.source("max_num_batched_tokens") if mbt else "not in the log"))
     evidence.append(Evidence("stats intervals with this pattern", len(budget_bound),
                              f"of {len(log.stats)}", log.name))
+    return token_budget_finding(worst.running, worst.waiting, worst.kv_usage_pct, max_seqs, mbt,
+                                evidence, sustained=len(budget_bound) >= 2)
+
+
+def token_budget_finding(running: float, waiting: float, kv_pct: float | None,
+                         max_seqs: int | None, mbt: int | None, evidence: list[Evidence], *,
+                         sustained: bool) -> Finding:
+    """The one rule for "requests queue while the batch has room", from a log or /metrics."""
     known = max_seqs is not None
+    kv = f"{kv_pct:.1f}%" if isinstance(kv_pct, (int, float)) else "unknown"
     return Finding(
         id="server.queue_token_budget",
-        severity=Severity.WARNING if len(budget_bound) >= 2 and known else Severity.INFO,
-        title=(f"Requests queue while the batch is below max_num_seqs (Running {worst.running}, "
-               f"Waiting {worst.waiting}, KV {worst.kv_usage_pct}%): the per-step token budget "
+        severity=Severity.WARNING if sustained and known else Severity.INFO,
+        title=(f"Requests queue while the batch is below max_num_seqs (Running {running:g}, "
+               f"Waiting {waiting:g}, KV {kv}): the per-step token budget "
                f"(max_num_batched_tokens={mbt}) admits prompts too slowly"
                if known else
-               f"Requests queue (Running {worst.running}, Waiting {worst.waiting}) with KV cache "
-               f"at {worst.kv_usage_pct}%; max_num_seqs is not in the log, so the bound is "
-               "unknown"),
+               f"Requests queue (Running {running:g}, Waiting {waiting:g}) with KV cache at "
+               f"{kv}; max_num_seqs is not known, so the bound is unknown"),
         evidence=evidence,
         why=("Each engine step schedules at most max_num_batched_tokens tokens; long prompts use "
              "the budget up, so new requests wait in the queue although batch slots and KV cache "
@@ -96,6 +104,32 @@ def _queue_finding(log: ServerLog) -> Finding | None:
              "max_num_batched_tokens rather than assuming."),
         reference=f"{REF}#server.queue_token_budget",
         layer="queue")
+
+
+def _token_budget_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | None,
+                               mbt: int | None, source: str) -> Finding | None:
+    """Scrapes where requests waited while fewer than max_num_seqs ran and the KV cache had
+    room. Needs max_num_seqs (else a full batch looks the same); a queue seen in one scrape
+    only (the ramp of a closed loop's first wave) is not a pattern."""
+    if max_seqs is None:
+        return None
+    running = dict(gauge_series(snapshots, "vllm:num_requests_running", combine=sum))
+    waiting = dict(gauge_series(snapshots, "vllm:num_requests_waiting", combine=sum))
+    kv = dict(gauge_series(snapshots, "vllm:kv_cache_usage_perc", combine=max))
+    queued = [t for t, w in waiting.items() if w > 0 and t in running]
+    below = [t for t in queued if running[t] < max_seqs and kv.get(t, 0.0) < KV_SATURATED]
+    if len(below) < 2 or len(below) * 2 < len(queued):
+        return None
+    worst = max(below, key=lambda t: waiting[t])
+    evidence = [Evidence("vllm:num_requests_running", running[worst], "reqs", source),
+                Evidence("vllm:num_requests_waiting", waiting[worst], "reqs", source),
+                Evidence("max_num_seqs", max_seqs, "", "server command line or log"),
+                Evidence("max_num_batched_tokens", mbt, "tokens", "server command line or log"),
+                Evidence("scrapes with a queue below max_num_seqs", len(below),
+                         f"of {len(snapshots)}", source)]
+    kv_pct = kv[worst] * 100 if worst in kv else None
+    return token_budget_finding(running[worst], waiting[worst], kv_pct, max_seqs, mbt, evidence,
+                                sustained=True)
 
 
 def _queue_full_batch_finding(log: ServerLog) -> Finding | None:
@@ -304,8 +338,8 @@ def request_logging_finding(evidence: list[Evidence], *, flag: bool,
 
 
 def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/metrics",
-                          max_num_seqs: int | None = None, max_num_seqs_source: str = ""
-                          ) -> list[Finding]:
+                          max_num_seqs: int | None = None, max_num_seqs_source: str = "",
+                          max_num_batched_tokens: int | None = None) -> list[Finding]:
     """Findings from the scrapes of one run (first and last bound the window). ``max_num_seqs``
     (from the server's command line or log) lets the full-batch rule name the cap."""
     if not snapshots:
@@ -332,6 +366,9 @@ def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/me
     full = _full_batch_from_metrics(snapshots, max_num_seqs, max_num_seqs_source, source)
     if full is not None:
         out.append(full)
+    budget = _token_budget_from_metrics(snapshots, max_num_seqs, max_num_batched_tokens, source)
+    if budget is not None and full is None:
+        out.append(budget)
     out.extend(_waiting_reason_findings(snapshots, source))
     return out
 
