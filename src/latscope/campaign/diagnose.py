@@ -332,6 +332,9 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     reason = next((s.stop_reason for s in steps if s.stop_reason), "")
     if reason.startswith("cut"):
         state.notes.append(f"sweep {reason}; highest load measured c={state.steps[-1].load:g}")
+    if loads is None and not any(s.phase == "refine" for s in steps):
+        why = over_budget(state.steps) or "no unmeasured load between the knee and its neighbours"
+        state.notes.append(f"sweep: no bisection step around the knee ({why})")
     knee = state.levels.get("knee")
     return (f"{len(steps)} steps, knee at c={knee:g}" if knee is not None
             else f"{len(steps)} steps, no knee found") + (f"; stopped: {reason}" if reason else "")
