@@ -485,6 +485,8 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
 def _all_findings(state: Diagnosis) -> list[Finding]:
     doctor = [f for f in (state.doctor.findings if state.doctor else [])
               if f.severity not in (Severity.OK, Severity.SKIPPED)]
+    if state.doctor is not None and not (state.doctor.facts.get("gpu") or {}).get("vendor"):
+        doctor = [_no_gpu_here(f) if f.layer == "gpu" else f for f in doctor]
     # The probe's own observations are information here: the measured run's split
     # (latency.network) says what the network costs the load; net.verdict is that, for the probe.
     net = [dataclasses.replace(f, severity=min(f.severity, Severity.INFO, key=lambda v: -v.rank))
@@ -496,6 +498,17 @@ def _all_findings(state: Diagnosis) -> list[Finding]:
         # of each measured step are the evidence for queueing, so the log's queue rules yield.
         log = [f for f in log if f.layer != "queue"]
     return doctor + net + _level_findings(state) + log + state.trace_findings
+
+
+def _no_gpu_here(f: Finding) -> Finding:
+    """A GPU setting on a host without a GPU (the CPU build) costs nothing that can be measured
+    here: kept, with that said, as information."""
+    if f.severity.rank >= Severity.INFO.rank:
+        return f
+    return dataclasses.replace(
+        f, severity=Severity.INFO,
+        why=(f.why + " " if f.why else "") + "This host has no GPU, so its cost could not be "
+        "measured here; on a GPU server it applies as stated.")
 
 
 def join_causes(findings: list[Finding]) -> list[Finding]:
