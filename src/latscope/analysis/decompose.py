@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import orjson
 
-from latscope.analysis.stats import e2e_ms, ttft_ms
+from latscope.analysis.stats import e2e_ms, lag_in_latency_ms, latency_origin, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
                                      histogram_delta)
@@ -138,7 +138,9 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     per_req = [t for r in recs if (t := per_request_server_timings(r))]
     client = {
         "ttft": _client_stats([v for r in recs if (v := ttft_ms(r)) is not None]),
-        "lag": _client_stats([(r.sent_ns - r.scheduled_ns) / 1e6 for r in recs]),
+        # only the send lag inside TTFT is a part of it: all of it in an open loop, none in a
+        # closed loop (latency starts at the send there; the lag is reported beside by bench)
+        "lag": _client_stats([v for r in recs if (v := lag_in_latency_ms(r)) is not None]),
         "e2e": _client_stats([v for r in recs if (v := e2e_ms(r)) is not None]),
         "decode": _client_stats([(r.end_ns - r.first_token_ns) / 1e6 for r in recs
                                  if r.end_ns is not None]),
@@ -166,10 +168,12 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         rows.append(comp)
         return comp
 
-    add("ttft", "TTFT (client)", None, "client records: first chunk - scheduled", client["ttft"],
+    origin = "+".join(sorted({latency_origin(r.open_loop) for r in recs})) or "sent"
+    add("ttft", "TTFT (client)", None, f"client records: first chunk - {origin}",
+        client["ttft"], ttft_total)
+    add("ttft.send_lag", "client send lag (in TTFT: open loop only)", "ttft",
+        "client records: sent - scheduled (open loop); 0 in a closed loop", client["lag"],
         ttft_total)
-    add("ttft.send_lag", "client send lag", "ttft", "client records: sent - scheduled",
-        client["lag"], ttft_total)
     s_ttft = _hist_stats(hist[H_TTFT])
     q_stats, q_src = server_part("queue", H_QUEUE)
     p_stats, p_src = server_part("prefill", H_PREFILL)
@@ -188,7 +192,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         f"difference of means: {H_TTFT} - queue - prefill", rest, ttft_total,
         note=_negative_note(rest))
 
-    add("e2e", "E2E (client)", None, "client records: end - scheduled", client["e2e"], e2e_total)
+    add("e2e", "E2E (client)", None, f"client records: end - {origin}", client["e2e"],
+        e2e_total)
     add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], e2e_total)
     add("e2e.decode", "decode (client: first chunk -> end)", "e2e", "client records",
         client["decode"], e2e_total)

@@ -143,7 +143,7 @@ def pick_tokenizer(config: BenchConfig, base_url: str, model: str,
     if config.tokenizer:
         return LocalTokenizer(config.tokenizer)
     server = ServerTokenizer(base_url, model, headers)
-    return server if server.works() else WordTokenizer()
+    return server if server.works() else WordTokenizer(server.problem)
 
 
 def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:

@@ -43,7 +43,7 @@ def _snap(text: str, t_s: float) -> MetricSnapshot:
 
 
 def _records(n: int, ttft_ms: float, lag_ms: float, decode_ms: float, t0_ms: float = 1000.0,
-             server: dict | None = None) -> list[RequestRecord]:
+             server: dict | None = None, open_loop: bool = True) -> list[RequestRecord]:
     out = []
     for i in range(n):
         sched = int((t0_ms + i) * MS)
@@ -51,7 +51,7 @@ def _records(n: int, ttft_ms: float, lag_ms: float, decode_ms: float, t0_ms: flo
         out.append(RequestRecord(index=i, request_id=f"r{i}", scheduled_ns=sched,
                                  sent_ns=sched + int(lag_ms * MS), first_token_ns=first,
                                  end_ns=first + int(decode_ms * MS), status=200,
-                                 server=dict(server or {})))
+                                 server=dict(server or {}), open_loop=open_loop))
     return out
 
 
@@ -84,6 +84,17 @@ def test_components_add_up_to_client_ttft():
     assert get["ttft.network"].p50_ms is None  # a difference of means has no percentiles
     assert "histogram" in get["ttft.server.queue"].source
     assert result.notes == []
+
+
+def test_closed_loop_send_lag_is_beside_ttft_not_a_part_of_it():
+    # closed loop: TTFT starts at the send, so a 30 ms send lag is no component of it
+    after = _hist("vllm:time_to_first_token_seconds", 0.080 * 20, 20)
+    recs = _records(20, ttft_ms=130.0, lag_ms=30.0, decode_ms=10.0, open_loop=False)
+    result = decompose(recs, [_snap(_page(0, 0, 0, 0, 0, 0), 0.0), _snap(after, 1.0)])
+    get = {c.key: c for c in result.components}
+    assert get["ttft"].mean_ms == pytest.approx(100.0)  # first chunk - sent
+    assert get["ttft.send_lag"].mean_ms == pytest.approx(0.0)
+    assert get["ttft.network"].mean_ms == pytest.approx(20.0)  # 100 - 0 - 80
 
 
 def test_per_request_timings_are_preferred_and_exact():
