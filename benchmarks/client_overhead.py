@@ -20,8 +20,9 @@ B. Maximum streamed throughput with zero server delay: 256 tokens per request, c
    tokens/s (the same tokens over the span from its first request received to its last write).
 
 Each figure is the median over ``--reps`` repetitions, tools interleaved within a repetition.
-latscope runs warm (``--warmup`` = concurrency, so connections are open), as a user would run it;
-vllm bench serve runs as its CLI does. Usage::
+latscope runs with ``--warmup`` = concurrency unless ``--cold`` (no warm-up: ``latscope bench``'s
+default, where the first measured wave is the run's first burst); vllm bench serve runs as its
+CLI does. Usage::
 
     python3 benchmarks/client_overhead.py [--reps 3] [--quick] [--tools latscope,vllm,aiohttp]
 """
@@ -69,10 +70,13 @@ def ttft_errors(reported_ms: dict[str, float], truth: dict[str, Any]) -> np.ndar
     return np.asarray(errs)
 
 
+COLD = False  # --cold: latscope without warm-up
+
+
 def run_latscope(srv: FakeServer, concurrency: int, n: int, tokens: int, out: Path) -> dict:
     srv.reset()
     cfg = BenchConfig(url=srv.url, model="fake-model", num_requests=n, concurrency=concurrency,
-                      warmup=concurrency, output_dir=out, seed=1)
+                      warmup=0 if COLD else concurrency, output_dir=out, seed=1)
     cfg.workload.input_len, cfg.workload.output_len = "16", str(tokens)
     result = run_bench(cfg)
     truth = srv.truth()
@@ -214,7 +218,11 @@ def main() -> None:
                         default=[64, 256], help="part A's concurrencies (default 64,256)")
     parser.add_argument("--scale", type=int, default=1,
                         help="part A: requests = concurrency x 2 x SCALE (e.g. 2: 1024 at 256)")
+    parser.add_argument("--cold", action="store_true",
+                        help="latscope without warm-up (its default); else warmup = concurrency")
     args = parser.parse_args()
+    global COLD
+    COLD = args.cold
     tools = args.tools.split(",")
     tokenizer = None
     if "vllm" in tools:
@@ -226,7 +234,8 @@ def main() -> None:
 
             tokenizer = str(ensure_tiny_model(dummy=True))
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-          f"medians of {args.reps} interleaved repetitions; tools: {', '.join(tools)}")
+          f"medians of {args.reps} interleaved repetitions; tools: {', '.join(tools)}; latscope "
+          f"{'cold (no warm-up)' if args.cold else 'warm-up = concurrency'}")
     scale = 1 if args.quick else 2
     with tempfile.TemporaryDirectory(prefix="latscope-bench-") as tmpdir:
         tmp = Path(tmpdir)

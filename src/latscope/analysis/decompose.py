@@ -1,7 +1,8 @@
 """Latency decomposition: where each millisecond of a run's TTFT and E2E went, client and server joined.
 
-The client's TTFT (first content chunk - scheduled send) is split into the client's own send lag,
-what lies between client and server (network + HTTP frontend + client parsing = client TTFT - send
+The client's TTFT (first content chunk - latency origin: the send in a closed loop, the schedule
+in an open loop, ``analysis.stats.origin_ns``) is split into the client's own send lag (open loop
+only; a closed loop's is outside its TTFT), what lies between client and server (network + HTTP frontend + client parsing = client TTFT - send
 lag - server TTFT), and the server's TTFT (``vllm:time_to_first_token_seconds``: frontend arrival ->
 first token, tokenization included), itself split into queue (``request_queue_time``: QUEUED ->
 SCHEDULED), prefill (``request_prefill_time``: SCHEDULED -> first token) and the remainder

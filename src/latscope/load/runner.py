@@ -122,6 +122,8 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     run.writer.write_manifest(manifest)
     observers = list(observers)
     try:
+        # the connections the load will hold, opened before it starts (not measured)
+        await run.client.preconnect(min(config.concurrency or 0, 4096))
         if config.warmup:
             await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
                                                              config.warmup), warmup=True)
