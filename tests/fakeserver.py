@@ -56,7 +56,8 @@ class ServerConfig:
     # huge (a stream of 1 MiB text chunks)
     fail_mode: str = "http500"
     continuous_usage: bool = True  # honour stream_options.continuous_usage_stats
-    tokenize_mode: str = ""  # "longhead": /tokenize answers a header line that never ends
+    # "longhead": /tokenize answers a header line that never ends; "off": it answers 404
+    tokenize_mode: str = ""
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -252,6 +253,8 @@ class App:
             conn.respond(200, b"{}")
         elif method == "POST" and path == "/tokenize" and self.config.tokenize_mode == "longhead":
             conn.write(b"HTTP/1.1 200 OK\r\nx-junk: " + b"a" * 200_000)
+        elif path in ("/tokenize", "/detokenize") and self.config.tokenize_mode == "off":
+            conn.respond(404, b'{"error":"not found"}')
         elif method == "POST" and path == "/tokenize":
             req = json.loads(body)
             text = req.get("prompt") or " ".join(m["content"] for m in req.get("messages", []))
