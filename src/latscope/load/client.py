@@ -175,6 +175,15 @@ class _Connection(asyncio.Protocol):
                 exchange.fail(ErrorKind.CONNECTION, f"connection closed mid-response{reason}")
 
 
+def check_headers(headers: dict[str, str]) -> None:
+    """Refuses a header that would split the request (CR, LF or NUL; a colon in a name)."""
+    for name, value in headers.items():
+        if any(c in f"{name}{value}" for c in "\r\n\0") or ":" in name:
+            # the value is not shown: it may be a secret (an API key)
+            raise ConfigError(f"header {name[:40]!r}: a CR, LF or NUL in a header would "
+                              "split the request")
+
+
 class StreamingClient:
     """Sends prepared OpenAI-style requests and fills in ``RequestRecord``s."""
 
@@ -189,11 +198,7 @@ class StreamingClient:
         target = f"{prefix}{path}"
         if any(c in target for c in " \r\n\0"):
             raise ConfigError(f"URL path {target[:80]!r} has a space, CR, LF or NUL")
-        for name, value in headers.items():
-            if any(c in f"{name}{value}" for c in "\r\n\0") or ":" in name:
-                # the value is not shown: it may be a secret (an API key)
-                raise ConfigError(f"header {name[:40]!r}: a CR, LF or NUL in a header would "
-                                  "split the request")
+        check_headers(headers)
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         # joined, never %-formatted: a % in the path or a header value is sent as it is
         self._head = (f"POST {target} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"

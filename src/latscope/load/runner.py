@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from latscope.analysis.stats import RunStats, distribution
 from latscope.load.arrival import arrival_offsets_ns
-from latscope.load.client import StreamingClient
+from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
 from latscope.load.prepare import (check_lengths, discover_model, make_manifest, pick_tokenizer,
                                    prompt_count, request_body, request_headers, split_url)
@@ -91,10 +91,11 @@ async def _stoppable(coro: Any) -> tuple[Any, int]:
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     assert task is not None
     got: list[int] = []
+    previous = signal.getsignal(signal.SIGTERM)
 
     def on_term() -> None:
         got.append(signal.SIGTERM)
-        loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGTERM)  # a second SIGTERM: the default action
         task.cancel()
 
     try:
@@ -111,6 +112,8 @@ async def _stoppable(coro: Any) -> tuple[Any, int]:
     finally:
         if not got:
             loop.remove_signal_handler(signal.SIGTERM)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)  # whatever the caller had installed
 
 
 async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
@@ -118,6 +121,7 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     config.validate()
     base_url, credentials = split_url(config.url)
     headers = request_headers(config.api_key, credentials)
+    check_headers(headers)  # before any request, setup ones included
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
