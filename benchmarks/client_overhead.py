@@ -216,6 +216,8 @@ def main() -> None:
     parser.add_argument("--part", choices=("A", "B", "AB"), default="AB")
     parser.add_argument("--concurrency", type=lambda t: [int(c) for c in t.split(",")],
                         default=[64, 256], help="part A's concurrencies (default 64,256)")
+    parser.add_argument("--b-concurrency", type=lambda t: [int(c) for c in t.split(",")],
+                        default=[64, 256, 1024], help="part B's concurrencies")
     parser.add_argument("--scale", type=int, default=1,
                         help="part A: requests = concurrency x 2 x SCALE (e.g. 2: 1024 at 256)")
     parser.add_argument("--cold", action="store_true",
@@ -255,7 +257,7 @@ def main() -> None:
             print(f"{'tool':8} {'conc':>5} {'tok/s':>10} {'req/s':>8} {'CPU us/tok':>10} "
                   f"{'TTFT err p50':>12} {'ratio':>5} {'arrival tok/s':>13} "
                   f"{'server tok/s':>12}")
-            for conc in (64, 256, 1024):
+            for conc in args.b_concurrency:
                 res = scenario(tools, args.reps, conc, conc * 2 * scale, 256,
                                {"ttft_ms": 0, "itl_ms": 0}, tokenizer, tmp)
                 base = (res.get("vllm") or {}).get("tok_s")

@@ -44,7 +44,8 @@ class _Exchange:
     """
 
     __slots__ = ("future", "head", "status", "headers_ns", "mode", "reads", "remaining",
-                 "end_ns", "error_kind", "error", "keep_alive", "received", "left")
+                 "end_ns", "error_kind", "error", "keep_alive", "received", "left",
+                 "max_bytes")
 
     def __init__(self, future: asyncio.Future[None], max_bytes: int = _NO_LIMIT) -> None:
         self.future = future
@@ -59,7 +60,7 @@ class _Exchange:
         self.error: str | None = None
         self.keep_alive = True
         self.received = False
-        self.left = max_bytes  # body bytes still allowed
+        self.max_bytes = self.left = max_bytes  # body bytes allowed, still allowed
 
     def feed(self, ns: int, data: bytes) -> None:
         if self.future.done():
@@ -138,6 +139,11 @@ class _Exchange:
             self.error_kind, self.error = kind.value, message
             self.keep_alive = False
             self.future.set_result(None)
+
+    @property
+    def size(self) -> int:
+        """Body bytes received (what this exchange holds in memory)."""
+        return self.max_bytes - self.left
 
     def body_pieces(self) -> list[tuple[int, bytes]]:
         """(arrival ns, payload) per piece of the body, de-chunked; the ns is that of the read

@@ -37,12 +37,13 @@ from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
 
 _LAG_INTERVAL_S = 0.01
-# Finished responses waiting to be parsed, at most: past this the client parses them at once.
-# One parse per loop turn keeps a burst of them from delaying the timestamps of the others, but
-# when responses end faster than loop turns come (a zero-delay server) the queue grew without
-# bound (10,000 unparsed bodies, 22 MB, seen at concurrency 64); the client is the bottleneck then
-# anyway, and says so (CPU warning).
-_FINALIZE_BACKLOG = 256
+# Finished responses wait to be parsed a few per loop turn, so a burst of them never delays the
+# timestamps of the others. When responses end faster than loop turns come (a zero-delay server)
+# that queue grew without bound (10,000 unparsed bodies, 22 MB, at concurrency 64): now a turn
+# parses 1 + 1/64 of the queue, and past 16 MiB of unparsed bytes the client parses at once (it
+# is the bottleneck then anyway, and says so in its CPU warning).
+_FINALIZE_SHARE = 64
+_FINALIZE_BACKLOG_BYTES = 16 << 20
 _DURATION_GRACE_MAX_S = 30.0  # in-flight requests may finish this long after --duration (k6's)
 OnRecord = Callable[[RequestRecord], None]
 
@@ -178,6 +179,7 @@ class _Run:
             {} if len({p.group for p in workload.prompts}) > 1 else None)
         self.in_flight: dict[int, RequestRecord] = {}
         self.to_finalize: deque[tuple[RequestRecord, Any]] = deque()
+        self.backlog_bytes = 0  # body bytes in to_finalize
         self.finalizing = False
         self.lag_ms = array("f")
         self.cpu0 = self.wall0 = 0.0
@@ -198,31 +200,34 @@ class _Run:
         exchange = await self.client.execute(body or self.body(index), record)
         del self.in_flight[index]
         self.to_finalize.append((record, exchange))
-        while len(self.to_finalize) > _FINALIZE_BACKLOG:
-            record, exchange = self.to_finalize.popleft()
-            finalize(record, exchange, self.config.stream)
-            self._finished(record)
+        self.backlog_bytes += exchange.size
+        while self.backlog_bytes > _FINALIZE_BACKLOG_BYTES:
+            self._finalize_next()
         if not self.finalizing:
             self.finalizing = True
             asyncio.get_running_loop().call_soon(self._finalize_one)
 
     def _finalize_one(self) -> None:
-        """Parse one finished response per event-loop turn, so that parsing a burst of finished
-        responses never holds back the receive timestamps of the requests still streaming."""
-        if self.to_finalize:  # (finalize_all may have emptied it meanwhile)
-            record, exchange = self.to_finalize.popleft()
-            finalize(record, exchange, self.config.stream)
-            self._finished(record)
+        """Parse a few finished responses per event-loop turn, so that parsing a burst of them
+        never holds back the receive timestamps of the requests still streaming."""
+        for _ in range(1 + len(self.to_finalize) // _FINALIZE_SHARE):
+            if not self.to_finalize:  # (finalize_all may have emptied it meanwhile)
+                break
+            self._finalize_next()
         if self.to_finalize:
             asyncio.get_running_loop().call_soon(self._finalize_one)
         else:
             self.finalizing = False
 
+    def _finalize_next(self) -> None:
+        record, exchange = self.to_finalize.popleft()
+        self.backlog_bytes -= exchange.size
+        finalize(record, exchange, self.config.stream)
+        self._finished(record)
+
     def finalize_all(self) -> None:
         while self.to_finalize:
-            record, exchange = self.to_finalize.popleft()
-            finalize(record, exchange, self.config.stream)
-            self._finished(record)
+            self._finalize_next()
 
     def _finished(self, record: RequestRecord) -> None:
         self.stats.add(record)
