@@ -1,15 +1,16 @@
 """Drives one load run: prepare, warm up, measure, write everything as it happens, summarise.
 
 Prompts and the arrival schedule are prepared before the first measured request; each request
-body is built from its prompt just before it is sent (a few microseconds: building them all up
-front cost ~6 KB a request). A closed loop keeps ``concurrency`` requests in flight, each
+body is built from its prompt just before it is sent (a few microseconds; keeping every record
+and pre-built body cost ~6 KB a request). A closed loop keeps ``concurrency`` requests in flight, each
 scheduled the moment a slot frees, and measures latency from the actual send; an open loop sends
 on a precomputed Poisson/gamma schedule and measures every latency from the *scheduled* time, so
 the client's own lag is counted (``latscope.analysis.stats.origin_ns`` is the one definition).
 Either way the send lag is reported separately (with event-loop lag and client CPU), with a
 warning when the client is the bottleneck. Finished records go to ``requests.jsonl`` and into
-constant-size accumulators (``RunStats``), never into a list, so memory does not grow with the
-run's length beyond 16 bytes a request. SIGTERM stops a run as Ctrl-C does.
+constant-size accumulators (``RunStats``), never into a list, so memory grows with the run's
+length by 16 bytes a request plus 4 per ITL gap (capped, ``docs/metrics.md``). SIGTERM stops a
+run as Ctrl-C does.
 """
 
 from __future__ import annotations
