@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("-n", "--num-requests", "--num-prompts", type=int, default=None)
     load.add_argument("--duration", type=float, default=None, help="run for this many seconds")
     load.add_argument("--warmup", type=int, default=0, help="warm-up requests (not measured)")
+    load.add_argument("--workers", default=None, metavar="N|auto",
+                      help="split the load over N client processes, one event loop each "
+                      "(auto: the free cores); with --ray, N Ray actors")
+    load.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                      help="run the workers as Ray actors (ADDRESS of a cluster, e.g. "
+                      "10.0.0.1:6379; omitted: $RAY_ADDRESS or a local cluster)")
 
     out = parser.add_argument_group("output")
     out.add_argument("--slo", help="goodput SLOs in ms, e.g. ttft=200,tpot=50,e2e=5000")
@@ -94,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
         observers = _observers(args)
         try:
             with _Progress(console, config, enabled=not args.no_progress) as progress:
-                result = run_bench(config, observers, on_record=progress.on_record)
+                if args.workers is None and args.ray is None:
+                    result = run_bench(config, observers, on_record=progress.on_record)
+                else:
+                    result = _run_workers(args, config, observers, progress.on_record)
         except RunInterrupted as exc:  # SIGTERM: handled as Ctrl-C, with its own exit status
             print(f"stopped by {exc}: finished requests, the in-flight ones as cancelled and "
                   f"the summary are in {config.output_dir}", file=sys.stderr)
@@ -103,11 +112,33 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"run directory: {result.run_dir}")
     if observers:
         _print_decomposition(result.run_dir, console)
+    for failure in result.summary.get("workers_failed", []):
+        console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
     failure = run_failure(result.summary)
     if failure:
         print(f"error: {failure}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if result.summary.get("workers_failed") else 0
+
+
+def _run_workers(args: argparse.Namespace, config: Any, observers: list[Any],
+                 on_record: Any) -> Any:
+    from latscope.errors import ConfigError
+    from latscope.load.workers import free_cores, run_workers
+
+    if args.workers in (None, "auto") and args.ray is not None:
+        workers = None if args.workers is None else free_cores()
+    elif args.workers == "auto":
+        workers = free_cores()
+    else:
+        try:
+            workers = int(args.workers)
+        except ValueError:
+            raise ConfigError(f"--workers {args.workers!r}: give a number or auto") from None
+        if workers < 1:
+            raise ConfigError("--workers must be at least 1")
+    return run_workers(config, workers, backend="local" if args.ray is None else "ray",
+                       ray_address=args.ray or None, observers=observers, on_record=on_record)
 
 
 def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) -> Any:
@@ -193,9 +224,16 @@ def _observers(args: argparse.Namespace) -> list[Any]:
 
 
 def _print_decomposition(run_dir: Any, console: Any) -> None:
-    from latscope.analysis.decompose import decompose_run, print_decomposition
+    from latscope.analysis.decompose import decompose_run
+    from latscope.findings.latency import findings_from_decomposition
+    from latscope.findings.server import findings_from_metrics
+    from latscope.report.observe import print_decomposition
+    from latscope.server.scrape import read_snapshots
 
-    print_decomposition(decompose_run(run_dir), console)
+    result = decompose_run(run_dir)
+    result.findings = (findings_from_decomposition(result)
+                       + findings_from_metrics(read_snapshots(run_dir)))
+    print_decomposition(result, console)
 
 
 class _Progress:

@@ -13,13 +13,19 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import orjson
-from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from latscope.analysis.knee import SloTerm, no_knee_reason
 from latscope.analysis.sweep import THROUGHPUT, Step, SweepAnalysis, curve
 from latscope.model import Evidence, Finding, Severity
 from latscope.report.findings import findings_to_json
+from latscope.report.text import compact_table
+
+FINDINGS_REF = "docs/findings.md"
+# Satopää et al., "Finding a 'Kneedle' in a Haystack", ICDCS Workshops 2011
+KNEEDLE = "https://doi.org/10.1109/ICDCSW.2011.20"
 
 LEAF_LABELS = {
     "ttft.send_lag": "send lag", "ttft.network": "net+frontend",
@@ -37,8 +43,8 @@ def _ms(value: Any) -> str:
 
 def sweep_table(steps: Sequence[Step], analysis: SweepAnalysis, unit: str) -> Table:
     """The curve: one row per step, latencies in ms, the knee and the SLO limit marked."""
-    table = Table(title=f"Throughput–latency curve by {unit} (latencies in ms)", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = compact_table(title=f"Throughput–latency curve by {unit} (latencies in ms)",
+                          title_justify="left")
     for col in (("conc" if unit.startswith("conc") else "rate"), "req/s", "tok/s", "TTFT\np50", "TTFT\np99", "ITL\np50",
                 "ITL\np99", "E2E\np50", "E2E\np99", "err", "note"):
         table.add_column(col, justify="left" if col == "note" else "right", no_wrap=True)
@@ -61,8 +67,7 @@ def decomposition_table(steps: Sequence[Step], unit: str) -> Table | None:
     keys = [k for k in LEAF_LABELS if any(k in s.decomposition for s in steps)]
     if not keys:
         return None
-    table = Table(title="Mean ms per request, by component", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = compact_table(title="Mean ms per request, by component", title_justify="left")
     table.add_column(("conc" if unit.startswith("conc") else "rate"), justify="right")
     for k in keys:
         table.add_column(LEAF_LABELS[k].replace("+", "+\n"), justify="right")
@@ -87,7 +92,7 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
              Evidence("highest_load", max((s.load for s in steps), default=None), "", source)],
             why="Kneedle needs at least 3 steps and a curve that bends away from a straight line.",
             fix="Sweep to a higher load (--max-load) or with more steps (--refine).",
-            reference="Satopää et al. 2011 (Kneedle)", layer="queue"))
+            reference=f"{FINDINGS_REF}#sweep.no_knee; {KNEEDLE}", layer="queue"))
     else:
         at = by_load[knee.load]
         ev = [Evidence(unit, knee.load, "", source),
@@ -109,7 +114,8 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
                 + ("" if knee.measured_past else " (provisional: sweep higher loads to confirm)")
                 + (f"; past the knee {LEAF_LABELS.get(top, top)} grows most: measure the server flags "
                    "that bound it with latscope tune" if top else ""),
-            reference=knee.method, layer=LEAF_LAYER.get(top, "queue") if top else "queue",
+            reference=f"{FINDINGS_REF}#sweep.knee; {KNEEDLE}",
+            layer=LEAF_LAYER.get(top, "queue") if top else "queue",
             impact={"metric": f"{top}_mean_ms", "value": growth[top]} if top else None))
     if slo:
         terms = ", ".join(str(t) for t in slo)
@@ -117,20 +123,23 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
             findings.append(Finding("sweep.slo_unmet", Severity.WARNING,
                                     f"No measured {unit} meets the SLO ({terms})",
                                     [Evidence("lowest_load", min(s.load for s in steps), "", source)],
-                                    fix="Relax the SLO or lower the starting load (--start).", layer="config"))
+                                    fix="Relax the SLO or lower the starting load (--start).", layer="config",
+                                    reference=f"{FINDINGS_REF}#sweep.slo_unmet"))
         else:
             sev = Severity.INFO if analysis.slo_monotone else Severity.WARNING
             note = "" if analysis.slo_monotone else " (a lower load failed it: noisy curve, repeat)"
             findings.append(Finding("sweep.slo_limit", sev,
                                     f"Highest {unit} meeting the SLO ({terms}): {analysis.slo_load:g}{note}",
                                     [Evidence(t.metric, by_load[analysis.slo_load].metrics.get(t.metric), "",
-                                              source) for t in slo], layer="config"))
+                                              source) for t in slo], layer="config",
+                                    reference=f"{FINDINGS_REF}#sweep.slo_limit"))
     last = next((s for s in steps if s.stop_reason), None)
     if last is not None and last.stop_reason.startswith("error rate"):
         findings.append(Finding("sweep.errors", Severity.WARNING,
                                 f"Sweep stopped at {unit} {last.load:g}: {last.stop_reason}",
                                 [Evidence("error_rate", last.metrics.get("error_rate"), "", last.run_dir)],
-                                fix="Read the step's requests.jsonl error kinds.", layer="client"))
+                                fix="Read the step's requests.jsonl error kinds.", layer="client",
+                                reference=f"{FINDINGS_REF}#sweep.errors"))
     return findings
 
 
@@ -151,30 +160,39 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return "-inf" if v == -math.inf else f"{v:.3g}"
+        if v == -math.inf:
+            return "-inf"
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"  # 1234, not 1.23e+03
     return str(v)
 
 
 _PURPOSE = {"search": "search", "validate-baseline": "val A", "validate-candidate": "val B"}
 
 
-def trials_table(trials: Sequence[Any], objective: str, latency: str, best: dict | None) -> Table:
-    """Every trial (one server start each): configuration, status and the numbers it scored."""
-    table = Table(title="Trials (one server start each; * best; val A = baseline, val B = chosen)",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("#", "trial", "configuration", "status", _short(objective), _short(latency),
-                "TTFT\np99", "ITL\np99", "err", "SLO", "note"):
-        table.add_column(col, no_wrap=col != "note")
+def trials_table(trials: Sequence[Any], objective: str, latency: str, best: dict | None) -> Group:
+    """Every trial (one server start each): the numbers it scored, its configuration last (it
+    wraps at spaces), and why a trial failed as a numbered line under the table."""
+    table = compact_table(title="Trials (one server start each; * best; val A = baseline, "
+                                "val B = chosen)", title_justify="left")
+    for col in ("#", "trial", "status", _short(objective), _short(latency), "TTFT\np99",
+                "ITL\np99", "err", "SLO", "configuration"):
+        table.add_column(col, no_wrap=col != "configuration", overflow="fold",
+                         justify="left" if col in ("#", "trial", "status", "configuration")
+                         else "right")
+    errors = []
     for i, t in enumerate(trials):
         m = t.metrics
         err = m.get("error_rate")
-        note = "best" if best == t.config and t.purpose == "search" else t.error[:60]
-        table.add_row(f"{i}*" if note == "best" else str(i), _PURPOSE.get(t.purpose, t.purpose),
-                      " ".join(f"{k}={v}" for k, v in t.config.items()), t.status,
-                      _fmt(m.get(objective)), _fmt(m.get(latency)), _fmt(m.get("ttft_p99_ms")),
-                      _fmt(m.get("itl_p99_ms")), "-" if err is None else f"{err:.0%}",
-                      ("met" if t.feasible else "missed") if t.status == "done" else "-", note)
-    return table
+        is_best = best == t.config and t.purpose == "search"
+        if t.error:
+            errors.append(f"#{i}: {t.error}")
+        table.add_row(f"{i}*" if is_best else str(i), _PURPOSE.get(t.purpose, t.purpose),
+                      t.status, _fmt(m.get(objective)), _fmt(m.get(latency)),
+                      _fmt(m.get("ttft_p99_ms")), _fmt(m.get("itl_p99_ms")),
+                      "-" if err is None else f"{err:.0%}",
+                      ("met" if t.feasible else "missed") if t.status == "done" else "-",
+                      " ".join(f"{k}={v}" for k, v in t.config.items()))
+    return Group(table, *(Text(e) for e in errors))
 
 
 def _short(key: str) -> str:

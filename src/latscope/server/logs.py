@@ -1,6 +1,7 @@
 """vLLM server logs, read: the startup configuration, the periodic stats lines, and how much it logs.
 
-Covers the line formats of vLLM 0.10 through 0.33 listed in ``shared/docs/vllm-facts.md`` section 2:
+Covers the line formats of vLLM 0.10 through 0.33 (``vllm/logger.py`` and the stats logger in
+``vllm/v1/metrics/loggers.py`` of each version; the fixtures in tests/ are real logs):
 ANSI colour (always on in 0.10) and carriage returns are stripped, an optional ``(Proc pid=N)``
 prefix is accepted, stats lines are split into their ``Key: value`` parts (so the optional
 ``Preemptions``, ``Deferred``, ``Corrupted`` parts and "GPU"/"CPU" KV cache usage all parse), and
@@ -63,7 +64,7 @@ _CONFIG_WORDS = ("version", "Initializing", "max_num", "KV cache size", "Maximum
                  "backend", "enforce_eager", "enable_", "max_seq_len", "parallel_size", "cudagraph",
                  "Cudagraph", "Free memory", "Graph capturing", "Asynchronous", "rofiler")
 _CUDAGRAPH_INT = {"0": "NONE", "1": "PIECEWISE", "2": "FULL"}
-# warnings worth flagging: regex -> kind (vllm-facts.md section 2, "Warnings to flag")
+# warnings worth flagging: regex -> kind (each kind's finding is in docs/findings.md)
 _WARNING_PATTERNS = [
     ("unknown_env_var", re.compile(r"Unknown vLLM environment variable detected: (\S+)")),
     ("block_size_precluded_backend",

@@ -14,7 +14,7 @@ from latscope.model import Evidence, Finding, Severity
 IDLE_CRITICAL, IDLE_WARNING = 0.5, 0.2
 EXPOSED_COPY_WARNING, EXPOSED_COMM_WARNING = 0.05, 0.10
 GENERIC_WARNING = 0.05
-_REF = "latscope docs/trace.md; ../shared/docs/trace-formats.md"
+_REF = "docs/findings.md"
 
 
 def trace_findings(result: dict[str, Any]) -> list[Finding]:
@@ -23,6 +23,7 @@ def trace_findings(result: dict[str, Any]) -> list[Finding]:
         return [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
                         title="the trace holds no GPU activity (a CPU-only profile?): nothing "
                               "to break down", layer="gpu",
+                        reference=f"{_REF}#trace.no_gpu_activity",
                         evidence=[Evidence("gpu events", 0, source=source["path"])])]
     out: list[Finding] = []
     for dev in result["devices"]:
@@ -59,8 +60,8 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
     delay = gaps["launch_delay"]
     joined = delay.get("count", 0) + delay.get("graph_launched", 0)
     if joined:
-        # eager vs graph mode: per-op launches where graph capture was expected is heuristic #4
-        # of trace-formats.md section 4
+        # eager vs graph mode: per-op launches where graph capture was expected
+        # (docs/findings.md#trace.gpu_idle)
         evidence.append(Evidence("GPU activities launched by a graph replay",
                                  f"{delay.get('graph_launched', 0)} of {dev['activities']}", "",
                                  where))
@@ -90,7 +91,8 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
         fix=("Cut per-step host overhead: CUDA/HIP graphs (vLLM: do not pass --enforce-eager; "
              "check the cudagraph capture sizes cover your batch sizes), torch.compile, fewer "
              "small ops; then re-record and compare with `latscope trace --compare`."),
-        reference=_REF, impact={"metric": "gpu_window_idle", "value": _ms(b["idle_ns"]),
+        reference=f"{_REF}#trace.gpu_idle",
+        impact={"metric": "gpu_window_idle", "value": _ms(b["idle_ns"]),
                                 "share": round(share, 4)})
 
 
@@ -105,7 +107,7 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
             evidence=[Evidence("exposed copy time", _ms(b["exposed_copy_ns"]), "ms", where)],
             why="While only a copy runs, no kernel runs.",
             fix="Pin host buffers and overlap copies with compute (non_blocking, separate "
-                "stream), or avoid the copy.", reference=_REF,
+                "stream), or avoid the copy.", reference=f"{_REF}#trace.exposed_copies",
             impact={"metric": "gpu_window", "share": round(exposed, 4)}))
     pageable = [r for r in c["by_direction"] if r["pageable_count"]]
     if pageable:
@@ -121,7 +123,7 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
             why="A pageable copy is staged through a pinned bounce buffer and cannot overlap "
                 "with host work.",
             fix="Allocate the host tensors pinned (pin_memory=True) and copy with "
-                "non_blocking=True.", reference=_REF))
+                "non_blocking=True.", reference=f"{_REF}#trace.pageable_copies"))
     blocking = sum(r["blocking_count"] for r in c["by_direction"])
     if blocking:
         out.append(Finding(
@@ -131,7 +133,7 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
                                f"{where}; APIs cudaMemcpy/hipMemcpy/hipMemcpyWithStream")],
             why="The host thread stalls until the copy finishes, so it cannot queue more work.",
             fix="Use async copies from pinned memory where the result is not needed at once.",
-            reference=_REF))
+            reference=f"{_REF}#trace.blocking_copies"))
     return out
 
 
@@ -152,7 +154,7 @@ def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
             why=rule["why"],
             fix="Check which op launches it (same trace, CPU side) and whether an optimised "
                 "kernel exists for this dtype/shape/layout; compare with a trace from a "
-                "reference setup.", reference="taxonomy.toml; trace-formats.md section 4",
+                "reference setup.", reference=f"{_REF}#trace.generic_kernels",
             impact={"metric": "kernel_time", "value": _ms(rule["sum_ns"]),
                     "share": round(share, 4)}))
     return out
@@ -170,7 +172,8 @@ def _comm(dev: dict[str, Any], where: str) -> list[Finding]:
                   Evidence("all communication (union)", _ms(b["communication_ns"]), "ms", where)],
         why="Collectives that do not overlap compute add directly to step time.",
         fix="Check the interconnect and collective algorithm (e.g. custom all-reduce); "
-            "compare against the same model at a lower tensor-parallel size.", reference=_REF,
+            "compare against the same model at a lower tensor-parallel size.",
+        reference=f"{_REF}#trace.exposed_communication",
         impact={"metric": "gpu_window", "share": round(b["exposed_comm_share"], 4)})]
 
 
@@ -189,4 +192,4 @@ def _clamp(dev: dict[str, Any], where: str) -> list[Finding]:
     return [Finding(id="trace.queue_overlap", severity=Severity.INFO, layer="gpu", title=title,
                     evidence=[Evidence("overlapping pairs", q["overlapping_pairs"], "", where)],
                     why=why, fix="None needed; use --no-clamp to keep the raw timestamps.",
-                    reference=_REF)]
+                    reference=f"{_REF}#trace.queue_overlap")]

@@ -101,7 +101,8 @@ def read_rocprof_v1_json(path: Path) -> TraceEvents:
 
 
 def _default_process(pid: Any) -> str:
-    # Pseudo-pids of shared/docs/trace-formats.md, used when the metadata events are missing.
+    # rocprof v1's pseudo-pids (ROCm/rocprofiler bin/tblextr.py), used when the metadata events
+    # are missing.
     try:
         pid = int(pid)
     except (TypeError, ValueError):
