@@ -205,3 +205,16 @@ def test_the_live_summary_equals_the_one_rebuilt_from_disk(tmp_path):
     for key in ("requests", "errors", "tokens", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms",
                 "send_lag_ms", "duration_s", "throughput", "goodput", "load"):
         assert rebuilt[key] == live[key], key
+
+
+def test_a_percent_in_the_url_path_is_sent_as_it_is():
+    # the request head was once bytes-%-formatted: "%25" in a path raised ValueError per request
+    from latscope.load.client import StreamingClient
+
+    client = StreamingClient("http://127.0.0.1:8000/pre%25fix%d/v1", "/v1/completions",
+                             {"x-note": "100%s"}, timeout_s=1.0)
+    head = client.request_bytes("r-1", b"{}").split(b"\r\n")
+    assert head[0] == b"POST /pre%25fix%d/v1/completions HTTP/1.1"
+    assert b"x-note: 100%s" in head and b"content-length: 2" in head
+    with pytest.raises(ConfigError, match="space, CR, LF or NUL"):
+        StreamingClient("http://127.0.0.1:8000/a b", "/v1/completions", {}, timeout_s=1.0)
