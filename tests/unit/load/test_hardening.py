@@ -180,7 +180,7 @@ def test_sigterm_keeps_everything_like_ctrl_c(tmp_path):
     assert summary["errors"] == {"cancelled": 4}  # the 4 in flight, written, not dropped
 
 
-def test_after_sigkill_the_summary_is_rebuilt_from_the_records(tmp_path):
+def test_after_sigkill_the_summary_is_rebuilt_from_the_records(tmp_path, capsys):
     run_dir = tmp_path / "run"
     with FakeServer(ttft_ms=20, itl_ms=20) as srv:
         proc = _bench_proc(srv.url, run_dir)
@@ -194,6 +194,10 @@ def test_after_sigkill_the_summary_is_rebuilt_from_the_records(tmp_path):
     assert rebuilt["requests"]["completed"] == len(records)  # no in-flight record was written
     assert rebuilt["ttft_ms"]["count"] == len(records) and "rebuilt" in rebuilt
     assert rebuilt["load"]["concurrency"] == 4 and rebuilt["latency_origin"] == "sent"
+    # `latscope show` prints it (through load.rundir.rebuild_summary)
+    assert main(["show", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "rebuilt from requests.jsonl" in out and "TTFT" in out
 
 
 def test_the_live_summary_equals_the_one_rebuilt_from_disk(tmp_path):
