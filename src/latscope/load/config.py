@@ -110,6 +110,9 @@ class BenchConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
     per_chunk_usage: bool = False  # ask vLLM for usage in every chunk (tokens per chunk)
     use_uvloop: bool = True
+    # A response larger than this is cut and counted as an error (a runaway or hostile server
+    # must not take the client's memory): 64 MiB is ~300k streamed tokens of vLLM's SSE.
+    max_response_bytes: int = 64 << 20
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -128,6 +131,8 @@ class BenchConfig:
             raise ConfigError("give num_requests or duration_s")
         if (self.num_requests or 0) < 0 or (self.duration_s or 0) < 0 or self.warmup < 0:
             raise ConfigError("num_requests, duration and warmup must not be negative")
+        if self.max_response_bytes <= 0:
+            raise ConfigError("max response size must be > 0 bytes")
         if self.request_timeout_s <= 0:
             raise ConfigError("request timeout must be > 0 s")
         if self.slo:
