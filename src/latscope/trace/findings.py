@@ -14,22 +14,41 @@ from latscope.model import Evidence, Finding, Severity
 IDLE_CRITICAL, IDLE_WARNING = 0.5, 0.2
 EXPOSED_COPY_WARNING, EXPOSED_COMM_WARNING = 0.05, 0.10
 GENERIC_WARNING = 0.05
-_REF = "latscope docs/trace.md; ../shared/docs/trace-formats.md"
+_REF = "latscope docs/trace.md"
 
 
 def trace_findings(result: dict[str, Any]) -> list[Finding]:
     source = result["source"]
+    skipped = _skipped(source)
     if not result["devices"]:
-        return [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
+        return skipped + [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
                         title="the trace holds no GPU activity (a CPU-only profile?): nothing "
                               "to break down", layer="gpu",
                         evidence=[Evidence("gpu events", 0, source=source["path"])])]
-    out: list[Finding] = []
+    out: list[Finding] = list(skipped)
     for dev in result["devices"]:
         where = f"{Path(source['path']).name} device {dev['device']}"
         out += [_idle(dev, where), *_copies(dev, where), *_generic(dev, where),
                 *_comm(dev, where), *_clamp(dev, where)]
     return [f for f in out if f is not None]
+
+
+def _skipped(source: dict[str, Any]) -> list[Finding]:
+    """Events dropped because they cannot be real: the numbers below leave them out."""
+    skipped = source.get("skipped") or {}
+    if not skipped:
+        return []
+    total = sum(skipped.values())
+    where = Path(source["path"]).name
+    return [Finding(
+        id="trace.skipped_events", severity=Severity.WARNING, layer="gpu",
+        title=f"skipped {total} event{'s' if total != 1 else ''} that cannot be real: "
+              + ", ".join(f"{n} {reason}" for reason, n in skipped.items()),
+        evidence=[Evidence(reason, n, "events", where) for reason, n in skipped.items()],
+        why="A negative or day-long duration, a time that is no number or beyond 2**62 ns, or an "
+            "entry that is not an event object cannot come from a profiler clock: the file was "
+            "damaged or written by a broken tool. The analysis leaves these events out.",
+        fix="Re-record the trace, or check the tool that wrote or edited it.", reference=_REF)]
 
 
 def _ms(ns: float) -> float:
@@ -59,8 +78,7 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
     delay = gaps["launch_delay"]
     joined = delay.get("count", 0) + delay.get("graph_launched", 0)
     if joined:
-        # eager vs graph mode: per-op launches where graph capture was expected is heuristic #4
-        # of trace-formats.md section 4
+        # eager vs graph mode: per-op launches where graph capture was expected
         evidence.append(Evidence("GPU activities launched by a graph replay",
                                  f"{delay.get('graph_launched', 0)} of {dev['activities']}", "",
                                  where))
@@ -152,7 +170,7 @@ def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
             why=rule["why"],
             fix="Check which op launches it (same trace, CPU side) and whether an optimised "
                 "kernel exists for this dtype/shape/layout; compare with a trace from a "
-                "reference setup.", reference="taxonomy.toml; trace-formats.md section 4",
+                "reference setup.", reference="latscope src/latscope/trace/taxonomy.toml; docs/trace.md",
             impact={"metric": "kernel_time", "value": _ms(rule["sum_ns"]),
                     "share": round(share, 4)}))
     return out

@@ -106,7 +106,7 @@ def read_rocprof_v1_json(path: Path) -> TraceEvents:
 
 
 def _default_process(pid: Any) -> str:
-    # Pseudo-pids of shared/docs/trace-formats.md, used when the metadata events are missing.
+    # The pseudo-pids ROCm/rocprofiler bin/tblextr.py gives them; used when metadata is missing.
     pid = as_id(pid)
     if pid < 0:
         return ""
