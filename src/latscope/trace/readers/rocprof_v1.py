@@ -76,7 +76,8 @@ def read_rocprof_v1_json(path: Path) -> TraceEvents:
     process_names: dict[Any, str] = {}
     events: list[dict[str, Any]] = []
     builder = TraceBuilder()
-    for ev in iter_json_items(path, "traceEvents.item", EXPECTED_JSON):
+    # guard: a wide integer (any id) must not stop the reader (ijson's C backend rejects them)
+    for ev in iter_json_items(path, "traceEvents.item", EXPECTED_JSON, guard=True):
         if not isinstance(ev, dict):
             builder.skip(NOT_AN_EVENT)
             continue
