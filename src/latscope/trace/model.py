@@ -162,7 +162,9 @@ def _column(values: list, dtype: Any, is_time: bool) -> tuple[np.ndarray, np.nda
     """The list as an array; with the reason per row ("" = fine) when some value would not
     convert. Ids that do not convert become -1 (unknown), times mark their row for dropping."""
     try:
-        return np.asarray(values, dtype=dtype), None
+        array = np.asarray(values, dtype=dtype)
+        if array.ndim == 1:  # a list of equal-length lists would make a 2-D array
+            return array, None
     except (OverflowError, TypeError, ValueError):
         pass
     info = np.iinfo(dtype)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 import zlib
 from pathlib import Path
 
@@ -91,13 +90,13 @@ def _gz_head(path: Path, size: int) -> bytes:
 
 
 def _detect_sqlite(path: Path) -> str:
-    from latscope.trace.readers.sqlite_util import open_sqlite
+    from latscope.trace.readers.sqlite_util import SQLITE_ERRORS, open_sqlite
 
     with open_sqlite(path) as conn:
         try:
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"unreadable SQLite file ({exc})", path=str(path), offset=0,
                                    expected="nsys or rocpd SQLite") from None
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:

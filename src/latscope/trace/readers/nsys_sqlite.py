@@ -27,7 +27,7 @@ from latscope.trace.model import (
     as_id,
     as_text,
 )
-from latscope.trace.readers.sqlite_util import columns, open_sqlite, tables
+from latscope.trace.readers.sqlite_util import SQLITE_ERRORS, columns, open_sqlite, tables
 
 EXPECTED = "nsys SQLite export"
 # ENUM_CUDA_MEMCPY_OPER
@@ -46,7 +46,7 @@ def read_nsys_sqlite(path: Path) -> TraceEvents:
     with open_sqlite(path) as conn:
         try:
             return _read(conn, path)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"unreadable nsys SQLite ({exc})", path=str(path),
                                    expected=EXPECTED) from None
 

@@ -29,7 +29,7 @@ from latscope.trace.model import (
     TraceMeta,
     as_text,
 )
-from latscope.trace.readers.sqlite_util import columns, open_sqlite, tables
+from latscope.trace.readers.sqlite_util import SQLITE_ERRORS, columns, open_sqlite, tables
 
 EXPECTED = "rocpd SQLite (rocprofv3 schema 3)"
 _COPY_DIRS = {
@@ -46,7 +46,7 @@ def read_rocpd(path: Path) -> TraceEvents:
     with open_sqlite(path) as conn:
         try:
             return _read(conn, path)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"unreadable rocpd SQLite ({exc})", path=str(path),
                                    expected=EXPECTED) from None
 

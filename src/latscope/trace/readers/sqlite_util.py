@@ -17,6 +17,11 @@ from latscope.errors import TraceFormatError
 from latscope.trace.readers.stream import GZIP_MAGIC, open_binary
 
 
+# What a damaged SQLite file raises: sqlite3's errors, and UnicodeDecodeError when the error
+# message quotes non-UTF-8 bytes of the damaged schema (sqlite3 decodes messages as UTF-8).
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
 @contextlib.contextmanager
 def open_sqlite(path: Path) -> Iterator[sqlite3.Connection]:
     with open(path, "rb") as f:
@@ -36,8 +41,10 @@ def open_sqlite(path: Path) -> Iterator[sqlite3.Connection]:
         target = (tmp_path or path).resolve()
         try:  # as_uri: a '?' or '#' in the path must not end up in the URI's query
             conn = sqlite3.connect(f"{target.as_uri()}?mode=ro", uri=True)
-        except sqlite3.Error as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"cannot open SQLite ({exc})", path=str(path)) from None
+        # TEXT that is not UTF-8 (a damaged file) must not raise UnicodeDecodeError mid-query
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         try:
             yield conn
         finally:
