@@ -361,6 +361,8 @@ def _parse_python_literal(text: str) -> Any:
 
 def _node_value(node: ast.AST, source: str) -> Any:
     if isinstance(node, ast.Constant):
+        if type(node.value) is int and not -(1 << 63) <= node.value < (1 << 63):
+            return str(node.value)  # JSON writers (orjson) refuse integers wider than 64 bits
         return node.value
     if isinstance(node, ast.Dict):
         return {_node_value(k, source): _node_value(v, source)

@@ -106,3 +106,16 @@ def test_kineto_document_found_by_the_fuzzer_once(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError):
         read_trace(path)
+
+
+def test_log_non_default_args_with_an_integer_wider_than_64_bits(tmp_path, capsys):
+    """`latscope logs --json` failed with orjson's "Integer exceeds 64-bit range"."""
+    from latscope.cli.main import main
+
+    line = "INFO 01-02 10:11:12 [utils.py:1] non-default args: {'seed': 18446744073709551616}\n"
+    fz.vllm_log([line])
+    log = tmp_path / "server.log"
+    log.write_text(line)
+    assert main(["logs", str(log), "--json", str(tmp_path / "out.json")]) == 0
+    assert json.loads((tmp_path / "out.json").read_text())["log"]["config"][
+        "non_default_args"]["seed"] == "18446744073709551616"
