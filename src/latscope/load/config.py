@@ -196,9 +196,12 @@ def load_workload_file(path: str | Path) -> dict[str, Any]:
     (``name``, ``weight``, ``input_len``, ``output_len``)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read workload file {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read workload file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"workload file {path}: not UTF-8 text (byte {exc.start}); expected "
+                          "TOML or YAML") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml

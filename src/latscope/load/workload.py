@@ -259,7 +259,10 @@ def _read_dataset(path: Path, fmt: str) -> list[tuple[str, str | None, int | Non
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read dataset {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read dataset {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"dataset {path}: not UTF-8 text (byte {exc.start}); expected "
+                          "ShareGPT JSON or JSONL") from None
     if fmt == "auto":
         fmt = "sharegpt" if raw.lstrip().startswith("[") else "jsonl"
     if fmt == "sharegpt":

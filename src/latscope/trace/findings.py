@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from latscope.findings.impact import make_impact
 from latscope.model import Evidence, Finding, Severity
 
 IDLE_CRITICAL, IDLE_WARNING = 0.5, 0.2
@@ -19,18 +20,38 @@ _REF = "docs/findings.md"
 
 def trace_findings(result: dict[str, Any]) -> list[Finding]:
     source = result["source"]
+    skipped = _skipped(source)
     if not result["devices"]:
-        return [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
+        return skipped + [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
                         title="the trace holds no GPU activity (a CPU-only profile?): nothing "
                               "to break down", layer="gpu",
                         reference=f"{_REF}#trace.no_gpu_activity",
                         evidence=[Evidence("gpu events", 0, source=source["path"])])]
-    out: list[Finding] = []
+    out: list[Finding] = list(skipped)
     for dev in result["devices"]:
         where = f"{Path(source['path']).name} device {dev['device']}"
         out += [_idle(dev, where), *_copies(dev, where), *_generic(dev, where),
                 *_comm(dev, where), *_clamp(dev, where)]
     return [f for f in out if f is not None]
+
+
+def _skipped(source: dict[str, Any]) -> list[Finding]:
+    """Events dropped because they cannot be real: the numbers below leave them out."""
+    skipped = source.get("skipped") or {}
+    if not skipped:
+        return []
+    total = sum(skipped.values())
+    where = Path(source["path"]).name
+    return [Finding(
+        id="trace.skipped_events", severity=Severity.WARNING, layer="gpu",
+        title=f"skipped {total} event{'s' if total != 1 else ''} that cannot be real: "
+              + ", ".join(f"{n} {reason}" for reason, n in skipped.items()),
+        evidence=[Evidence(reason, n, "events", where) for reason, n in skipped.items()],
+        why="A negative or day-long duration, a time that is no number or beyond 2**62 ns, or an "
+            "entry that is not an event object cannot come from a profiler clock: the file was "
+            "damaged or written by a broken tool. The analysis leaves these events out.",
+        fix="Re-record the trace, or check the tool that wrote or edited it.",
+        reference=f"{_REF}#trace.skipped_events")]
 
 
 def _ms(ns: float) -> float:
@@ -92,8 +113,8 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
              "check the cudagraph capture sizes cover your batch sizes), torch.compile, fewer "
              "small ops; then re-record and compare with `latscope trace --compare`."),
         reference=f"{_REF}#trace.gpu_idle",
-        impact={"metric": "gpu_window_idle", "value": _ms(b["idle_ns"]),
-                                "share": round(share, 4)})
+        impact=make_impact("gpu_window", share, value_ms=_ms(b["idle_ns"]),
+                           measured_at=where))
 
 
 def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
@@ -108,7 +129,7 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
             why="While only a copy runs, no kernel runs.",
             fix="Pin host buffers and overlap copies with compute (non_blocking, separate "
                 "stream), or avoid the copy.", reference=f"{_REF}#trace.exposed_copies",
-            impact={"metric": "gpu_window", "share": round(exposed, 4)}))
+            impact=make_impact("gpu_window", exposed, measured_at=where)))
     pageable = [r for r in c["by_direction"] if r["pageable_count"]]
     if pageable:
         count = sum(r["pageable_count"] for r in pageable)
@@ -137,6 +158,12 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
     return out
 
 
+def _of_window(share_of_busy: float, dev: dict[str, Any]) -> float:
+    """A share of the device's busy time as a share of its window (the common GPU target)."""
+    b = dev["breakdown"]
+    return share_of_busy * b["busy_ns"] / b["window_ns"] if b["window_ns"] else 0.0
+
+
 def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
     out = []
     for rule in dev["kernels"]["fallbacks"]:
@@ -155,8 +182,8 @@ def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
             fix="Check which op launches it (same trace, CPU side) and whether an optimised "
                 "kernel exists for this dtype/shape/layout; compare with a trace from a "
                 "reference setup.", reference=f"{_REF}#trace.generic_kernels",
-            impact={"metric": "kernel_time", "value": _ms(rule["sum_ns"]),
-                    "share": round(share, 4)}))
+            impact=make_impact("gpu_window", _of_window(rule["share_of_busy"], dev),
+                               value_ms=_ms(rule["sum_ns"]), measured_at=where)))
     return out
 
 
@@ -174,7 +201,7 @@ def _comm(dev: dict[str, Any], where: str) -> list[Finding]:
         fix="Check the interconnect and collective algorithm (e.g. custom all-reduce); "
             "compare against the same model at a lower tensor-parallel size.",
         reference=f"{_REF}#trace.exposed_communication",
-        impact={"metric": "gpu_window", "share": round(b["exposed_comm_share"], 4)})]
+        impact=make_impact("gpu_window", b["exposed_comm_share"], measured_at=where))]
 
 
 def _clamp(dev: dict[str, Any], where: str) -> list[Finding]:

@@ -100,9 +100,6 @@ def test_findings_from_real_metrics_pages(validator, anchor_of, fixtures_dir, tm
     _check(validator, anchor_of, tmp_path, findings)
 
 
-@pytest.mark.xfail(strict=True, reason="trace/findings.py still writes impact as {metric, value, "
-                   "share} with metrics no target names (gpu_window_idle, kernel_time); the one "
-                   "model is findings.impact.make_impact(target, share, value_ms=...)")
 def test_findings_from_a_real_trace(validator, anchor_of, fixtures_dir, tmp_path):
     trace = read_trace(fixtures_dir / "traces" / "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz")
     findings = trace_findings(analyze_trace(trace))
