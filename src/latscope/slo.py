@@ -71,6 +71,6 @@ def _term(part: str) -> Term:
     if latency and not (match[2] == "=" and latency[2]):
         return Term(latency[1], latency[2], op, limit)
     if match[2] == "=":
-        raise ConfigError(f"bad --slo term {part.strip()!r}: METRIC=MS is for latencies "
-                          f"({', '.join(LATENCIES)}) per request; write {name}<=...")
+        raise ConfigError(f"bad --slo term {part.strip()!r}: the SLO form METRIC=MS is for "
+                          f"latencies ({', '.join(LATENCIES)}) per request; write {name}<=...")
     return Term(name, None, op, limit)

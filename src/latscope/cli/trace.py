@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
                              ray_address=args.ray or None) if args.files else []
     for analysis in analyses:
         if analysis.error is not None:
-            _write(args.output, output, orjson)  # the good traces' results are on disk
+            if output["traces"]:
+                _write(args.output, output, orjson)  # the good traces' results are on disk
             raise analysis.error
         path, result = analysis.path, analysis.result
         findings = trace_findings(result)

@@ -78,7 +78,9 @@ def analyze_files(paths: list[str], options: AnalysisOptions, *, jobs: int = 1,
     """Every path analysed, results in the order given; a bad file is an ``error`` entry."""
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be at least 1")
-    paths = [str(Path(p).resolve()) for p in paths]  # workers may run elsewhere (Ray: shared FS)
+    # Ray workers may run in another directory (a shared file system): absolute paths there;
+    # locally the paths as given, so that messages name the file the user named.
+    paths = [str(Path(p).resolve()) if use_ray else str(p) for p in paths]
     if use_ray:
         return _on_ray(paths, options, ray_address)
     if jobs == 1:
