@@ -84,8 +84,8 @@ def test_debug_and_request_logging_are_named_and_launch_blocking_is_listed(tmp_p
     blocking = by_id["gpu.launch_blocking"]
     assert any(e["name"] == "CUDA_LAUNCH_BLOCKING" and "/proc/" in e["source"]
                for e in blocking["evidence"])
-    [proposal] = [p for p in report["proposals"] if p["finding_id"] == "gpu.launch_blocking"]
-    assert "cannot be measured on this host" in proposal["note"]
+    # it costs nothing on the CPU build, so it is information here, and says so
+    assert blocking["severity"] == "info" and "could not be measured here" in blocking["why"]
 
 
 @pytest.fixture(scope="module")

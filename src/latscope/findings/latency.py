@@ -17,6 +17,9 @@ from latscope.findings.impact import (ImpossibleShare, WARNING_SHARE, make_impac
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md"
+# A round trip between two processes of one host takes well under a millisecond (loopback);
+# this much means a proxy, a gateway or traffic shaping sits on the path.
+SAME_HOST_RTT_MS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +102,15 @@ def findings_from_decomposition(result: Any, ctx: Context = Context()) -> list[F
 def share_finding(key: str, label: str, part_ms: float, part_source: str, total_ms: float,
                   total_source: str, ctx: Context = Context(),
                   total_label: str = "client TTFT") -> Finding | None:
-    """The one rule for component ``key`` of TTFT: a finding when its share is notable."""
+    """The one rule for component ``key`` of TTFT: a finding when its share is notable -- or,
+    for the network, when a round trip between two processes of one host is far longer than a
+    loopback's, whatever its share (something sits on the path)."""
     rule = RULES[key]
     if part_ms <= 0 or not total_ms or total_ms <= 0:
         return None
     share = part_ms / total_ms
-    if share < WARNING_SHARE:
+    odd_path = key == "ttft.network" and bool(ctx.same_host) and part_ms >= SAME_HOST_RTT_MS
+    if share < WARNING_SHARE and not odd_path:
         return None
     try:
         impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)
@@ -117,6 +123,11 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
     if rule.id in ("latency.network", "latency.http_frontend") and not ctx.client_reliable:
         severity = Severity.INFO  # a starved client stamps chunks late: not the network's time
         why += f" Not blamed: the client's own timing is unreliable in this run ({ctx.client_why})."
+    if odd_path and severity.rank > Severity.WARNING.rank:
+        # measured by the round-trip probe itself, not by the run's (possibly late) stamps
+        severity = Severity.WARNING
+        why += (f" A round trip of {part_ms:.1f} ms between two processes of one host is far "
+                f"above a loopback's (< {SAME_HOST_RTT_MS:g} ms).")
     if rule.id == "latency.network":
         fix = network_fix(ctx.same_host)
     where = f" at {ctx.measured_at}" if ctx.measured_at else ""

@@ -106,3 +106,12 @@ def test_the_ramp_of_a_first_wave_is_not_a_token_budget_queue():
     ids = {f.id for f in findings_from_metrics(ramp, max_num_seqs=1024,
                                                max_num_batched_tokens=8192)}
     assert "server.queue_token_budget" not in ids
+
+
+def test_a_long_round_trip_on_one_host_is_named_whatever_its_share():
+    slow_path = _decomp(queue=10.0, net=8.0)
+    slow_path.components[0].mean_ms = 400.0  # 8 ms of 400 ms: 2%
+    found = {f.id: f for f in findings_from_decomposition(slow_path, Context(same_host=True))}
+    assert found["latency.network"].severity == Severity.WARNING
+    assert "far above a loopback" in found["latency.network"].why
+    assert findings_from_decomposition(slow_path, Context(same_host=False)) == []
