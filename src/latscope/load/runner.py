@@ -133,27 +133,40 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     manifest = make_manifest(config, base_url, model, workload, run.tag)
     run.writer.write_manifest(manifest)
     observers = list(observers)
+    started: list[RunObserver] = []
+    contexts: list[RunContext] = []
+
+    async def begin_measurement() -> None:
+        ctx = RunContext(base_url=base_url, run_dir=run.writer.run_dir, headers=headers,
+                         start_ns=time.perf_counter_ns(), start_wall=time.time())
+        contexts.append(ctx)
+        manifest.update(start_ns=ctx.start_ns, start_wall=ctx.start_wall)
+        run.writer.write_manifest(manifest)
+        for obs in observers:
+            await obs.start(ctx)
+            started.append(obs)
+
     try:
         # the connections the load will hold, opened before it starts (not measured)
         await run.client.preconnect(min(config.concurrency or 0, 4096))
-        if config.warmup:
-            await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
-                                                             config.warmup), warmup=True)
-        ctx = RunContext(base_url=base_url, run_dir=run.writer.run_dir, headers=headers,
-                         start_ns=time.perf_counter_ns(), start_wall=time.time())
-        manifest.update(start_ns=ctx.start_ns, start_wall=ctx.start_wall)
-        run.writer.write_manifest(manifest)
-        started: list[RunObserver] = []
         try:
-            for obs in observers:
-                await obs.start(ctx)
-                started.append(obs)
-            await run.measure()
+            if config.warmup and config.rate is None and not config.duration_s:
+                # A closed loop's warm-up flows into its measured requests without a gap:
+                # stopping between them would make the measured run start with a burst of
+                # ``concurrency`` requests at once, whose queue is the burst's, not the load's.
+                manifest["warmup_mode"] = "continuous: warm-up requests flow into measured ones"
+                await run.measure(begin=begin_measurement)
+            else:
+                if config.warmup:
+                    await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
+                                                                     config.warmup), warmup=True)
+                await begin_measurement()
+                await run.measure()
         finally:
             run.stop_clock()
             for obs in started:
                 with contextlib.suppress(Exception):  # one observer's failure must not lose data
-                    await obs.stop(ctx)
+                    await obs.stop(contexts[0])
     finally:
         run.cancel_in_flight()
         summary = run.summary()
@@ -161,6 +174,19 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
         run.writer.close()
         run.client.close()
     return BenchResult(run.writer.run_dir, summary, config, manifest)
+
+
+class _Once:
+    """Runs an async function once; every caller waits until it has run."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.task: asyncio.Future[Any] | None = None
+
+    async def run(self) -> None:
+        if self.task is None:
+            self.task = asyncio.ensure_future(self.fn())
+        await asyncio.shield(self.task)
 
 
 class _Run:
@@ -243,15 +269,23 @@ class _Run:
             self.on_record(record)
 
     async def closed_loop(self, indices: Iterable[int], concurrency: int, warmup: bool,
-                          deadline_ns: int | None = None) -> None:
+                          deadline_ns: int | None = None, *, warm_below: int = 0,
+                          begin: Callable[[], Any] | None = None) -> None:
+        """``concurrency`` slots, each sending the next index as soon as its last one ended.
+        Indices below ``warm_below`` are warm-up requests; the first slot to reach a measured
+        index runs ``begin`` (the measurement's start) once, and the others wait for it."""
         it: Iterator[int] = iter(indices)
+        gate = _Once(begin) if begin is not None else None
 
         async def slot() -> None:
             for index in it:
+                warm = warmup or index < warm_below
+                if gate is not None and not warm:
+                    await gate.run()
                 now = time.perf_counter_ns()
                 if deadline_ns is not None and now >= deadline_ns:
                     return
-                await self.one(index, now, warmup)
+                await self.one(index, now, warm)
 
         await asyncio.gather(*(slot() for _ in range(concurrency)))
         self.finalize_all()
@@ -291,18 +325,33 @@ class _Run:
             raise failures[0]
         self.finalize_all()
 
-    async def measure(self) -> None:
+    async def measure(self, begin: Callable[[], Any] | None = None) -> None:
+        """The measured requests. With ``begin`` (a closed loop without --duration), the
+        warm-up requests are sent by the same slots first, and ``begin`` marks the moment the
+        first measured request is about to leave."""
         cfg = self.config
         start = cfg.warmup
         stop = start + cfg.num_requests if cfg.num_requests else (
             start + 10**9 if cfg.rate is None else start + len(self.workload.prompts))
         deadline = (time.perf_counter_ns() + int(cfg.duration_s * 1e9)) if cfg.duration_s else None
-        monitor = asyncio.create_task(self._watch_lag())
-        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
-        if cfg.rate is None:
-            load = self.closed_loop(range(start, stop), cfg.concurrency or 1, False, deadline)
+        monitors: list[asyncio.Task[None]] = []
+
+        async def clocks_start() -> None:
+            if begin is not None:
+                await begin()
+            monitors.append(asyncio.create_task(self._watch_lag()))
+            self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+
+        if begin is not None:
+            load = self.closed_loop(range(0, stop), cfg.concurrency or 1, False, None,
+                                    warm_below=start, begin=clocks_start)
         else:
-            load = self.open_loop(range(start, stop), deadline)
+            await clocks_start()
+            if cfg.rate is None:
+                load = self.closed_loop(range(start, stop), cfg.concurrency or 1, False,
+                                        deadline)
+            else:
+                load = self.open_loop(range(start, stop), deadline)
         task = asyncio.ensure_future(load)
         try:
             if deadline is None:
@@ -310,7 +359,8 @@ class _Run:
             else:
                 await self._until(task, deadline + int(self.grace_s() * 1e9))
         finally:
-            monitor.cancel()
+            for monitor in monitors:
+                monitor.cancel()
             self.stop_clock()
 
     def grace_s(self) -> float:
