@@ -23,6 +23,7 @@ COMMANDS = {
     "net": "net",
     "sweep": "sweep",
     "tune": "tune",
+    "gateway": "gateway",
 }
 
 
