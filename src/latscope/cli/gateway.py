@@ -21,8 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="queue order: sjf (short first, with aging; default) or fcfs")
     p.add_argument("--max-inflight", default="auto", metavar="auto|N",
                    help="requests in flight upstream: auto (AIMD, default) or a fixed number")
-    p.add_argument("--ttft-target", type=float, default=500.0, metavar="MS",
-                   help="auto: back off when the median upstream TTFT is above this (500)")
+    p.add_argument("--ttft-target", type=float, default=None, metavar="MS",
+                   help="auto: also back off when the median upstream TTFT is above this "
+                        "(default: only the upstream's waiting gauge)")
     p.add_argument("--initial-inflight", type=int, default=8, metavar="N",
                    help="auto: the limit to start from (8)")
     p.add_argument("--max-queue", type=int, default=1024, metavar="N",

@@ -32,6 +32,7 @@ class Admission:
         self.peak_inflight = 0
         self.ttft_s: list[float] = []  # upstream TTFTs since the last control tick
         self.upstream_waiting: float | None = None
+        self.upstream_running: float | None = None
         metrics.limit.set(limit.value)
 
     def try_now(self) -> bool:
@@ -86,7 +87,8 @@ class Admission:
 
     def tick(self) -> int:
         """One step of the control loop; returns the new limit."""
-        obs = Observation(self.ttft_s, self.upstream_waiting, len(self.queue), self.peak_inflight)
+        obs = Observation(self.ttft_s, self.upstream_waiting, self.upstream_running,
+                          len(self.queue), self.peak_inflight, self.inflight)
         self.ttft_s, self.peak_inflight = [], self.inflight
         value = self.limit.update(obs)
         self.metrics.limit.set(value)

@@ -15,7 +15,7 @@ class GatewayConfig:
     port: int = 0  # 0: a free port (the bound URL is reported once listening)
     policy: str = "sjf"  # fcfs | sjf
     max_inflight: int | None = None  # None: auto (AIMD on upstream TTFT and waiting gauge)
-    ttft_target_ms: float = 500.0
+    ttft_target_ms: float | None = None  # auto: also back off above this median TTFT
     initial_inflight: int = 8  # auto: the limit it starts from
     max_queue: int = 1024  # requests waiting in the gateway beyond which it answers 429
     aging_factor: float = 4.0  # sjf: deadline = arrival + aging_factor * cost / served rate
@@ -23,7 +23,7 @@ class GatewayConfig:
     tokenizer: str | None = None  # a dir or tokenizer.json; else the upstream's /tokenize
     upstream_priority: str = "auto"  # auto | on | off: set vLLM's `priority` field
     watch_waiting: bool = True  # auto: also scrape the upstream's vllm:num_requests_waiting
-    scrape_interval_s: float = 1.0
+    scrape_interval_s: float = 0.5  # auto: the upstream's gauges, and the control loop's tick
     default_max_tokens: int = 256
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
@@ -40,7 +40,7 @@ class GatewayConfig:
             raise ConfigError(f"--policy must be one of {', '.join(POLICIES)}")
         if self.max_inflight is not None and self.max_inflight < 1:
             raise ConfigError("--max-inflight must be auto or >= 1")
-        if self.ttft_target_ms <= 0:
+        if self.ttft_target_ms is not None and self.ttft_target_ms <= 0:
             raise ConfigError("--ttft-target must be > 0 ms")
         if self.max_queue < 0:
             raise ConfigError("--max-queue must be >= 0")

@@ -52,8 +52,9 @@ class Gateway:
         rate = config.aging_rate if config.aging_rate is not None else ServedRate()
         limit: AimdLimit | FixedLimit
         if config.max_inflight is None:
-            limit = AimdLimit(ttft_target_s=config.ttft_target_ms / 1e3,
-                              initial=config.initial_inflight)
+            target = config.ttft_target_ms / 1e3 if config.ttft_target_ms else None
+            limit = AimdLimit(ttft_target_s=target, initial=config.initial_inflight,
+                              interval_s=config.scrape_interval_s)
         else:
             limit = FixedLimit(config.max_inflight)
         self.admission = Admission(WaitQueue(config.policy, config.aging_factor, rate), limit,
@@ -76,6 +77,8 @@ class Gateway:
                                         sock_read=self.config.request_timeout_s)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), timeout=timeout,
+            # a proxy keeps no cookies: one client's Set-Cookie must never go out with another's
+            cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False, skip_auto_headers=("Accept-Encoding", "User-Agent"))
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_get("/metrics", self.handle_metrics)
@@ -94,8 +97,6 @@ class Gateway:
         self.metrics.upstream_priority.set(int(self.set_priority))
         if self.admission.limit.interval_s:
             self._tasks.append(asyncio.create_task(self._control_loop()))
-            if self.config.watch_waiting:
-                self._tasks.append(asyncio.create_task(self._scrape_loop()))
         return self.url
 
     async def stop(self) -> None:
@@ -210,6 +211,9 @@ class Gateway:
                 self.admission.observe_ttft(time.perf_counter() - sent)
             first = False
             try:
+                if upstream.content.at_eof():  # the last piece: it and the end in one send
+                    await response.write_eof(piece)
+                    return response, True
                 await response.write(piece)
             except ConnectionResetError:  # the client left (aiohttp's ClientConnectionResetError)
                 self.metrics.cancelled.labels("upstream").inc()
@@ -273,33 +277,39 @@ class Gateway:
     async def _control_loop(self) -> None:
         while True:
             await asyncio.sleep(self.admission.limit.interval_s)
+            if self.config.watch_waiting:
+                await self._scrape()
             self.admission.tick()
 
-    async def _scrape_loop(self) -> None:
-        """The upstream's ``vllm:num_requests_waiting`` (None when it has none). A line scan,
-        not a Prometheus parse: parsing vLLM's whole page took milliseconds of this loop."""
+    async def _scrape(self) -> None:
+        """The upstream's ``vllm:num_requests_waiting`` and ``_running`` (None when it has none).
+        A line scan, not a Prometheus parse: parsing vLLM's whole page took milliseconds of this
+        loop, which every proxied request would have waited behind."""
         assert self._session is not None
-        while True:
-            waiting = None
-            try:
-                async with self._session.get(self.upstream + "/metrics") as resp:
-                    if resp.status == 200:
-                        waiting = waiting_gauge(await resp.text())
-            except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
-                pass
-            self.admission.upstream_waiting = waiting
-            await asyncio.sleep(self.config.scrape_interval_s)
+        found: dict[str, float] = {}
+        try:
+            async with self._session.get(self.upstream + "/metrics") as resp:
+                if resp.status == 200:
+                    found = gauges(await resp.text(), _GAUGES)
+        except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+            pass
+        self.admission.upstream_waiting = found.get("vllm:num_requests_waiting")
+        self.admission.upstream_running = found.get("vllm:num_requests_running")
 
 
-def waiting_gauge(page: str) -> float | None:
-    """Sum of ``vllm:num_requests_waiting`` series (over engines) in a Prometheus text page."""
-    total, found = 0.0, False
+_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running")
+
+
+def gauges(page: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Sums over series (engines) of the named samples in a Prometheus text page."""
+    prefixes = tuple(p for n in names for p in (n + "{", n + " "))
+    found: dict[str, float] = {}
     for line in page.splitlines():
-        if line.startswith(("vllm:num_requests_waiting{", "vllm:num_requests_waiting ")):
+        if line.startswith(prefixes):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
             with contextlib.suppress(ValueError, IndexError):
-                total += float(line.rsplit(None, 1)[1])
-                found = True
-    return total if found else None
+                found[name] = found.get(name, 0.0) + float(line.rsplit(None, 1)[1])
+    return found
 
 
 def _error(status: int, message: str, kind: str,

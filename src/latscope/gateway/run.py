@@ -137,11 +137,12 @@ def cli_args(config: GatewayConfig) -> list[str]:
     args = ["--upstream", config.upstream, "--listen", f"{config.host}:{config.port}",
             "--policy", config.policy,
             "--max-inflight", "auto" if config.max_inflight is None else str(config.max_inflight),
-            "--ttft-target", f"{config.ttft_target_ms:g}",
             "--initial-inflight", str(config.initial_inflight),
             "--max-queue", str(config.max_queue), "--aging-factor", f"{config.aging_factor:g}",
             "--upstream-priority", config.upstream_priority,
             "--default-max-tokens", str(config.default_max_tokens)]
+    if config.ttft_target_ms is not None:
+        args += ["--ttft-target", f"{config.ttft_target_ms:g}"]
     if config.aging_rate is not None:
         args += ["--aging-rate", f"{config.aging_rate:g}"]
     if config.tokenizer:
