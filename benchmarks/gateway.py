@@ -72,6 +72,7 @@ def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     pairs: list[dict[str, float]] = []
     with FakeServer(ttft_ms=2, itl_ms=1) as srv:
         with running_gateway(srv.url, policy="sjf", max_inflight=None, mode="process") as gw:
+            cpu0, served0 = _cpu_and_admitted(gw)
             for block in range(args.blocks):
                 row = {}
                 order = ("direct", "gateway") if block % 2 == 0 else ("gateway", "direct")
@@ -83,7 +84,9 @@ def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                     ttft = run_bench(cfg).summary["ttft_ms"]
                     row[f"{arm}_p50"], row[f"{arm}_p99"] = ttft["p50"], ttft["p99"]
                 pairs.append(row)
-    result = {"blocks": pairs, "requests_per_block": args.requests}
+            cpu1, served1 = _cpu_and_admitted(gw)
+    result = {"blocks": pairs, "requests_per_block": args.requests,
+              "gateway_cpu_ms_per_request": (cpu1 - cpu0) / (served1 - served0) * 1e3}
     for q in ("p50", "p99"):
         result[f"added_{q}_ms"] = interval([r[f"gateway_{q}"] - r[f"direct_{q}"] for r in pairs])
         result[f"direct_{q}_ms"] = interval([r[f"direct_{q}"] for r in pairs])
@@ -93,9 +96,18 @@ def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
           f"p99 {fmt(*result['direct_p99_ms'], ' ms', 2)}")
     for q in ("p50", "p99"):
         print(f"  added TTFT {q}: {fmt(*result[f'added_{q}_ms'], ' ms', 3)}")
+    print(f"  gateway CPU per request: {result['gateway_cpu_ms_per_request']:.3f} ms "
+          "(its process_cpu_seconds_total over the requests it admitted)")
     p99 = result["added_p99_ms"][0]
     print(f"  goal added p99 < 1 ms: {'met' if p99 < 1 else 'NOT met'} ({p99:.3f} ms)")
     return result
+
+
+def _cpu_and_admitted(url: str) -> tuple[float, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        page = parse_metrics_text(resp.read().decode())
+    return (page.value("process_cpu_seconds_total") or 0.0,
+            page.value("latscope_gateway_admitted_total") or 0.0)
 
 
 # ------------------------------------------------------------------------------ A/B
@@ -111,7 +123,9 @@ def _gateway_metrics(url: str) -> dict[str, float | None]:
 
 
 def _bench(url: str, args: argparse.Namespace, seed: int, out: Path, **over: Any):
-    cfg = BenchConfig(url=url, rate=args.rate, duration_s=args.duration, num_requests=None,
+    rate = None if args.concurrency else args.rate
+    cfg = BenchConfig(url=url, rate=rate, concurrency=args.concurrency,
+                      duration_s=args.duration, num_requests=None,
                       warmup=args.warmup, seed=seed, output_dir=out,
                       workload=WorkloadSpec(mix=parse_mix(args.mix)), request_timeout_s=900)
     for key, value in over.items():
@@ -145,7 +159,9 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(LocalTarget(
             log_dir=out / "vllm", serve_args=args.serve_args.split())).url
-        if args.rate == "auto":
+        if args.concurrency:
+            print(f"closed loop, {args.concurrency} in flight (a backlog of constant size)")
+        elif args.rate == "auto":
             capacity = calibrate(url, args, out)
             args.rate = round(capacity * args.over, 3)
             print(f"capacity (closed loop, c={args.calib_c}): {capacity:.2f} req/s; "
@@ -173,7 +189,8 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                       f"p99 {row['short_ttft_p99_ms']:.0f} ms, long E2E "
                       f"{row['long_e2e_mean_ms']:.0f} ms, {row['throughput_rps']:.2f} req/s"
                       + (f", limit {extra['final_limit']:.0f}" if extra else ""), flush=True)
-    return {"rate": args.rate, "mix": args.mix, "duration_s": args.duration,
+    return {"rate": args.rate, "concurrency": args.concurrency, "mix": args.mix,
+            "duration_s": args.duration,
             "rounds": args.rounds, "runs": runs, "table": ab_table(runs, args)}
 
 
@@ -181,16 +198,17 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
     keys = ("short_ttft_mean_ms", "short_ttft_p99_ms", "long_e2e_mean_ms", "throughput_rps")
     by = {(r["round"], r["arm"]): r for r in runs}
     table: dict[str, Any] = {}
-    print(f"\nA/B at {args.rate} req/s open loop, mix {args.mix},\n{args.rounds} rounds x "
+    load = (f"{args.concurrency} in flight closed loop" if getattr(args, "concurrency", None)
+            else f"{args.rate} req/s open loop")
+    print(f"\nA/B at {load}, mix {args.mix},\n{args.rounds} rounds x "
           f"{args.duration:g} s (ms; mean over rounds +/- 95% t-interval)")
     print(f"  {'arm':7s}{'short TTFT mean':>18s}{'short TTFT p99':>18s}{'long E2E mean':>18s}"
           f"{'req/s':>14s}")
     for arm in ARMS:
         vals = {k: interval([r[k] for r in runs if r["arm"] == arm]) for k in keys}
         table[arm] = vals
-        print(f"  {arm:7s}" + "".join(f"{fmt(*vals[k], digits=0 if k != 'throughput_rps' else 2):>18s}"
-                                      if k != "throughput_rps" else
-                                      f"{fmt(*vals[k], digits=2):>14s}" for k in keys))
+        cells = [f"{fmt(*vals[k]):>18s}" for k in keys[:3]]
+        print(f"  {arm:7s}" + "".join(cells) + f"{fmt(*vals['throughput_rps'], digits=2):>14s}")
     print("  change against direct: geometric mean of the per-round ratios [95% interval]")
     for arm in ("fcfs", "sjf"):
         changes = {}
@@ -227,6 +245,9 @@ def main() -> int:
     p.add_argument("--mix", default=DEFAULT_MIX)
     p.add_argument("--rate", default="auto", help="req/s, or auto (--over x capacity)")
     p.add_argument("--over", type=float, default=1.2, help="auto rate: x capacity (1.2)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="closed loop with N in flight instead of open loop: a backlog of "
+                        "constant size, which a shared box's drifting capacity moves less")
     p.add_argument("--calib-c", type=int, default=32)
     p.add_argument("--calib-s", type=float, default=20.0)
     p.add_argument("--duration", type=float, default=20.0, help="seconds per A/B run (20)")
