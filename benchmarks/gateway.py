@@ -123,9 +123,12 @@ def _gateway_metrics(url: str) -> dict[str, float | None]:
 
 
 def _bench(url: str, args: argparse.Namespace, seed: int, out: Path, **over: Any):
-    rate = None if args.concurrency else args.rate
-    cfg = BenchConfig(url=url, rate=rate, concurrency=args.concurrency,
-                      duration_s=args.duration, num_requests=None,
+    # closed loop: a request count, as a duration would have latscope prepare (and tokenize
+    # through the server) a pool of 4096 prompts per run
+    closed = bool(args.concurrency)
+    cfg = BenchConfig(url=url, rate=None if closed else args.rate, concurrency=args.concurrency,
+                      duration_s=None if closed else args.duration,
+                      num_requests=args.closed_requests if closed else None,
                       warmup=args.warmup, seed=seed, output_dir=out,
                       workload=WorkloadSpec(mix=parse_mix(args.mix)), request_timeout_s=900)
     for key, value in over.items():
@@ -147,7 +150,7 @@ def _figures(summary: dict[str, Any]) -> dict[str, float | None]:
 def calibrate(url: str, args: argparse.Namespace, out: Path) -> float:
     """Throughput at saturation (closed loop, many in flight): the rate the knee sits below."""
     result = _bench(url, args, 999, out / "calibrate", rate=None, concurrency=args.calib_c,
-                    duration_s=args.calib_s)
+                    duration_s=args.calib_s, num_requests=None)
     return float(result.summary["throughput"]["requests_per_s"])
 
 
@@ -200,8 +203,10 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
     table: dict[str, Any] = {}
     load = (f"{args.concurrency} in flight closed loop" if getattr(args, "concurrency", None)
             else f"{args.rate} req/s open loop")
-    print(f"\nA/B at {load}, mix {args.mix},\n{args.rounds} rounds x "
-          f"{args.duration:g} s (ms; mean over rounds +/- 95% t-interval)")
+    per_run = (f"{args.closed_requests} requests" if getattr(args, "concurrency", None)
+               else f"{args.duration:g} s")
+    print(f"\nA/B at {load}, mix {args.mix},\n{args.rounds} rounds x {per_run} "
+          "(ms; mean over rounds +/- 95% t-interval)")
     print(f"  {'arm':7s}{'short TTFT mean':>18s}{'short TTFT p99':>18s}{'long E2E mean':>18s}"
           f"{'req/s':>14s}")
     for arm in ARMS:
@@ -245,6 +250,8 @@ def main() -> int:
     p.add_argument("--mix", default=DEFAULT_MIX)
     p.add_argument("--rate", default="auto", help="req/s, or auto (--over x capacity)")
     p.add_argument("--over", type=float, default=1.2, help="auto rate: x capacity (1.2)")
+    p.add_argument("--closed-requests", type=int, default=48,
+                   help="closed loop: requests per run (48)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="closed loop with N in flight instead of open loop: a backlog of "
                         "constant size, which a shared box's drifting capacity moves less")

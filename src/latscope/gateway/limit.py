@@ -4,11 +4,14 @@
 congestion control, and Netflix's concurrency-limits ``AIMDLimit``) once per ``interval_s``:
 
 - upstream queueing: the upstream's own waiting gauge (``vllm:num_requests_waiting``) was above
-  zero at two scrapes in a row (one is often a request caught between arrival and its first
-  step). The limit drops to what the upstream really took of the gateway's requests, in flight
-  minus waiting (measured: the running gauge alone dipped below the batch size whenever the scrape
-  fell between one request ending and the next starting, and held the limit under it), or by
-  ``backoff`` (0.8) when that is not known;
+  the headroom at two scrapes in a row (one is often a request caught between arrival and its
+  first step). The limit drops to what the upstream really took of the gateway's requests (in
+  flight minus waiting; the running gauge alone dips whenever a scrape falls between one request
+  ending and the next starting) plus the headroom, or by ``backoff`` (0.8) when that is unknown.
+  The headroom (a quarter of what it takes, at least 1) keeps a request or two waiting *inside*
+  the upstream: measured on the local vLLM with 4 sequences a batch, a limit held at exactly its
+  batch size left a slot idle after every finished request for the hops from vLLM's last chunk
+  back through the gateway to the next request's first step, and cost up to half the throughput;
 - too slow, when a TTFT target is set: the median upstream TTFT of the requests that got their
   first token during the interval was above it: the limit is multiplied by ``backoff``;
 - not congested and the limit was in use (requests waited in the gateway, or every slot was busy):
@@ -53,6 +56,7 @@ class AimdLimit:
     backoff: float = 0.8
     growth: float = 0.1
     interval_s: float = 0.5
+    headroom: float = 0.25  # requests left waiting upstream, as a share of what it takes
     value: int = 0
     last_reason: str = "start"
     _waited_before: bool = False
@@ -68,17 +72,19 @@ class AimdLimit:
 
     def update(self, obs: Observation) -> int:
         ttft = statistics.median(obs.ttft_s) if obs.ttft_s else None
-        queued_upstream = bool(obs.upstream_waiting) and self._waited_before
-        self._waited_before = bool(obs.upstream_waiting)
+        waiting = math.ceil(obs.upstream_waiting or 0)
+        taken = obs.inflight - waiting
+        headroom = max(1, round(taken * self.headroom))
+        over = waiting > headroom
+        queued_upstream, self._waited_before = over and self._waited_before, over
         if queued_upstream:
-            taken = obs.inflight - math.ceil(obs.upstream_waiting)
-            self._set(min(taken, self.value) if taken >= 1
+            self._set(min(taken + headroom, self.value) if taken >= 1
                       else math.floor(self.value * self.backoff),
-                      f"upstream waiting {obs.upstream_waiting:g}")
+                      f"upstream waiting {waiting} > headroom {headroom}")
         elif self.ttft_target_s is not None and ttft is not None and ttft > self.ttft_target_s:
             self._set(math.floor(self.value * self.backoff),
                       f"median upstream TTFT {ttft * 1e3:.0f} ms > target")
-        elif obs.upstream_waiting:
+        elif over:
             self.last_reason = "upstream waiting once: watching"
         elif obs.queued or obs.peak_inflight >= self.value:
             self._set(self.value + max(1, round(self.value * self.growth)), "room: growing")

@@ -19,15 +19,23 @@ def test_holds_when_the_limit_is_not_reached():
     assert limit.last_reason == "steady"
 
 
-def test_upstream_waiting_twice_drops_to_what_the_upstream_took():
+def test_upstream_waiting_twice_drops_to_what_the_upstream_took_plus_headroom():
     limit = AimdLimit(initial=12)
     # 12 forwarded, 8 of them waiting in vLLM: it takes 4 (its running gauge, caught between
-    # one request ending and the next starting, says 3 and is not what counts)
+    # one request ending and the next starting, says 3 and is not what counts); one more is
+    # left waiting there so that its next step never lacks a request
     busy = Observation(queued=3, peak_inflight=12, upstream_waiting=8, upstream_running=3,
                        inflight=12)
     assert limit.update(busy) == 12  # once can be a request caught before its first step
-    assert limit.update(busy) == 4
+    assert limit.update(busy) == 5
     assert "waiting" in limit.last_reason
+
+
+def test_waiting_within_the_headroom_lets_the_limit_grow():
+    limit = AimdLimit(initial=5)
+    ready = Observation(queued=3, peak_inflight=5, upstream_waiting=1, inflight=5)
+    assert limit.update(ready) == 6
+    assert limit.update(ready) == 7
 
 
 def test_waiting_beyond_the_gateways_own_requests_backs_off_multiplicatively():
@@ -49,7 +57,7 @@ def test_ttft_target_backs_off_only_when_set():
 
 def test_stays_within_bounds():
     limit = AimdLimit(initial=2, min_limit=2, max_limit=3)
-    busy = Observation(upstream_waiting=1, inflight=2)
+    busy = Observation(upstream_waiting=2, inflight=3)
     limit.update(busy)
     assert limit.update(busy) == 2
     for _ in range(3):
