@@ -75,6 +75,7 @@ class Tap:
         self.target = (host, int(port))
         self.to_upstream = bytearray()
         self.from_upstream = bytearray()
+        self.pipes: list[asyncio.Task] = []
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._pipe, "127.0.0.1", 0)
@@ -82,8 +83,13 @@ class Tap:
 
     async def __aexit__(self, *exc: object) -> None:
         self.server.close()
+        if self.pipes:  # the gateway has stopped: its connections end, so do their pipes
+            _, pending = await asyncio.wait(self.pipes, timeout=5)
+            for task in pending:
+                task.cancel()
 
     async def _pipe(self, reader, writer) -> None:
+        self.pipes.append(asyncio.current_task())
         up_reader, up_writer = await asyncio.open_connection(*self.target)
 
         async def copy(src, dst, keep: bytearray) -> None:
@@ -124,8 +130,10 @@ async def test_streaming_is_byte_exact(upstream, model, path):
                              upstream_priority="off", watch_waiting=False) as url:
             status, proxied, _ = await _stream(url, body, path, request_id="gw-exact")
     assert status == 200
-    assert proxied.count(b"data: ") >= 24  # (that it streams as it comes is timed in
-    # tests/unit/gateway against the fake server: on a loaded box vLLM itself coalesces chunks)
+    # a stream to its end (vLLM packs several tokens into one event when it falls behind, so the
+    # number of events varies; that chunks are passed on as they come is timed in
+    # tests/unit/gateway against the fake server)
+    assert proxied.count(b"data: ") >= 2 and proxied.endswith(b"data: [DONE]\n\n")
     assert proxied == _http_body(bytes(tap.from_upstream))
     assert orjson.loads(_http_body(bytes(tap.to_upstream))) == body
 
