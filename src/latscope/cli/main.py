@@ -26,6 +26,7 @@ COMMANDS = {
     "tune": "tune",
     "show": "show",
     "report": "report",
+    "gateway": "gateway",
 }
 
 

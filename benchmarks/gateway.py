@@ -1,0 +1,286 @@
+"""Does the gateway help, and what does it cost? Prints the figures of docs/gateway.md.
+
+1. Added latency (``overhead``): latscope's own client against tests/fakeserver.py (2 ms TTFT,
+   1 ms ITL: fast, exact) at light load (closed loop, 1 in flight), alternating blocks direct /
+   through a gateway process (sjf, auto). Added TTFT = gateway minus direct, p50 and p99, paired
+   by block, mean with a 95% t-interval over the pairs.
+2. A/B (``ab``): the local vLLM (``LocalTarget``, or ``--url``) under a 90/10 short/long mix,
+   open loop (Poisson) at ``--rate`` (``auto``: ``--over`` x the throughput measured closed loop
+   at saturation, i.e. past the knee), alternating direct / gateway-fcfs / gateway-sjf runs
+   (rotated order per round, a fresh seed so fresh prompts per run, ``--warmup`` requests
+   excluded). Per arm: short-request TTFT mean and p99, long-request E2E mean, throughput, each as
+   the mean over rounds with a 95% t-interval; the change against direct is paired by round (the
+   geometric mean of the per-round ratios, with a t-interval on their logs: a shared box's
+   capacity drifts between rounds, and ratios within a round cancel most of that drift).
+
+    python3 benchmarks/gateway.py                       # both, defaults: ~6-8 min on 2 cores
+    python3 benchmarks/gateway.py ab --rounds 5 --duration 60
+    python3 benchmarks/gateway.py overhead --requests 500
+    python3 benchmarks/gateway.py ab --url http://127.0.0.1:8000   # a server already running
+
+Goals from issue #12: short mean TTFT >= 40% lower than direct, long E2E within +10%, added p99
+under 1 ms at light load. The script reports what it measured against them, met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+from latscope.gateway import running_gateway  # noqa: E402
+from latscope.load import BenchConfig, WorkloadSpec, run_bench  # noqa: E402
+from latscope.load.config import parse_mix  # noqa: E402
+from latscope.server.metrics import parse_metrics_text  # noqa: E402
+
+DEFAULT_MIX = "short:0.9:128:32,long:0.1:1024:128"
+ARMS = ("direct", "fcfs", "sjf")
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (nan with fewer than 2 values)."""
+    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    if arr.size < 2:
+        return float(arr.mean()), float("nan")
+    half = stats.t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / np.sqrt(arr.size)
+    return float(arr.mean()), float(half)
+
+
+def fmt(mean: float, half: float, unit: str = "", digits: int = 0) -> str:
+    if np.isnan(half):
+        return f"{mean:.{digits}f}{unit}"
+    return f"{mean:.{digits}f} +/- {half:.{digits}f}{unit}"
+
+
+# ------------------------------------------------------------------------------ overhead
+
+def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from fakeserver import FakeServer
+
+    pairs: list[dict[str, float]] = []
+    with FakeServer(ttft_ms=2, itl_ms=1) as srv:
+        with running_gateway(srv.url, policy="sjf", max_inflight=None, mode="process") as gw:
+            cpu0, served0 = _cpu_and_admitted(gw)
+            for block in range(args.blocks):
+                row = {}
+                order = ("direct", "gateway") if block % 2 == 0 else ("gateway", "direct")
+                for arm in order:
+                    cfg = BenchConfig(url=srv.url if arm == "direct" else gw,
+                                      num_requests=args.requests, concurrency=1, warmup=10,
+                                      seed=block, output_dir=out / f"overhead-{block}-{arm}",
+                                      workload=WorkloadSpec(input_len="64", output_len="8"))
+                    ttft = run_bench(cfg).summary["ttft_ms"]
+                    row[f"{arm}_p50"], row[f"{arm}_p99"] = ttft["p50"], ttft["p99"]
+                pairs.append(row)
+            cpu1, served1 = _cpu_and_admitted(gw)
+    result = {"blocks": pairs, "requests_per_block": args.requests,
+              "gateway_cpu_ms_per_request": (cpu1 - cpu0) / (served1 - served0) * 1e3}
+    for q in ("p50", "p99"):
+        result[f"added_{q}_ms"] = interval([r[f"gateway_{q}"] - r[f"direct_{q}"] for r in pairs])
+        result[f"direct_{q}_ms"] = interval([r[f"direct_{q}"] for r in pairs])
+    print("\nAdded latency at light load (fake server, 2 ms TTFT, 1 in flight, "
+          f"{args.blocks} blocks x {args.requests} requests per arm)")
+    print(f"  direct TTFT p50 {fmt(*result['direct_p50_ms'], ' ms', 2)}, "
+          f"p99 {fmt(*result['direct_p99_ms'], ' ms', 2)}")
+    for q in ("p50", "p99"):
+        print(f"  added TTFT {q}: {fmt(*result[f'added_{q}_ms'], ' ms', 3)}")
+    print(f"  gateway CPU per request: {result['gateway_cpu_ms_per_request']:.3f} ms "
+          "(its process_cpu_seconds_total over the requests it admitted)")
+    p99 = result["added_p99_ms"][0]
+    print(f"  goal added p99 < 1 ms: {'met' if p99 < 1 else 'NOT met'} ({p99:.3f} ms)")
+    return result
+
+
+def _cpu_and_admitted(url: str) -> tuple[float, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        page = parse_metrics_text(resp.read().decode())
+    return (page.value("process_cpu_seconds_total") or 0.0,
+            page.value("latscope_gateway_admitted_total") or 0.0)
+
+
+# ------------------------------------------------------------------------------ A/B
+
+def _gateway_metrics(url: str) -> dict[str, float | None]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        page = parse_metrics_text(resp.read().decode())
+    waits = page.value("latscope_gateway_queue_wait_seconds_sum")
+    count = page.value("latscope_gateway_queue_wait_seconds_count")
+    return {"final_limit": page.value("latscope_gateway_inflight_limit"),
+            "mean_queue_wait_ms": waits / count * 1e3 if count else 0.0,
+            "rejected": page.value("latscope_gateway_rejected_total")}
+
+
+def _bench(url: str, args: argparse.Namespace, seed: int, out: Path, **over: Any):
+    # closed loop: a request count, as a duration would have latscope prepare (and tokenize
+    # through the server) a pool of 4096 prompts per run
+    closed = bool(args.concurrency)
+    cfg = BenchConfig(url=url, rate=None if closed else args.rate, concurrency=args.concurrency,
+                      duration_s=None if closed else args.duration,
+                      num_requests=args.closed_requests if closed else None,
+                      warmup=args.warmup, seed=seed, output_dir=out,
+                      workload=WorkloadSpec(mix=parse_mix(args.mix)), request_timeout_s=900)
+    for key, value in over.items():
+        setattr(cfg, key, value)
+    return run_bench(cfg)
+
+
+def _figures(summary: dict[str, Any]) -> dict[str, float | None]:
+    groups = summary.get("by_group") or {}
+    short, long_ = groups.get("short", {}), groups.get("long", {})
+    return {"short_ttft_mean_ms": (short.get("ttft_ms") or {}).get("mean"),
+            "short_ttft_p99_ms": (short.get("ttft_ms") or {}).get("p99"),
+            "long_e2e_mean_ms": (long_.get("e2e_ms") or {}).get("mean"),
+            "throughput_rps": summary["throughput"]["requests_per_s"],
+            "tokens_per_s": summary["throughput"]["total_tokens_per_s"],
+            "failed": summary["requests"]["failed"]}
+
+
+def calibrate(url: str, args: argparse.Namespace, out: Path) -> float:
+    """Throughput at saturation (closed loop, many in flight): the rate the knee sits below."""
+    result = _bench(url, args, 999, out / "calibrate", rate=None, concurrency=args.calib_c,
+                    duration_s=args.calib_s, num_requests=None)
+    return float(result.summary["throughput"]["requests_per_s"])
+
+
+def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    import contextlib
+
+    from latscope.server.target import LocalTarget
+
+    with contextlib.ExitStack() as stack:
+        url = args.url or stack.enter_context(LocalTarget(
+            log_dir=out / "vllm", serve_args=args.serve_args.split())).url
+        if args.concurrency:
+            print(f"closed loop, {args.concurrency} in flight (a backlog of constant size)")
+        elif args.rate == "auto":
+            capacity = calibrate(url, args, out)
+            args.rate = round(capacity * args.over, 3)
+            print(f"capacity (closed loop, c={args.calib_c}): {capacity:.2f} req/s; "
+                  f"open-loop rate {args.rate} req/s ({args.over:g}x)")
+        else:
+            args.rate = float(args.rate)
+        runs: list[dict[str, Any]] = []
+        for rnd in range(args.rounds):
+            order = ARMS[rnd % 3:] + ARMS[:rnd % 3]
+            for arm in order:
+                seed = 1000 * (rnd + 1) + ARMS.index(arm)  # fresh prompts for every run
+                run_out = out / f"r{rnd}-{arm}"
+                extra: dict[str, Any] = {}
+                if arm == "direct":
+                    summary = _bench(url, args, seed, run_out).summary
+                else:
+                    with running_gateway(url, policy=arm, max_inflight=args.max_inflight,
+                                         ttft_target_ms=args.ttft_target,
+                                         mode="process") as gw:
+                        summary = _bench(gw, args, seed, run_out).summary
+                        extra = _gateway_metrics(gw)
+                row = {"round": rnd, "arm": arm, **_figures(summary), **extra}
+                runs.append(row)
+                print(f"  round {rnd} {arm:6s} short TTFT mean {row['short_ttft_mean_ms']:.0f} "
+                      f"p99 {row['short_ttft_p99_ms']:.0f} ms, long E2E "
+                      f"{row['long_e2e_mean_ms']:.0f} ms, {row['throughput_rps']:.2f} req/s"
+                      + (f", limit {extra['final_limit']:.0f}" if extra else ""), flush=True)
+    return {"rate": args.rate, "concurrency": args.concurrency, "mix": args.mix,
+            "duration_s": args.duration,
+            "rounds": args.rounds, "runs": runs, "table": ab_table(runs, args)}
+
+
+def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    keys = ("short_ttft_mean_ms", "short_ttft_p99_ms", "long_e2e_mean_ms", "throughput_rps")
+    by = {(r["round"], r["arm"]): r for r in runs}
+    table: dict[str, Any] = {}
+    load = (f"{args.concurrency} in flight closed loop" if getattr(args, "concurrency", None)
+            else f"{args.rate} req/s open loop")
+    per_run = (f"{args.closed_requests} requests" if getattr(args, "concurrency", None)
+               else f"{args.duration:g} s")
+    print(f"\nA/B at {load}, mix {args.mix},\n{args.rounds} rounds x {per_run} "
+          "(ms; mean over rounds +/- 95% t-interval)")
+    print(f"  {'arm':7s}{'short TTFT mean':>18s}{'short TTFT p99':>18s}{'long E2E mean':>18s}"
+          f"{'req/s':>14s}")
+    for arm in ARMS:
+        vals = {k: interval([r[k] for r in runs if r["arm"] == arm]) for k in keys}
+        table[arm] = vals
+        cells = [f"{fmt(*vals[k]):>18s}" for k in keys[:3]]
+        print(f"  {arm:7s}" + "".join(cells) + f"{fmt(*vals['throughput_rps'], digits=2):>14s}")
+    print("  change against direct: geometric mean of the per-round ratios [95% interval]")
+    for arm in ("fcfs", "sjf"):
+        changes = {}
+        for k in keys:
+            logs = [np.log(by[(n, arm)][k] / by[(n, "direct")][k]) for n in range(args.rounds)
+                    if by[(n, arm)][k] and by[(n, "direct")][k]]
+            mean, half = interval(logs)
+            changes[k] = (float(np.expm1(mean)), float(np.expm1(mean - half)),
+                          float(np.expm1(mean + half)))
+        table[f"{arm}_vs_direct"] = changes
+        for k in keys:
+            print(f"    {arm:5s} {LABELS[k]:16s} {_change(changes[k])}")
+    sjf = table["sjf_vs_direct"]
+    short_cut, long_up = -sjf["short_ttft_mean_ms"][0], sjf["long_e2e_mean_ms"][0]
+    print(f"  goal short TTFT mean >= 40% lower: {'met' if short_cut >= 0.4 else 'NOT met'} "
+          f"({short_cut:.0%} lower); long E2E within +10%: "
+          f"{'met' if long_up <= 0.1 else 'NOT met'} ({long_up:+.0%})")
+    return table
+
+
+LABELS = {"short_ttft_mean_ms": "short TTFT mean", "short_ttft_p99_ms": "short TTFT p99",
+          "long_e2e_mean_ms": "long E2E mean", "throughput_rps": "throughput"}
+
+
+def _change(change: tuple[float, float, float]) -> str:
+    mid, lo, hi = (f"{v:+.0%}" if np.isfinite(v) else "?" for v in change)
+    return f"{mid:>6s}  [{lo}, {hi}]"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("part", nargs="?", default="all", choices=("all", "overhead", "ab"))
+    p.add_argument("--url", default=None, help="a server already running (default: LocalTarget)")
+    p.add_argument("--mix", default=DEFAULT_MIX)
+    p.add_argument("--rate", default="auto", help="req/s, or auto (--over x capacity)")
+    p.add_argument("--over", type=float, default=1.2, help="auto rate: x capacity (1.2)")
+    p.add_argument("--closed-requests", type=int, default=48,
+                   help="closed loop: requests per run (48)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="closed loop with N in flight instead of open loop: a backlog of "
+                        "constant size, which a shared box's drifting capacity moves less")
+    p.add_argument("--calib-c", type=int, default=32)
+    p.add_argument("--calib-s", type=float, default=20.0)
+    p.add_argument("--duration", type=float, default=20.0, help="seconds per A/B run (20)")
+    p.add_argument("--rounds", type=int, default=4, help="A/B rounds, each arm once (4)")
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--max-inflight", type=lambda s: None if s == "auto" else int(s),
+                   default=None, help="gateway arms: auto (default) or N")
+    p.add_argument("--ttft-target", type=float, default=None, help="gateway auto, ms (off)")
+    p.add_argument("--serve-args", default="--max-num-seqs 4",
+                   help="vLLM flags of the local target ('--max-num-seqs 4': a batch that "
+                        "fills, so requests queue; '' for latscope's defaults)")
+    p.add_argument("--requests", type=int, default=300, help="overhead: per block and arm")
+    p.add_argument("--blocks", type=int, default=4, help="overhead: blocks per arm")
+    p.add_argument("--output", type=Path, default=None)
+    args = p.parse_args()
+    out = args.output or Path("latscope-runs") / time.strftime("gateway-bench-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"host_cpus": __import__("os").cpu_count()}
+    if args.part in ("all", "overhead"):
+        results["overhead"] = overhead(args, out)
+    if args.part in ("all", "ab"):
+        results["ab"] = ab(args, out)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    print(f"\nresults: {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

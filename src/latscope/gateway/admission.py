@@ -1,0 +1,108 @@
+"""Admission: forward now while in-flight requests are under the limit, else wait in the queue.
+
+``acquire`` returns at once when a slot is free and nobody waits (the light-load path costs no
+tokenization and no queue work), else it computes the request's cost, queues it and waits for
+``release``/``dispatch`` to hand it a slot. A waiter whose client leaves (its task is cancelled)
+is taken out of the queue, or gives its slot back when it had just been handed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+from latscope.gateway.limit import AimdLimit, FixedLimit, Observation
+from latscope.gateway.metrics import GatewayMetrics
+from latscope.gateway.queue import Waiter, WaitQueue
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"gateway queue is full; retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class Admission:
+    def __init__(self, queue: WaitQueue, limit: AimdLimit | FixedLimit, max_queue: int,
+                 metrics: GatewayMetrics) -> None:
+        self.queue, self.limit, self.max_queue, self.metrics = queue, limit, max_queue, metrics
+        self.inflight = 0
+        self.peak_inflight = 0
+        self.ttft_s: list[float] = []  # upstream TTFTs since the last control tick
+        self.upstream_waiting: float | None = None
+        self.upstream_running: float | None = None
+        metrics.limit.set(limit.value)
+
+    def try_now(self) -> bool:
+        """Take a slot without waiting, if one is free and nobody is queued."""
+        if self.inflight < self.limit.value and not self.queue:
+            self._take()
+            return True
+        return False
+
+    async def wait(self, cost_of: Callable[[], Awaitable[float]]) -> float:
+        """Queue until a slot is handed over; returns the predicted cost used for ordering."""
+        if len(self.queue) >= self.max_queue:
+            raise QueueFull(self.retry_after_s())
+        arrival = time.monotonic()  # before the cost: a /tokenize round trip is no later arrival
+        cost = await cost_of()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = self.queue.push(Waiter(cost, arrival, future))
+        self.metrics.queue_length.set(len(self.queue))
+        self.dispatch()  # a slot may have freed while the cost was computed
+        try:
+            await future
+        except asyncio.CancelledError:
+            if not self.queue.remove(waiter) and future.done() and not future.cancelled():
+                self.release(0.0)  # handed a slot just as the client left: give it back
+            self.metrics.queue_length.set(len(self.queue))
+            raise
+        self.metrics.queue_wait.observe(time.monotonic() - waiter.arrival_s)
+        return cost
+
+    def release(self, cost: float) -> None:
+        self.inflight -= 1
+        self.metrics.inflight.set(self.inflight)
+        if cost:
+            rate = self.queue.rate
+            if not isinstance(rate, (int, float)):
+                rate.add(time.monotonic(), cost)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        now = time.monotonic()
+        while self.queue and self.inflight < self.limit.value:
+            waiter = self.queue.pop(now)
+            if waiter.payload.done():  # cancelled meanwhile
+                continue
+            self._take()
+            waiter.payload.set_result(None)
+        self.metrics.queue_length.set(len(self.queue))
+
+    def observe_ttft(self, ttft_s: float) -> None:
+        self.ttft_s.append(ttft_s)
+        self.metrics.upstream_ttft.observe(ttft_s)
+
+    def tick(self) -> int:
+        """One step of the control loop; returns the new limit."""
+        obs = Observation(self.ttft_s, self.upstream_waiting, self.upstream_running,
+                          len(self.queue), self.peak_inflight, self.inflight)
+        self.ttft_s, self.peak_inflight = [], self.inflight
+        value = self.limit.update(obs)
+        self.metrics.limit.set(value)
+        self.dispatch()
+        return value
+
+    def retry_after_s(self) -> int:
+        """Seconds the upstream needs to serve what waits now, at its served rate (at least 1 s:
+        ``Retry-After`` takes whole seconds)."""
+        served = self.queue.current_rate(time.monotonic())
+        return max(1, math.ceil(self.queue.total_cost() / served))
+
+    def _take(self) -> None:
+        self.inflight += 1
+        self.peak_inflight = max(self.peak_inflight, self.inflight)
+        self.metrics.inflight.set(self.inflight)
+        self.metrics.admitted.inc()

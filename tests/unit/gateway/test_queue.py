@@ -1,0 +1,83 @@
+"""Queue order: fcfs by arrival, sjf by deadline (arrival + aging x cost / rate), bounded wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.gateway.queue import ServedRate, Waiter, WaitQueue
+
+
+def _drain(queue: WaitQueue, now: float) -> list[str]:
+    out = []
+    while queue:
+        out.append(queue.pop(now).payload)
+    return out
+
+
+def test_fcfs_serves_in_arrival_order_whatever_the_cost():
+    q = WaitQueue("fcfs", rate=1000.0)
+    for name, cost, t in [("long", 2000, 0.0), ("short", 10, 0.1), ("mid", 500, 0.2)]:
+        q.push(Waiter(cost, t, name))
+    assert _drain(q, 1.0) == ["long", "short", "mid"]
+
+
+def test_sjf_lets_short_requests_pass_long_ones_that_came_shortly_before():
+    q = WaitQueue("sjf", aging_factor=1.0, rate=1000.0)
+    q.push(Waiter(2000, 0.0, "long"))  # deadline 2.0
+    q.push(Waiter(10, 0.5, "short"))  # deadline 0.51
+    q.push(Waiter(500, 0.6, "mid"))  # deadline 1.1
+    assert _drain(q, 1.0) == ["short", "mid", "long"]
+
+
+def test_aging_bounds_how_long_a_long_request_is_overtaken():
+    # a long request (cost 2000 -> deadline 2.0) is passed only by requests whose deadline is
+    # earlier: a short one arriving at 1.9 passes it, one arriving at 2.1 no longer does
+    q = WaitQueue("sjf", aging_factor=1.0, rate=1000.0)
+    q.push(Waiter(2000, 0.0, "long"))
+    q.push(Waiter(10, 1.9, "early-short"))
+    q.push(Waiter(10, 2.1, "late-short"))
+    assert _drain(q, 3.0) == ["early-short", "long", "late-short"]
+
+
+def test_equal_deadlines_keep_arrival_order():
+    q = WaitQueue("sjf", aging_factor=1.0, rate=1000.0)
+    for name in "abc":
+        q.push(Waiter(100, 0.0, name))
+    assert _drain(q, 0.0) == ["a", "b", "c"]
+
+
+def test_a_waiter_that_left_is_removed_once():
+    q = WaitQueue("sjf", rate=1000.0)
+    w = q.push(Waiter(100, 0.0, "x"))
+    assert q.remove(w) is True
+    assert q.remove(w) is False
+    with pytest.raises(IndexError):
+        q.pop(0.0)
+
+
+def test_served_rate_is_cost_per_second_over_the_window():
+    rate = ServedRate(window_s=10.0, initial=123.0)
+    assert rate.value(0.0) == 123.0
+    for t in range(1, 6):  # 200 cost units a second
+        rate.add(float(t), 200.0)
+    assert rate.value(5.0) == pytest.approx(1000.0 / 4.0)  # 1000 units over 4 s
+    assert rate.value(100.0) == 123.0  # all aged out of the window: back to the initial guess
+
+
+def test_measured_rate_changes_the_aging_window():
+    # with a slow upstream (10 units/s) a cost of 100 is 10 s of fair share, so a short request
+    # arriving 5 s after a long one still passes it; at 1000 units/s it no longer does
+    slow = ServedRate(initial=10.0)
+    fast = ServedRate(initial=1000.0)
+    for rate, expected in ((slow, ["short", "long"]), (fast, ["long", "short"])):
+        q = WaitQueue("sjf", aging_factor=1.0, rate=rate)
+        q.push(Waiter(100, 0.0, "long"))
+        q.push(Waiter(1, 5.0, "short"))
+        assert _drain(q, 6.0) == expected
+
+
+def test_bad_policy_and_aging_are_refused():
+    with pytest.raises(ValueError):
+        WaitQueue("lifo")
+    with pytest.raises(ValueError):
+        WaitQueue("sjf", aging_factor=0)
