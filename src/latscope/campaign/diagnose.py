@@ -298,8 +298,9 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         i = len(state.steps)
         c = int(load)
         t0 = time.monotonic()
-        cfg = with_load(base, concurrency=c, num_requests=max(16, 3 * c),
-                        output_dir=out / f"step-{i:02d}-c{c}", warmup=min(c, 16), seed=100 + i)
+        # warm-up: one full wave, flowing into the measured requests (steady state, no burst)
+        cfg = with_load(base, concurrency=c, num_requests=max(16, 2 * c),
+                        output_dir=out / f"step-{i:02d}-c{c}", warmup=c, seed=100 + i)
         obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms)
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs

@@ -201,7 +201,7 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
     """Alternate A (``current``, already running) and B (``proposal.change``) ``pairs`` times."""
     exp = Experiment(proposal, load)
     n = requests or max(24, 4 * load)
-    warmup = min(load, 16)
+    warmup = load  # one full wave, flowing into the measured requests
     with _arms(control, current, proposal.change, out_dir) as arm_url:
         for i in range(pairs):
             for arm in ("A", "B"):
