@@ -8,6 +8,8 @@ trial, so an interrupted tune (Ctrl-C, a crash, a killed machine) resumes from i
 are served from that file to the search and never re-run; a trial that was running is re-run.
 ``--validate`` runs the chosen and the starting configuration alternately (A B B A ..., which
 cancels a linear drift of the machine) and reports the paired improvement with a t interval.
+With a ``TrialPool`` (``campaign.parallel_tune``: ``tune --parallel K``) the trials a search step
+needs run up to K at once; each enters the state when it starts and is scored when it ends.
 """
 
 from __future__ import annotations

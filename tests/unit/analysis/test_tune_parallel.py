@@ -157,13 +157,6 @@ def test_host_warning_when_trials_share_a_host_without_gpus():
     assert host_warning(2, 1, ["0", "1"], on_ray=False) == ""
     assert host_warning(1, 0, [], on_ray=False) == ""
     assert host_warning(4, 0, [], on_ray=True) == ""
-    assert all(len(line) <= 80 for line in
-               _wrap(host_warning(2, 0, [], on_ray=False)))  # the CLI wraps it to the terminal
-
-
-def _wrap(text: str) -> list[str]:
-    import textwrap
-    return textwrap.wrap(text, 80)
 
 
 def test_failed_and_dead_trials_are_recorded_and_the_others_go_on(tmp_path):
