@@ -12,10 +12,8 @@ fixed grid. A list of loads is measured as given, with the same early stops. The
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from latscope.analysis.knee import (
@@ -267,47 +265,3 @@ def _growth_past(steps: Sequence[Step], knee_load: float) -> dict[str, float]:
     growth = {k: past[k] - at[k] for k in at if k in past
               and isinstance(at[k], (int, float)) and isinstance(past[k], (int, float))}
     return dict(sorted(growth.items(), key=lambda kv: kv[1], reverse=True))
-
-
-# --- wiring to the load generator and the /metrics scraper ------------------------------------
-
-# Leaves of the latency decomposition compared across steps ("what grows at the knee").
-GROWTH_KEYS = ("ttft.send_lag", "ttft.network", "ttft.server.queue", "ttft.server.prefill",
-               "ttft.server.other", "e2e.decode")
-
-
-def step_decomposition(records: Sequence[Any], snapshots: Sequence[Any]) -> dict[str, float]:
-    """Mean ms of each decomposition leaf (``analysis.decompose``) of one step; None-free."""
-    from latscope.analysis.decompose import decompose
-
-    result = decompose(records, list(snapshots))
-    return {c.key: c.mean_ms for c in result.components
-            if c.key in GROWTH_KEYS and c.mean_ms is not None}
-
-
-def bench_step(base: Any, load: float, mode: str, run_dir: Path, *, warmup: int | None,
-               scrape_interval_s: float) -> Step:
-    """One load run at ``load`` (``mode`` "concurrency" or "rate") with /metrics scraped.
-
-    ``base`` is a ``latscope.load.BenchConfig``; warm-up defaults to one request per concurrency
-    slot (at least 2) so each step starts from a filled batch rather than an idle server.
-    """
-    try:
-        from latscope.load import run_bench
-    except ImportError:  # the package may not re-export it
-        from latscope.load.runner import run_bench
-    from latscope.server.scrape import MetricsScraper
-
-    changes: dict[str, Any] = {"output_dir": run_dir}
-    if mode == "concurrency":
-        changes.update(concurrency=int(load), rate=None)
-    else:
-        changes.update(rate=float(load))
-    changes["warmup"] = warmup if warmup is not None else max(2, int(min(load, 64)))
-    config = dataclasses.replace(base, **changes)
-    scraper = MetricsScraper(scrape_interval_s)
-    result = run_bench(config, observers=[scraper])
-    metrics = flatten_summary(result.summary)
-    metrics.update(noise_estimates(result.summary, metrics))
-    return Step(load, metrics, run_dir=str(result.run_dir),
-                decomposition=step_decomposition(result.records, scraper.snapshots))

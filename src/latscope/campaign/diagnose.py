@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from latscope.analysis.sweep import (Step, StopRules, analyse, flatten_summary, noise_estimates,
-                                     run_sweep)
-from latscope.campaign.observe import Observation, client_reliability, observe, with_load
-from latscope.campaign.servers import (CommandControl, LocalControl, Running, ServerControl)
+from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
+from latscope.campaign.observe import Observation, observe, with_load
+from latscope.campaign.servers import CommandControl, LocalControl, Running, ServerControl
+from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError, LatscopeError
 from latscope.findings.impact import describe, severity_for_share
 from latscope.findings.latency import Context, findings_from_decomposition
@@ -48,6 +48,10 @@ CAUSES_OF = {
 SWEEP_SHARE = 0.6
 
 
+class DiagnoseFailed(LatscopeError):
+    """The run could not reach a verdict (the report holds what was gathered)."""
+
+
 @dataclass
 class DiagnoseOptions:
     url: str | None = None
@@ -64,11 +68,12 @@ class DiagnoseOptions:
     api_key: str | None = None
     model: str | None = None
     input_len: str = "128"
-    output_len: str = "32"
+    output_len: str = "64"
     max_load: int = 64
+    loads: tuple[int, ...] | None = None  # explicit concurrencies to measure (default: auto)
     prove: bool = True
     max_proofs: int = 2
-    pairs: int = 3
+    pairs: int = 4
     argv: list[str] | None = None
 
 
@@ -98,6 +103,7 @@ class Diagnosis:
     observations: dict[float, Observation] = field(default_factory=dict)
     analysis: Any = None
     levels: dict[str, float] = field(default_factory=dict)  # light / knee / top -> load
+    log: Any = None  # the parsed server log (latscope.server.logs.ServerLog)
     log_findings: list[Finding] = field(default_factory=list)
     trace: dict[str, Any] | None = None
     trace_findings: list[Finding] = field(default_factory=list)
@@ -140,6 +146,8 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
     _stage(state, "doctor", lambda: _doctor(state, running))
     _stage(state, "net", lambda: _net(state, base))
     _stage(state, "sweep", lambda: _sweep(state, base, budget))
+    if not state.steps:  # nothing measured: no verdict can be given, the run failed
+        raise DiagnoseFailed(f"no load could be measured: {state.stages[-1].note}")
     _stage(state, "log", lambda: _log(state, running))
     if state.opts.trace or state.opts.profile:
         _stage(state, "trace", lambda: _trace(state, base, running))
@@ -158,6 +166,7 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
 
         state.target = {"url": redact_url_password(opts.url), "local": False,
                         "controlled": False}
+        state.run.update(target=state.target)
         yield None, None
         return
     if opts.serve_cmd:
@@ -174,6 +183,7 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
                         "controlled": True, "model": running.model, "same_host": True,
                         "start_s": round(running.start_s, 1),
                         "server_args": running.argv, "log": str(running.log_path or "")}
+        state.run.update(target=state.target)
         yield control, running
 
 
@@ -278,7 +288,8 @@ def _same_host(url: str) -> bool:
 
 def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     opts = state.opts
-    sweep_s = max(30.0, budget.left() * SWEEP_SHARE) if opts.prove else budget.left()
+    can_prove = opts.prove and (opts.serve_cmd is not None or not opts.url)
+    sweep_s = max(30.0, budget.left() * SWEEP_SHARE) if can_prove else budget.left()
     deadline = time.monotonic() + sweep_s
     step_times: list[float] = []
     out = state.run.path / "sweep"
@@ -292,13 +303,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms)
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs
-        metrics = flatten_summary(obs.summary)
-        metrics.update(noise_estimates(obs.summary, metrics))
-        metrics["prefix_cache_hit_rate"] = obs.prefix_cache_hit_rate
-        leaves = {comp.key: comp.mean_ms for comp in (obs.decomposition.components
-                                                      if obs.decomposition else [])
-                  if comp.mean_ms is not None}
-        step = Step(load, metrics, run_dir=str(obs.run_dir), decomposition=leaves)
+        step = step_of(load, obs)
+        metrics = step.metrics
         state.steps.append(step)
         state.progress(f"    c={c}: {metrics.get('requests_per_s') or 0:.2f} req/s, TTFT p50 "
                        f"{metrics.get('ttft_p50_ms') or 0:.0f} ms, p99 "
@@ -317,7 +323,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
                                        "analysis": state.analysis.to_dict()})
 
     rules = StopRules(max_load=opts.max_load)
-    steps = run_sweep(measure, None, start=1, factor=2.0, refine=1, integer=True, rules=rules,
+    loads = [float(c) for c in opts.loads] if opts.loads else None
+    steps = run_sweep(measure, loads, start=1, factor=2.0, refine=1, integer=True, rules=rules,
                       on_step=on_step, budget=over_budget)
     state.steps = sorted(steps, key=lambda s: s.load)
     state.analysis = analyse(state.steps, _slo(opts.slo))
@@ -325,6 +332,9 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     reason = next((s.stop_reason for s in steps if s.stop_reason), "")
     if reason.startswith("cut"):
         state.notes.append(f"sweep {reason}; highest load measured c={state.steps[-1].load:g}")
+    if loads is None and not any(s.phase == "refine" for s in steps):
+        why = over_budget(state.steps) or "no unmeasured load between the knee and its neighbours"
+        state.notes.append(f"sweep: no bisection step around the knee ({why})")
     knee = state.levels.get("knee")
     return (f"{len(steps)} steps, knee at c={knee:g}" if knee is not None
             else f"{len(steps)} steps, no knee found") + (f"; stopped: {reason}" if reason else "")
@@ -350,10 +360,18 @@ def _pick_levels(state: Diagnosis) -> None:
 
 
 def _level_label(state: Diagnosis, load: float) -> str:
+    """``c=16 (past the knee at c=8)``, ``c=8 (the knee)``, ``c=1 (light load)``."""
     names = [n for n, v in state.levels.items() if v == load]
-    name = ("the knee" if "knee" in names else "light load" if "light" in names
-            else "past the knee" if "knee" in state.levels else "the highest load")
-    return f"{name} (c={load:g})"
+    knee = state.levels.get("knee")
+    if "knee" in names:
+        where = "the knee"
+    elif "light" in names:
+        where = "light load"
+    elif knee is not None and load > knee:
+        where = f"past the knee at c={knee:g}"
+    else:
+        where = "the highest load measured; no knee found"
+    return f"c={load:g} ({where})"
 
 
 def _log(state: Diagnosis, running: Running | None) -> str:
@@ -364,6 +382,7 @@ def _log(state: Diagnosis, running: Running | None) -> str:
     if not path:
         return "skipped: no server log (use --log FILE for a remote server)"
     log = parse_log(path)
+    state.log = log
     state.log_findings = findings_from_log(log)
     state.run.write("log.json", {"source": path, "stats_lines": len(log.stats),
                                  "config": log.config,
@@ -426,10 +445,28 @@ def _stable(path: Path) -> bool:
 
 # --- findings, ranking, verdict --------------------------------------------------------------
 
+def _server_limits(state: Diagnosis) -> tuple[int | None, str, int | None]:
+    """max_num_seqs (and its source) and max_num_batched_tokens: the server's command line,
+    else its log (with vLLM's documented defaults by device when the log does not say)."""
+    seqs, seqs_src = state.max_num_seqs
+    mbt = None
+    if state.log is not None:
+        from latscope.findings.server import effective_max_num_seqs
+
+        if seqs is None:
+            seqs, seqs_src = effective_max_num_seqs(state.log)
+        mbt = state.log.config.get("max_num_batched_tokens")
+    if mbt is None and state.doctor is not None:
+        settings = (state.doctor.facts.get("server") or {}).get("settings") or {}
+        value = (settings.get("max_num_batched_tokens") or {}).get("value")
+        mbt = value if isinstance(value, int) else None
+    return seqs, seqs_src, mbt
+
+
 def _level_findings(state: Diagnosis) -> list[Finding]:
     """Latency and /metrics findings at each named level, labelled with where they were measured."""
     out: list[Finding] = []
-    seqs, seqs_src = state.max_num_seqs
+    seqs, seqs_src, mbt = _server_limits(state)
     for load in dict.fromkeys(state.levels.values()):
         obs = state.observations.get(load)
         if obs is None:
@@ -440,16 +477,38 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
         if obs.decomposition is not None:
             out += findings_from_decomposition(obs.decomposition, ctx)
         out += findings_from_metrics(obs.snapshots, source=f"/metrics at {label}",
-                                     max_num_seqs=seqs, max_num_seqs_source=seqs_src)
+                                     max_num_seqs=seqs, max_num_seqs_source=seqs_src,
+                                     max_num_batched_tokens=mbt)
     return out
 
 
 def _all_findings(state: Diagnosis) -> list[Finding]:
     doctor = [f for f in (state.doctor.findings if state.doctor else [])
               if f.severity not in (Severity.OK, Severity.SKIPPED)]
-    net = [f for f in (state.net.findings if state.net else [])
-           if f.id != "net.verdict"]  # the measured run's split (latency.network) replaces it
-    return doctor + net + _level_findings(state) + state.log_findings + state.trace_findings
+    if state.doctor is not None and not (state.doctor.facts.get("gpu") or {}).get("vendor"):
+        doctor = [_no_gpu_here(f) if f.layer == "gpu" else f for f in doctor]
+    # The probe's own observations are information here: the measured run's split
+    # (latency.network) says what the network costs the load; net.verdict is that, for the probe.
+    net = [dataclasses.replace(f, severity=min(f.severity, Severity.INFO, key=lambda v: -v.rank))
+           for f in (state.net.findings if state.net else [])
+           if f.id != "net.verdict" and f.severity not in (Severity.OK, Severity.SKIPPED)]
+    log = state.log_findings
+    if any(o.snapshots for o in state.observations.values()):
+        # The log's stats lines span the whole run (warm-up, ramps between steps); the scrapes
+        # of each measured step are the evidence for queueing, so the log's queue rules yield.
+        log = [f for f in log if f.layer != "queue"]
+    return doctor + net + _level_findings(state) + log + state.trace_findings
+
+
+def _no_gpu_here(f: Finding) -> Finding:
+    """A GPU setting on a host without a GPU (the CPU build) costs nothing that can be measured
+    here: kept, with that said, as information."""
+    if f.severity.rank >= Severity.INFO.rank:
+        return f
+    return dataclasses.replace(
+        f, severity=Severity.INFO,
+        why=(f.why + " " if f.why else "") + "This host has no GPU, so its cost could not be "
+        "measured here; on a GPU server it applies as stated.")
 
 
 def join_causes(findings: list[Finding]) -> list[Finding]:
@@ -546,8 +605,8 @@ def _healthy_verdict(state: Diagnosis) -> dict[str, Any]:
     load = state.levels.get("knee") or state.levels.get("top") or state.levels.get("light")
     obs = state.observations.get(load) if load is not None else None
     if obs is None or obs.decomposition is None:
-        return {"text": "No fault found, but no load was measured: see the stages for why",
-                "healthy": True, "finding_id": None}
+        return {"text": "No verdict: no load was measured (see the stages for why)",
+                "healthy": False, "finding_id": None}
     d = obs.decomposition
     parts = sorted((c for c in d.components if c.key in _TTFT_LEAVES and c.mean_ms
                     and c.mean_ms > 0), key=lambda c: -(c.mean_ms or 0))
@@ -556,8 +615,8 @@ def _healthy_verdict(state: Diagnosis) -> dict[str, Any]:
                       if ttft and ttft.mean_ms)
     where = _level_label(state, load)
     thr = obs.summary.get("throughput", {}).get("requests_per_s") or 0
-    text = (f"No configuration fault found: capacity is reached at {where} "
-            f"({thr:.2f} req/s, mean TTFT {ttft.mean_ms:.0f} ms: {split})")
+    text = (f"No configuration fault found. At {where}: {thr:.2f} req/s, mean TTFT "
+            f"{ttft.mean_ms:.0f} ms ({split})")
     return {"text": text, "healthy": True, "finding_id": None, "measured_at": where}
 
 
@@ -577,7 +636,7 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
                state.levels.get("light") or 1)
     proposals = []
     for f in candidates:
-        at = _load_of(f, state) or load
+        at = _proof_load(f, state) or load
         p = propose(f, control or _NoControl(), at)
         if p is not None:
             proposals.append((f, p, at))
@@ -611,12 +670,23 @@ class _NoControl(ServerControl):
     kind = "remote"
 
 
+def _proof_load(f: Finding, state: Diagnosis) -> int | None:
+    """Where an A/B shows the fix best: for a queueing cause, the lowest measured load at which
+    queueing is half of TTFT or more (past it, both arms saturate the engine and the difference
+    drowns in the longer runs' noise); otherwise where the finding was measured."""
+    if f.layer == "queue":
+        for step in state.steps:
+            d = step.decomposition
+            if d.get("ttft") and d.get("ttft.server.queue", 0.0) / d["ttft"] >= 0.5:
+                return int(step.load)
+    return _load_of(f, state)
+
+
 def _load_of(f: Finding, state: Diagnosis) -> int | None:
-    where = (f.impact or {}).get("measured_at", "")
-    for load in state.levels.values():
-        if where.endswith(f"(c={load:g})"):
-            return int(load)
-    return None
+    import re
+
+    match = re.match(r"c=(\d+)", (f.impact or {}).get("measured_at", ""))
+    return int(match.group(1)) if match else None
 
 
 def _proposal(f: Finding, p: Any, load: int) -> dict[str, Any]:
@@ -746,15 +816,19 @@ def _last(points: list[tuple[Any, float]]) -> float | None:
 
 
 def _trace_section(trace: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The first device's breakdown, kernel categories and top kernels (``trace.analyze``'s
+    result after ``to_json_units``: every ``*_ns`` is ``*_ms``)."""
     if not trace or not trace.get("devices"):
         return None
     dev = trace["devices"][0]
     b = dev.get("breakdown") or {}
-    window = b.get("window_ms") or b.get("window") or None
+    kernels = dev.get("kernels") or {}
     shares = {k: b.get(f"{k}_share") for k in ("compute", "exposed_comm", "exposed_copy", "idle")}
-    cats = [{"name": c.get("category") or c.get("name"), "ms": c.get("time_ms") or c.get("ms"),
-             "share": c.get("share")} for c in dev.get("categories", [])]
-    kernels = [{"name": k.get("name"), "ms": k.get("time_ms") or k.get("total_ms"),
-                "count": k.get("count")} for k in dev.get("top_kernels", [])[:15]]
-    return {"source": (trace.get("source") or {}).get("path"), "window_ms": window,
-            "breakdown": shares, "categories": cats, "top_kernels": kernels}
+    cats = [{"name": c.get("category"), "ms": c.get("union_ms"), "share": c.get("share_of_busy")}
+            for c in kernels.get("categories", [])]
+    top = [{"name": k.get("name"), "ms": k.get("total_ms"), "count": k.get("count"),
+            "share": k.get("share_of_busy"), "category": k.get("category")}
+           for k in kernels.get("top", [])[:15]]
+    return {"source": (trace.get("source") or {}).get("path"), "device": dev.get("device"),
+            "window_ms": b.get("window_ms"), "breakdown": shares, "categories": cats,
+            "top_kernels": top}

@@ -62,6 +62,9 @@ class Experiment:
                 "did not measurably help: the 95% interval includes no change"
                 if self.result.get("verdict") == "no significant difference"
                 else f"did not help: {self.result.get('verdict')}")
+        caveat = comparability(self.hit_rates)
+        if caveat:
+            note = (note + "; " if note else "") + caveat
         return {"finding_id": self.proposal.finding_id, "change": self.proposal.change.describe(),
                 "metric": self.proposal.metric, "load": self.load, "arms": self.arms,
                 "a_values": a, "b_values": b,
@@ -71,6 +74,23 @@ class Experiment:
                 "helped": helped, "verdict": self.result.get("verdict", self.status),
                 "warmup_excluded": True, "prefix_cache_hit_rate": self.hit_rates,
                 "run_dirs": self.run_dirs, "note": note.strip()}
+
+
+# Prefix-cache hit rates of two arms further apart than this make their latencies incomparable.
+HIT_RATE_GAP = 0.05
+
+
+def comparability(hit_rates: dict[str, list[float | None]]) -> str:
+    """A caveat when the arms were not served alike by the prefix cache ("" when they were)."""
+    means = {}
+    for arm, rates in hit_rates.items():
+        known = [r for r in rates if r is not None]
+        if known:
+            means[arm] = sum(known) / len(known)
+    if len(means) == 2 and abs(means["A"] - means["B"]) > HIT_RATE_GAP:
+        return (f"prefix-cache hit rates differ (A {means['A']:.0%}, B {means['B']:.0%}): the "
+                "arms were not served alike, so the change is not the fix's alone")
+    return ""
 
 
 # --- which fix each finding gets -------------------------------------------------------------
@@ -164,7 +184,6 @@ _FIXES: dict[str, Callable[[Finding, ServerControl, int], Proposal | None]] = {
     "server.preemptions": _more_kv,
     "server.debug_logging": _no_debug,
     "server.request_logging": _no_request_log,
-    "server.logging_level": _no_debug,
     "server.trace_function": _unset_env_fix,
     "gpu.launch_blocking": _unset_env_fix,
     "gpu.serialize": _unset_env_fix,
@@ -181,7 +200,7 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                    seed0: int = 10_000, scrape_interval_s: float = 1.0) -> Experiment:
     """Alternate A (``current``, already running) and B (``proposal.change``) ``pairs`` times."""
     exp = Experiment(proposal, load)
-    n = requests or max(16, 3 * load)
+    n = requests or max(24, 4 * load)
     warmup = min(load, 16)
     with _arms(control, current, proposal.change, out_dir) as arm_url:
         for i in range(pairs):

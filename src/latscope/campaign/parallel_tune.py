@@ -141,7 +141,7 @@ def _child_main(launch: Launch, measure: Measure, config: Config, trial_dir: Pat
     signal.signal(signal.SIGTERM, _stop_once)
     try:
         result = _run_trial(launch, measure, config, trial_dir, env)
-    except TrialStopped:
+    except KeyboardInterrupt:  # TrialStopped, or the bench's own RunInterrupted on SIGTERM
         result = ("interrupted", "")
     conn.send(result)
     conn.close()

@@ -8,7 +8,8 @@ interrupted tune goes on with ``latscope tune --resume DIR``. See docs/sweep.md.
 from __future__ import annotations
 
 import argparse
-import time
+
+from latscope.cli.common import add_api_key_argument
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--health-path", default="/health",
                         help="ready when GET PATH answers 200 (default /health)")
     server.add_argument("--model", help="model name for requests (default: first of /v1/models)")
+    add_api_key_argument(server)
     server.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     server.add_argument("--tokenizer", help="local tokenizer dir or tokenizer.json")
 
@@ -80,19 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print tune.json instead of tables")
 
 
-def bench_base_config(args: argparse.Namespace, url: str, model: str | None) -> Any:
-    """The BenchConfig every step or trial starts from (load and output dir set per run)."""
-    from latscope.load.config import BenchConfig, WorkloadSpec, load_workload_file
-
-    spec = WorkloadSpec(input_len=args.input_len, output_len=args.output_len)
-    if args.workload:
-        spec = WorkloadSpec(**{**spec.__dict__, **load_workload_file(args.workload)})
-    config = BenchConfig(url=url, endpoint=args.endpoint, model=model or None, workload=spec,
-                         num_requests=None if args.duration else args.num_requests,
-                         duration_s=args.duration, seed=args.seed, tokenizer=args.tokenizer)
-    return config
-
-
 def _spec(args: argparse.Namespace) -> Any:
     from latscope.analysis.search import parse_param
     from latscope.analysis.tune import TuneSpec
@@ -139,7 +128,7 @@ def _spec(args: argparse.Namespace) -> Any:
 def _check_workload(args: argparse.Namespace) -> None:
     """Reject flags that would fail only once servers start, after tune.json is written."""
     from latscope.analysis.knee import parse_slo
-    from latscope.cli.sweep import _loads
+    from latscope.cli.common import parse_loads as _loads
     from latscope.errors import ConfigError
 
     parse_slo(args.slo)
@@ -159,13 +148,15 @@ def _check_workload(args: argparse.Namespace) -> None:
         raise ConfigError(f"--scrape-interval {args.scrape_interval:g}: must be > 0 seconds")
 
 
-def _measure(spec: Any) -> Any:
+def _measure(spec: Any, key: str | None) -> Any:
     from latscope.analysis.knee import parse_slo
-    from latscope.analysis.tune import fixed_measure, sweep_measure
-    from latscope.cli.sweep import _loads
+    from latscope.campaign.tune import fixed_measure, sweep_measure
+    from latscope.cli.common import bench_base_config
+    from latscope.cli.common import parse_loads as _loads
 
     w = argparse.Namespace(**spec.workload)
     base = bench_base_config(w, "http://127.0.0.1", w.model)
+    base.api_key = key  # from --api-key or the environment; tune.json never holds it
     mode = "rate" if w.rate else "concurrency"
     text = w.rate or w.concurrency or ("auto" if w.per_trial == "sweep" else "16")
     if w.per_trial == "sweep":
@@ -175,7 +166,7 @@ def _measure(spec: Any) -> Any:
 
 
 def _launch(spec: Any) -> Any:
-    from latscope.analysis.tune import local_launcher, serve_cmd_launcher
+    from latscope.campaign.tune import local_launcher, serve_cmd_launcher
 
     w = spec.workload
     if spec.local:
@@ -185,12 +176,12 @@ def _launch(spec: Any) -> Any:
                               health_path=w.get("health_path", "/health"))
 
 
-def _pool(args: argparse.Namespace, spec: Any, console: Any) -> Any:
+def _pool(args: argparse.Namespace, spec: Any, launch: Any, measure: Any, console: Any) -> Any:
     """How trials run: flags of this invocation, not of the tune (a resume may change them)."""
     from latscope.campaign.parallel_tune import make_pool
 
     fixed_port = bool(spec.serve_cmd) and "{port}" not in spec.serve_cmd
-    pool, notes = make_pool(_launch(spec), _measure(spec), parallel=args.parallel,
+    pool, notes = make_pool(launch, measure, parallel=args.parallel,
                             gpus_per_trial=args.gpus_per_trial, gpus=args.gpus,
                             ray_address=args.ray or None, use_ray=args.ray is not None,
                             fixed_port=fixed_port)
@@ -204,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
 
     from latscope.analysis.tune import TuneState, Tuner
+    from latscope.cli.common import api_key
     from latscope.errors import ConfigError
     from latscope.report.sweep import trials_table, validation_lines
     from latscope.report.text import make_console
@@ -212,19 +204,19 @@ def run(args: argparse.Namespace) -> int:
     console = make_console(stderr=args.json)
     if args.resume:
         state = TuneState.load(Path(args.resume))
+        spec = state.spec
         console.print(f"resuming {state.path}: {len(state.cache())} finished trial(s) reused")
     else:
         if args.out and (Path(args.out) / "tune.json").exists():
             raise ConfigError(f"{args.out} already holds a tune; continue it with --resume "
                               f"{args.out}")
         spec = _spec(args)
-        pool = _pool(args, spec, console)  # its flags checked before the run directory exists
+    launch, measure = _launch(spec), _measure(spec, api_key(args))
+    pool = _pool(args, spec, launch, measure, console)  # checked before a run directory exists
+    if not args.resume:
         out = RunDir.create("tune", args.out).path
         state = TuneState(out, spec)
         state.save()
-    spec = state.spec
-    if args.resume:
-        pool = _pool(args, spec, console)
 
     def on_trial(trial: Any) -> None:
         cfg = " ".join(f"{k}={v}" for k, v in trial.config.items())
@@ -236,8 +228,15 @@ def run(args: argparse.Namespace) -> int:
                       + (f", {spec.objective} {value:.3g}, SLO {'met' if trial.feasible else 'missed'}"
                          if value is not None else f" {trial.error}"))
 
-    tuner = Tuner(state, _launch(spec), _measure(spec), on_trial=on_trial, pool=pool)
+    tuner = Tuner(state, launch, measure, on_trial=on_trial, pool=pool)
     result = tuner.search()
+    searched = state.search_trials()
+    if searched and not any(t.status == "done" for t in searched):
+        # no configuration was measured: there is no "best", only the reason
+        first = next((t.error for t in searched if t.error), "")
+        print(f"error: every trial failed ({len(searched)}); first: {first}; state: {state.path}",
+              file=sys.stderr)
+        return 1
     validation = None
     if args.validate and result.best == result.order[0]:
         console.print("validation skipped: the search kept the starting configuration")

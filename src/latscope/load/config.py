@@ -110,6 +110,9 @@ class BenchConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
     per_chunk_usage: bool = False  # ask vLLM for usage in every chunk (tokens per chunk)
     use_uvloop: bool = True
+    # A response larger than this is cut and counted as an error (a runaway or hostile server
+    # must not take the client's memory): 64 MiB is ~300k streamed tokens of vLLM's SSE.
+    max_response_bytes: int = 64 << 20
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -128,6 +131,8 @@ class BenchConfig:
             raise ConfigError("give num_requests or duration_s")
         if (self.num_requests or 0) < 0 or (self.duration_s or 0) < 0 or self.warmup < 0:
             raise ConfigError("num_requests, duration and warmup must not be negative")
+        if self.max_response_bytes <= 0:
+            raise ConfigError("max response size must be > 0 bytes")
         if self.request_timeout_s <= 0:
             raise ConfigError("request timeout must be > 0 s")
         if self.slo:
@@ -153,18 +158,21 @@ class BenchConfig:
 
 
 def parse_slo(text: str | None) -> dict[str, float] | None:
-    if not text:
+    """bench's goodput SLO: the per-request terms of latscope's one grammar (``latscope.slo``),
+    ``ttft<=200,tpot<=50`` (the older ``ttft=200`` still reads the same), in ms."""
+    from latscope.slo import parse
+
+    terms = parse(text)
+    if not terms:
         return None
     slo = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in SLO_KEYS:
-            raise ConfigError(f"bad SLO {part!r}: use ttft=MS,tpot=MS,itl=MS,e2e=MS")
-        try:
-            slo[key] = float(value)
-        except ValueError:
-            raise ConfigError(f"bad SLO value {value!r} (milliseconds)") from None
+    for term in terms:
+        if not term.per_request or term.op not in ("<=", "<"):
+            raise ConfigError(f"--slo {term}: bench's goodput counts requests that meet "
+                              "per-request limits (ttft<=MS, tpot<=MS, itl<=MS, e2e<=MS); "
+                              "percentile terms such as ttft_p99<=MS are judged per step by "
+                              "sweep, tune and diagnose")
+        slo[term.metric] = term.limit
     return slo
 
 
@@ -188,9 +196,12 @@ def load_workload_file(path: str | Path) -> dict[str, Any]:
     (``name``, ``weight``, ``input_len``, ``output_len``)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read workload file {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read workload file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"workload file {path}: not UTF-8 text (byte {exc.start}); expected "
+                          "TOML or YAML") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml
