@@ -245,3 +245,76 @@ def test_cli_parallel_tune_of_real_servers_finds_the_same_best(tmp_path):
     assert overlapping  # the two probes of a step ran together
     if not visible_gpus()[0]:
         assert "on a host without GPUs" in proc.stderr
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(
+                int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _is_fake_server(pid: int) -> bool:
+    """The server itself (argv[1] is fakeserver.py), not a forked trial process, whose command
+    line is its parent's and names fakeserver.py inside --serve-cmd."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) > 1 and argv[1].endswith(b"fakeserver.py")
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_stops_parallel_trials_in_their_bench_and_resume_finishes(tmp_path):
+    """SIGINT to ``tune --parallel 2`` while two trials bench real servers: each trial's bench
+    stops (its own SIGTERM handling), each server is stopped, both trials are ``interrupted``,
+    the exit status is 130, and ``--resume`` finishes the tune."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "tune"
+    cmd = [sys.executable, "-m", "latscope", "tune", "--serve-cmd",
+           f"{sys.executable} {FAKE_SERVER} --port {{port}} --ttft-ms 5 --itl-ms {{itl_ms}}",
+           "--health-path", "/v1/models", "--param", "itl_ms=1,2", "--search", "grid",
+           "--concurrency", "2", "-n", "400", "--input-len", "8", "--output-len", "16",
+           "--parallel", "2", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(servers) < 2:
+            servers = [p for p in _descendants(proc.pid) if _is_fake_server(p)]
+            time.sleep(0.2)
+        assert len(servers) == 2, "the two trials' servers never ran at once"
+        time.sleep(2)  # into the bench
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    for pid in servers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    trials = json.loads((out / "tune.json").read_text())["trials"]
+    assert [t["status"] for t in trials] == ["interrupted", "interrupted"]
+    resumed = subprocess.run([sys.executable, "-m", "latscope", "tune", "--resume", str(out),
+                              "--parallel", "2", "-n", "8", "--json"],
+                             capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    state = json.loads(resumed.stdout)
+    assert sorted(t["status"] for t in state["trials"]) == ["done", "done", "interrupted",
+                                                            "interrupted"]
