@@ -9,7 +9,11 @@ everything (the reference, and what vLLM's auto_tune and ``vllm bench sweep`` do
 
 The search never runs anything itself: it calls ``evaluate(config) -> Outcome`` and memoises
 results by configuration, and callers may pre-fill that memo (that is how an interrupted tune
-resumes without repeating trials). Moves need a relative gain above ``min_gain`` so measurement
+resumes without repeating trials). A caller that can run several trials at once also passes
+``evaluate_many(configs) -> outcomes``: the search then hands it, before each decision, the
+configurations that decision needs (the two probes of a ternary step, the final candidates along
+a flag, the whole grid). It asks for nothing the one-at-a-time search would not have evaluated,
+and decides on the same outcomes, so the result and the set of trials are the same. Moves need a relative gain above ``min_gain`` so measurement
 noise does not walk the search away from the incumbent.
 """
 
@@ -40,6 +44,9 @@ class Outcome:
     feasible: bool
     value: float  # e.g. throughput under the SLO; -inf when the server failed
     detail: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+EvaluateMany = Callable[[list[Config]], list[Outcome]]
 
 
 def better(a: Outcome, b: Outcome, min_gain: float = 0.0) -> bool:
@@ -119,11 +126,26 @@ class _Memo:
     """Evaluates each configuration once; ``cache`` may come pre-filled (resume)."""
 
     def __init__(self, params: Sequence[Param], evaluate: Callable[[Config], Outcome],
-                 cache: dict[tuple[Value, ...], Outcome] | None) -> None:
+                 cache: dict[tuple[Value, ...], Outcome] | None,
+                 evaluate_many: EvaluateMany | None = None) -> None:
         self.params = params
         self.evaluate = evaluate
+        self.evaluate_many = evaluate_many
         self.cache = cache if cache is not None else {}
         self.order: list[Config] = []
+
+    def prefetch(self, configs: Sequence[Config]) -> None:
+        """Evaluates at once those of ``configs`` not known yet (when the caller can run several
+        trials at once); ``order`` still follows the calls, as without prefetching."""
+        missing: dict[tuple[Value, ...], Config] = {}
+        for config in configs:
+            key = config_key(config, self.params)
+            if key not in self.cache:
+                missing.setdefault(key, dict(config))
+        if self.evaluate_many is None or len(missing) < 2:
+            return
+        for key, outcome in zip(missing, self.evaluate_many(list(missing.values()))):
+            self.cache[key] = outcome
 
     def __call__(self, config: Config) -> Outcome:
         key = config_key(config, self.params)
@@ -143,26 +165,31 @@ def _pick(candidates: list[int], score: Callable[[int], Outcome], incumbent: int
     return best
 
 
-def _axis_search(n: int, score: Callable[[int], Outcome], incumbent: int, min_gain: float) -> int:
-    """Discrete ternary search for the maximum of a unimodal sequence of length ``n``."""
+def _axis_search(n: int, score: Callable[[int], Outcome], incumbent: int, min_gain: float,
+                 prefetch: Callable[[Sequence[int]], None] = lambda indices: None) -> int:
+    """Discrete ternary search for the maximum of a unimodal sequence of length ``n``.
+    ``prefetch(indices)`` is told, before each decision, every index that decision reads."""
     lo, hi = 0, n - 1
     while hi - lo > 2:
         m1 = lo + (hi - lo) // 3
         m2 = hi - (hi - lo) // 3
+        prefetch((m1, m2))
         if better(score(m2), score(m1), min_gain):
             lo = m1 + 1
         elif better(score(m1), score(m2), min_gain):
             hi = m2 - 1
         else:  # a tie within noise: the maximum lies between them (unimodality)
             lo, hi = m1, m2
+    prefetch(range(lo, hi + 1))
     return _pick(list(range(lo, hi + 1)), score, incumbent, min_gain)
 
 
 def coordinate_search(params: Sequence[Param], evaluate: Callable[[Config], Outcome], *,
                       start: Config | None = None, min_gain: float = 0.03, max_passes: int = 3,
-                      cache: dict[tuple[Value, ...], Outcome] | None = None) -> SearchResult:
+                      cache: dict[tuple[Value, ...], Outcome] | None = None,
+                      evaluate_many: EvaluateMany | None = None) -> SearchResult:
     """Ternary search along one flag at a time from ``start`` (default: each flag's middle value)."""
-    memo = _Memo(params, evaluate, cache)
+    memo = _Memo(params, evaluate, cache, evaluate_many)
     current = dict(start) if start else {p.name: p.values[(len(p.values) - 1) // 2] for p in params}
     for p in params:
         if current.get(p.name) not in p.values:
@@ -173,8 +200,11 @@ def coordinate_search(params: Sequence[Param], evaluate: Callable[[Config], Outc
         for p in params:
             def score(i: int, p: Param = p) -> Outcome:
                 return memo({**current, p.name: p.values[i]})
+
+            def prefetch(indices: Sequence[int], p: Param = p) -> None:
+                memo.prefetch([{**current, p.name: p.values[i]} for i in indices])
             incumbent = p.values.index(current[p.name])
-            chosen = p.values[_axis_search(len(p.values), score, incumbent, min_gain)]
+            chosen = p.values[_axis_search(len(p.values), score, incumbent, min_gain, prefetch)]
             if chosen != current[p.name]:
                 current[p.name] = chosen
                 moved = True
@@ -185,11 +215,13 @@ def coordinate_search(params: Sequence[Param], evaluate: Callable[[Config], Outc
 
 def grid_search(params: Sequence[Param], evaluate: Callable[[Config], Outcome], *,
                 start: Config | None = None, min_gain: float = 0.0,
-                cache: dict[tuple[Value, ...], Outcome] | None = None) -> SearchResult:
+                cache: dict[tuple[Value, ...], Outcome] | None = None,
+                evaluate_many: EvaluateMany | None = None) -> SearchResult:
     """Every configuration (the starting one first, so it is the baseline)."""
-    memo = _Memo(params, evaluate, cache)
+    memo = _Memo(params, evaluate, cache, evaluate_many)
     if start:
         memo(start)
+    memo.prefetch(grid(params))
     for config in grid(params):
         memo(config)
     top = max(memo.order, key=lambda c: (memo(c).feasible, memo(c).value))

@@ -8,6 +8,8 @@ trial, so an interrupted tune (Ctrl-C, a crash, a killed machine) resumes from i
 are served from that file to the search and never re-run; a trial that was running is re-run.
 ``--validate`` runs the chosen and the starting configuration alternately (A B B A ..., which
 cancels a linear drift of the machine) and reports the paired improvement with a t interval.
+With a ``TrialPool`` (``campaign.parallel_tune``: ``tune --parallel K``) the trials a search step
+needs run up to K at once; each enters the state when it starts and is scored when it ends.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Protocol, Sequence
 
 import numpy as np
 import orjson
@@ -30,10 +32,21 @@ from latscope.errors import ConfigError, LatscopeError
 
 STATE_FILE = "tune.json"
 STATE_VERSION = 1
-# launch(config, trial_dir) -> context manager yielding (base_url, model_name)
-Launch = Callable[[Config, Path], ContextManager[tuple[str, str]]]
+# launch(config, trial_dir[, env=...]) -> context manager yielding (base_url, model_name); ``env``
+# (extra server environment: the trial's CUDA_/HIP_VISIBLE_DEVICES) is passed only when set
+Launch = Callable[..., ContextManager[tuple[str, str]]]
 # measure(base_url, model_name, run_dir) -> flat metrics (see analysis.sweep.flatten_summary)
 Measure = Callable[[str, str, Path], dict[str, Any]]
+
+
+class TrialPool(Protocol):
+    """Runs several trials at once (``campaign.parallel_tune``): ``run`` starts each through
+    ``tuner.new_trial`` when it gets a slot and ends it with ``tuner.finish_trial`` as it
+    finishes (so tune.json follows), and returns the trials in the order of ``configs``."""
+
+    slots: int
+
+    def run(self, tuner: Tuner, configs: list[Config], purpose: str) -> list[Trial]: ...
 
 
 @dataclass(slots=True)
@@ -76,6 +89,8 @@ class Trial:
     error: str = ""
     started: float = 0.0  # wall-clock seconds
     finished: float = 0.0
+    devices: str = ""  # GPUs the trial's server saw (CUDA_/HIP_VISIBLE_DEVICES); "" = not set
+    node: str = ""  # where it ran, when not on this host (a Ray node)
 
 
 class TuneState:
@@ -165,51 +180,87 @@ class Tuner:
     """Runs trials for the search and for validation, writing the state after each change."""
 
     def __init__(self, state: TuneState, launch: Launch, measure: Measure,
-                 on_trial: Callable[[Trial], None] = lambda t: None) -> None:
+                 on_trial: Callable[[Trial], None] = lambda t: None,
+                 pool: TrialPool | None = None) -> None:
         self.state = state
+        self.pool = pool
         self.launch = launch
         self.measure = measure
         self.on_trial = on_trial
         self.slo = parse_slo(state.spec.slo)
         self.restarts_this_session = 0
 
-    def run_trial(self, config: Config, purpose: str = "search") -> Trial:
+    def new_trial(self, config: Config, purpose: str = "search", devices: str = "") -> Trial:
+        """A trial that starts now: appended to the state (status running) and saved."""
         index = len(self.state.trials)
         label = "-".join(f"{k}={v}" for k, v in config.items())
         trial_dir = self.state.out_dir / "trials" / f"{index:03d}-{purpose}-{label}"
-        trial = Trial(dict(config), purpose=purpose, run_dir=str(trial_dir.relative_to(self.state.out_dir)),
-                      started=time.time())
+        trial = Trial(dict(config), purpose=purpose, devices=devices, started=time.time(),
+                      run_dir=str(trial_dir.relative_to(self.state.out_dir)))
         self.state.trials.append(trial)
         self.state.save()
-        try:
-            self.restarts_this_session += 1
-            with self.launch(config, trial_dir) as (url, model):
-                trial.metrics = self.measure(url, model, trial_dir / "run")
-            outcome = score(trial.metrics, self.slo, self.state.spec.objective,
+        self.restarts_this_session += 1
+        return trial
+
+    def trial_dir(self, trial: Trial) -> Path:
+        return self.state.out_dir / trial.run_dir
+
+    def finish_trial(self, trial: Trial, metrics: dict[str, Any] | None, error: str = "",
+                     node: str = "") -> None:
+        """Scores a trial that ran (``metrics``) or records why it failed (``error``)."""
+        trial.finished, trial.node = time.time(), node
+        if metrics is None:
+            trial.status, trial.error = "failed", error
+        else:
+            trial.metrics = metrics
+            outcome = score(metrics, self.slo, self.state.spec.objective,
                             self.state.spec.max_error_rate)
             trial.status, trial.feasible, trial.value = "done", outcome.feasible, outcome.value
-        except LatscopeError as exc:  # the server did not start, or the run failed: record it
-            trial.status, trial.error = "failed", str(exc).splitlines()[0]
-        except BaseException:
-            trial.status = "interrupted"
-            raise
-        finally:
-            trial.finished = time.time()
-            self.state.save()
+        self.state.save()
         self.on_trial(trial)
+
+    def interrupt_trial(self, trial: Trial) -> None:
+        trial.status, trial.finished = "interrupted", time.time()
+        self.state.save()
+
+    def run_trial(self, config: Config, purpose: str = "search") -> Trial:
+        if self.pool is not None:  # a trial alone runs as the pool runs them (its GPUs, its node)
+            return self.pool.run(self, [config], purpose)[0]
+        trial = self.new_trial(config, purpose)
+        trial_dir = self.trial_dir(trial)
+        try:
+            with self.launch(config, trial_dir) as (url, model):
+                metrics = self.measure(url, model, trial_dir / "run")
+        except LatscopeError as exc:  # the server did not start, or the run failed: record it
+            self.finish_trial(trial, None, str(exc).splitlines()[0])
+        except BaseException:
+            self.interrupt_trial(trial)
+            raise
+        else:
+            self.finish_trial(trial, metrics)
         return trial
+
+    def run_trials(self, configs: Sequence[Config], purpose: str = "search") -> list[Trial]:
+        """The trials of ``configs`` (in that order), up to the pool's slots at once."""
+        if self.pool is None:
+            return [self.run_trial(c, purpose) for c in configs]
+        return self.pool.run(self, list(configs), purpose)
 
     def evaluate(self, config: Config) -> Outcome:
         trial = self.run_trial(config)
         return Outcome(trial.feasible, trial.value)
+
+    def evaluate_many(self, configs: list[Config]) -> list[Outcome]:
+        return [Outcome(t.feasible, t.value) for t in self.run_trials(configs)]
 
     def search(self) -> SearchResult:
         spec = self.state.spec
         strategy = STRATEGIES.get(spec.strategy)
         if strategy is None:
             raise ConfigError(f"unknown search {spec.strategy!r}; use one of {sorted(STRATEGIES)}")
+        many = self.evaluate_many if self.pool is not None and self.pool.slots > 1 else None
         result = strategy(spec.params, self.evaluate, start=spec.start, min_gain=spec.min_gain,
-                          cache=self.state.cache())
+                          cache=self.state.cache(), evaluate_many=many)
         self.state.result = summarize_result(self.state, result)
         self.state.save()
         return result

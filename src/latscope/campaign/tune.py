@@ -37,11 +37,13 @@ def serve_cmd_launcher(template: str, *, host: str = "127.0.0.1", port: int | No
     from latscope.server.target import free_port
 
     @contextlib.contextmanager
-    def launch(config: Config, trial_dir: Path) -> Iterator[tuple[str, str]]:
+    def launch(config: Config, trial_dir: Path,
+               env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
         chosen = port or free_port(host)
         url = f"http://{host}:{chosen}"
         server = ManagedServer(serve_command(template, config, chosen), log_path=trial_dir / "server.log",
-                               health_url=f"{url}{health_path}", ready_timeout=ready_timeout)
+                               health_url=f"{url}{health_path}", ready_timeout=ready_timeout,
+                               env=env)  # env: the trial's GPUs (tune --gpus-per-trial)
         with server:
             yield url, model
 
@@ -53,9 +55,10 @@ def local_launcher(*, ready_timeout: float = 600.0, model: str = "tiny") -> Laun
     from latscope.server.target import LocalTarget
 
     @contextlib.contextmanager
-    def launch(config: Config, trial_dir: Path) -> Iterator[tuple[str, str]]:
+    def launch(config: Config, trial_dir: Path,
+               env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
         with LocalTarget(model=model, serve_args=flag_args(config), log_dir=trial_dir,
-                         ready_timeout=ready_timeout) as target:
+                         ready_timeout=ready_timeout, env=env) as target:
             yield target.url, target.model_name
 
     return launch

@@ -63,6 +63,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     goal.add_argument("--validate", type=int, default=0, metavar="N",
                       help="re-run chosen and starting configuration alternately N times each")
 
+    scale = parser.add_argument_group("trials at once (see docs/scale-out.md)")
+    scale.add_argument("--parallel", type=int, default=1, metavar="K",
+                       help="run up to K trials at once, each with its own server and port "
+                            "(default 1; same search, same trials)")
+    scale.add_argument("--gpus-per-trial", type=int, default=0, metavar="G",
+                       help="give each trial's server G GPUs of its own "
+                            "(CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES)")
+    scale.add_argument("--gpus", metavar="LIST",
+                       help="GPU ids the trials may use, e.g. 0,1,2,3 (default: those visible)")
+    scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="run the trials as Ray tasks (num_gpus=G) on a cluster (ADDRESS; "
+                            "omitted: $RAY_ADDRESS or a local cluster)")
+
     parser.add_argument("-o", "--output-dir", "--out", dest="out",
                         help="run directory (default ./latscope-runs/tune-TIME)")
     parser.add_argument("--resume", metavar="DIR", help="continue the tune stored in DIR")
@@ -163,6 +176,20 @@ def _launch(spec: Any) -> Any:
                               health_path=w.get("health_path", "/health"))
 
 
+def _pool(args: argparse.Namespace, spec: Any, launch: Any, measure: Any, console: Any) -> Any:
+    """How trials run: flags of this invocation, not of the tune (a resume may change them)."""
+    from latscope.campaign.parallel_tune import make_pool
+
+    fixed_port = bool(spec.serve_cmd) and "{port}" not in spec.serve_cmd
+    pool, notes = make_pool(launch, measure, parallel=args.parallel,
+                            gpus_per_trial=args.gpus_per_trial, gpus=args.gpus,
+                            ray_address=args.ray or None, use_ray=args.ray is not None,
+                            fixed_port=fixed_port)
+    for line in notes:
+        console.print(f"[yellow]{line}[/yellow]" if line.startswith("warning:") else line)
+    return pool
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -177,25 +204,31 @@ def run(args: argparse.Namespace) -> int:
     console = make_console(stderr=args.json)
     if args.resume:
         state = TuneState.load(Path(args.resume))
+        spec = state.spec
         console.print(f"resuming {state.path}: {len(state.cache())} finished trial(s) reused")
     else:
         if args.out and (Path(args.out) / "tune.json").exists():
             raise ConfigError(f"{args.out} already holds a tune; continue it with --resume "
                               f"{args.out}")
         spec = _spec(args)
+    launch, measure = _launch(spec), _measure(spec, api_key(args))
+    pool = _pool(args, spec, launch, measure, console)  # checked before a run directory exists
+    if not args.resume:
         out = RunDir.create("tune", args.out).path
         state = TuneState(out, spec)
         state.save()
-    spec = state.spec
 
     def on_trial(trial: Any) -> None:
         cfg = " ".join(f"{k}={v}" for k, v in trial.config.items())
         value = trial.metrics.get(spec.objective)
-        console.print(f"  trial {len(state.trials) - 1} ({trial.purpose}) {cfg}: {trial.status}"
+        where = "".join(f" [{part}]" for part in (trial.devices and f"GPUs {trial.devices}",
+                                                   trial.node) if part)
+        index = next(i for i, t in enumerate(state.trials) if t is trial)  # finish order varies
+        console.print(f"  trial {index} ({trial.purpose}) {cfg}{where}: {trial.status}"
                       + (f", {spec.objective} {value:.3g}, SLO {'met' if trial.feasible else 'missed'}"
                          if value is not None else f" {trial.error}"))
 
-    tuner = Tuner(state, _launch(spec), _measure(spec, api_key(args)), on_trial=on_trial)
+    tuner = Tuner(state, launch, measure, on_trial=on_trial, pool=pool)
     result = tuner.search()
     searched = state.search_trials()
     if searched and not any(t.status == "done" for t in searched):
