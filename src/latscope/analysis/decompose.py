@@ -9,19 +9,24 @@ SCHEDULED), prefill (``request_prefill_time``: SCHEDULED -> first token) and the
 decode (first chunk -> last byte), with the engine's own decode time beside it. Server means come
 from histogram ``_sum``/``_count`` deltas over the run window, quantiles from its ``le`` buckets
 (with the bucket width as error bound), or -- better -- from per-request server timings when the
-server returned them (vLLM ``--enable-per-request-metrics``). Every row names its source.
+server returned them (vLLM ``--enable-per-request-metrics``), or -- best -- from the server's own
+span of each request joined to the client's record by trace id (``latscope.analysis.join``):
+then the network + frontend and "other" rows are per-request differences with exact percentiles.
+Source order: spans, then per-request response fields, then histograms. Every row names its source.
 Differences of means are means; they have no percentiles, so none are given.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import orjson
 
+from latscope.analysis.join import SOURCE as SPAN_SOURCE
+from latscope.analysis.join import PerRequestSplit, join_spans
 from latscope.analysis.stats import e2e_ms, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
@@ -34,6 +39,9 @@ H_PREFILL = "vllm:request_prefill_time_seconds"
 H_DECODE = "vllm:request_decode_time_seconds"
 H_E2E = "vllm:e2e_request_latency_seconds"
 _PER_REQUEST = "per-request server timings (response 'metrics')"
+# Spans are the source when at least this share of the run's requests was joined; below it the
+# joined requests may not represent the run (the rows then come from the next source).
+SPAN_COVERAGE = 0.95
 
 
 @dataclass(slots=True)
@@ -67,13 +75,19 @@ class Decomposition:
     gauges: dict[str, Any] = field(default_factory=dict)  # peak server gauges in the window
     scrape: dict[str, Any] | None = None  # the scraper's status and overhead (decompose_run)
     findings: list[Any] = field(default_factory=list)  # Findings from metrics and this split
+    # The run's requests joined with the server's spans (latscope.analysis.join); None without
+    # spans. Its percentiles are exact, per request; to_dict writes it, rows left out, as
+    # "per_request" (the rows go to per_request.json).
+    split: PerRequestSplit | None = None
 
     def component(self, key: str) -> Component | None:
         return next((c for c in self.components if c.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "split"}
+        data["components"] = [asdict(c) for c in self.components]
         data["findings"] = [f.to_dict() for f in self.findings]
+        data["per_request"] = self.split.to_dict(rows=False) if self.split is not None else None
         return data
 
 
@@ -117,10 +131,19 @@ def per_request_server_timings(record: RequestRecord) -> dict[str, float] | None
     return out or None
 
 
+def _span_stats(split: PerRequestSplit | None, name: str) -> dict[str, Any] | None:
+    s = split.stats.get(name) if split is not None else None
+    if not s or not s.get("count"):
+        return None
+    return {"mean_ms": s["mean"], "p50_ms": s.get("p50"), "p99_ms": s.get("p99"),
+            "count": s["count"]}
+
+
 def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] | None = None,
-              ) -> Decomposition:
+              split: PerRequestSplit | None = None) -> Decomposition:
     """Decompose one run (or one sweep step): its ok, non-warm-up records and the snapshots that
-    bound it (first and last are the window; a single snapshot means 'since server start')."""
+    bound it (first and last are the window; a single snapshot means 'since server start'),
+    and, when given, the run's records joined with the server's spans (``join_spans``)."""
     recs = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
     snaps = sorted(snapshots or [], key=lambda s: s.t_ns)
     notes: list[str] = []
@@ -144,7 +167,18 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                                  if r.end_ns is not None]),
     }
 
+    spans = split if split is not None and split.joined and \
+        split.coverage >= SPAN_COVERAGE else None
+    if split is not None and split.joined and spans is None:
+        notes.append(f"only {split.joined} of {split.completed} requests were joined with a "
+                     f"server span: server rows come from the next source")
+    elif spans is not None and spans.joined < spans.completed:
+        notes.append(f"server rows from spans cover {spans.joined} of {spans.completed} "
+                     "requests")
+
     def server_part(part: str, hname: str) -> tuple[dict[str, Any] | None, str]:
+        if (stats := _span_stats(spans, f"{part}_ms")) is not None:
+            return stats, SPAN_SOURCE
         values = [t[part] for t in per_req if part in t]
         if values and len(values) == len(recs):
             return _client_stats(values), _PER_REQUEST
@@ -170,23 +204,29 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         ttft_total)
     add("ttft.send_lag", "client send lag", "ttft", "client records: sent - scheduled",
         client["lag"], ttft_total)
-    s_ttft = _hist_stats(hist[H_TTFT])
+    s_ttft, s_ttft_src = server_part("server_ttft", H_TTFT)
     q_stats, q_src = server_part("queue", H_QUEUE)
     p_stats, p_src = server_part("prefill", H_PREFILL)
-    net = _diff(client["ttft"], client["lag"], s_ttft)
-    add("ttft.network", "network + HTTP frontend + client", "ttft",
-        f"difference of means: TTFT - send lag - {H_TTFT}", net, ttft_total,
+    if (net := _span_stats(spans, "frontend_network_ms")) is not None:
+        net_src = f"{SPAN_SOURCE}: per request, TTFT - send lag - server TTFT"
+    else:
+        net = _diff(client["ttft"], client["lag"], s_ttft)
+        net_src = f"difference of means: TTFT - send lag - {s_ttft_src.split(' (')[0]}"
+    add("ttft.network", "network + HTTP frontend + client", "ttft", net_src, net, ttft_total,
         note=_negative_note(net))
-    add("ttft.server", "server TTFT (arrival -> first token)", "ttft",
-        f"{H_TTFT} (histogram delta over the run)", s_ttft, ttft_total)
+    add("ttft.server", "server TTFT (arrival -> first token)", "ttft", s_ttft_src, s_ttft,
+        ttft_total)
     add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
         ttft_total)
     add("ttft.server.prefill", "prefill (SCHEDULED -> first token)", "ttft.server", p_src, p_stats,
         ttft_total)
-    rest = _diff(s_ttft, q_stats, p_stats)
+    if (rest := _span_stats(spans, "other_ms")) is not None:
+        rest_src = f"{SPAN_SOURCE}: per request, server TTFT - queue - prefill"
+    else:
+        rest = _diff(s_ttft, q_stats, p_stats)
+        rest_src = "difference of means: server TTFT - queue - prefill"
     add("ttft.server.other", "tokenization + IPC + output processing", "ttft.server",
-        f"difference of means: {H_TTFT} - queue - prefill", rest, ttft_total,
-        note=_negative_note(rest))
+        rest_src, rest, ttft_total, note=_negative_note(rest))
 
     add("e2e", "E2E (client)", None, "client records: end - scheduled", client["e2e"], e2e_total)
     add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], e2e_total)
@@ -195,8 +235,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     d_stats, d_src = server_part("decode", H_DECODE)
     add("e2e.decode.engine", "decode in the engine (first -> last token)", "e2e.decode", d_src,
         d_stats, e2e_total)
-    add("e2e.server", "server E2E (arrival -> last token)", "e2e",
-        f"{H_E2E} (histogram delta over the run)", _hist_stats(hist[H_E2E]), e2e_total,
+    e_stats, e_src = server_part("server_e2e", H_E2E)
+    add("e2e.server", "server E2E (arrival -> last token)", "e2e", e_src, e_stats, e2e_total,
         note="shown for comparison; not a part of the sum")
 
     server_count = hist[H_E2E].count if hist[H_E2E] is not None else None
@@ -206,6 +246,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                      f"{len(recs)}: other traffic, warm-up or aborted requests are mixed in")
     source = ("per-request" if per_req and not vllm else
               "histograms+per-request" if per_req else "histograms" if vllm else "none")
+    if spans is not None:
+        source = "spans" if source == "none" else f"spans+{source}"
     leaves = [c for c in rows if c.key in ("ttft.send_lag", "ttft.network", "ttft.server.queue",
                                            "ttft.server.prefill", "ttft.server.other")]
     if s_ttft is None:  # without server data the only split is lag vs the rest
@@ -214,7 +256,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                                                              and c.key != "e2e.server"]),
                          (last.t_ns - first.t_ns) / 1e9 if first and last else None,
                          source, len(recs), server_count, notes,
-                         gauges=_peak_gauges(snaps) if vllm else {})
+                         gauges=_peak_gauges(snaps) if vllm else {},
+                         split=split if split is not None and split.joined else None)
 
 
 def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
@@ -260,7 +303,9 @@ def decompose_run(run_dir: Path) -> Decomposition:
     run_dir = Path(run_dir)
     _, records, _ = read_run(run_dir)  # one reader of requests.jsonl for every verb
     snapshots = read_snapshots(run_dir)
-    result = decompose(records, snapshots)
+    split, span_notes = _join_run_spans(run_dir, records)
+    result = decompose(records, snapshots, split)
+    result.notes += span_notes
     scrape_json = run_dir / "metrics" / "scrape.json"
     if scrape_json.is_file():
         result.scrape = orjson.loads(scrape_json.read_bytes())
@@ -272,6 +317,26 @@ def decompose_run(run_dir: Path) -> Decomposition:
         (run_dir / "server_timeseries.json").write_bytes(
             orjson.dumps(server_timeseries(snapshots, origin), option=orjson.OPT_INDENT_2))
     return result
+
+
+def _join_run_spans(run_dir: Path, records: list[RequestRecord]
+                    ) -> tuple[PerRequestSplit | None, list[str]]:
+    """The run's records joined with ``spans.jsonl`` (written to ``per_request.json``), and a
+    note when the requests were traced but no span came back."""
+    from latscope.server.otlp import STATUS_FILE, read_spans
+
+    traced = any(r.trace_id for r in records)
+    spans = read_spans(run_dir)
+    split = join_spans(records, spans) if traced and spans else None
+    if split is not None and split.joined:
+        (run_dir / "per_request.json").write_bytes(
+            orjson.dumps(split.to_dict(), option=orjson.OPT_INDENT_2))
+        return split, []
+    if traced and (run_dir / STATUS_FILE).is_file():
+        return None, ["requests carried a traceparent but the server sent no request spans "
+                      "(tracing off? start vLLM with --otlp-traces-endpoint; see docs/observe.md)"
+                      ": server rows from the next source (per-request fields, histograms)"]
+    return None, []
 
 
 def _origin_ns(run_dir: Path) -> int | None:

@@ -74,6 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--scrape-interval", type=float, default=2.0,
                      help="scrape /metrics every S seconds during the run (0: off)")
 
+    trace = parser.add_argument_group("per-request server spans (OTLP)")
+    trace.add_argument("--trace-requests", action=argparse.BooleanOptionalAction, default=None,
+                       help="send a fresh W3C traceparent per request (default: on against "
+                       "the local target or with --otlp-listen)")
+    trace.add_argument("--otlp-listen", metavar="HOST:PORT",
+                       help="receive the server's OTLP/HTTP spans here and join them to the "
+                       "requests (local target: a free loopback port)")
+    trace.add_argument("--otlp-grpc-listen", metavar="HOST:PORT",
+                       help="also receive OTLP/gRPC (vLLM's default protocol) here")
+
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
@@ -83,19 +93,60 @@ def run(args: argparse.Namespace) -> int:
     from latscope.report.bench import print_bench
 
     console = Console()
-    with _target(args, console) as (url, tokenizer_dir):
+    with contextlib.ExitStack() as stack:
+        collector = _collector(args, console, stack)
+        url, tokenizer_dir = stack.enter_context(_target(args, console, collector))
         config = build_config(args, url, tokenizer_dir)
+        config.trace_requests = (args.trace_requests if args.trace_requests is not None
+                                 else collector is not None)
         if config.output_dir is None:  # named up front, so Ctrl-C users know where results are
             config.output_dir = default_run_dir()
         console.print(f"[dim]writing to {config.output_dir}[/dim]")
         observers = _observers(args)
+        recorder = _recorder(collector)
         with _Progress(console, config, enabled=not args.no_progress) as progress:
-            result = run_bench(config, observers, on_record=progress.on_record)
+            result = run_bench(config, observers + ([recorder] if recorder else []),
+                               on_record=_on_record(progress, recorder))
     print_bench(result.summary, console)
     console.print(f"run directory: {result.run_dir}")
-    if observers:
+    if observers or recorder:
         _print_decomposition(result.run_dir, console)
     return 0
+
+
+def _collector(args: argparse.Namespace, console: Any, stack: contextlib.ExitStack) -> Any:
+    """The OTLP receiver, started before the server so that its address can be passed to it."""
+    listen = args.otlp_listen or (None if args.url else "127.0.0.1:0")
+    if listen is None or args.trace_requests is False:
+        return None
+    from latscope.server.otlp import SpanCollector, remote_instructions
+
+    collector = stack.enter_context(SpanCollector(listen, grpc_listen=args.otlp_grpc_listen))
+    console.print(f"[dim]OTLP receiver at {collector.http_endpoint}[/dim]")
+    if args.url:
+        for line in remote_instructions(collector):
+            console.print(f"[dim]{line}[/dim]")
+    return collector
+
+
+def _recorder(collector: Any) -> Any:
+    if collector is None:
+        return None
+    from latscope.server.otlp import SpanRecorder
+
+    return SpanRecorder(collector)
+
+
+def _on_record(progress: Any, recorder: Any) -> Any:
+    if recorder is None:
+        return progress.on_record
+
+    def on_record(record: Any) -> None:
+        if record.ok and not record.warmup:  # its span is awaited before the run's file closes
+            recorder.expect(record.trace_id)
+        progress.on_record(record)
+
+    return on_record
 
 
 def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) -> Any:
@@ -159,14 +210,15 @@ def _extra_body(text: str | None) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _target(args: argparse.Namespace, console: Any):
+def _target(args: argparse.Namespace, console: Any, collector: Any = None):
     if args.url:
         yield args.url, None
         return
     from latscope.server.target import LocalTarget
 
     console.print("[dim]no --url: starting the embedded local vLLM (tiny model)...[/dim]")
-    with LocalTarget() as target:
+    endpoint = collector.http_endpoint if collector is not None else None
+    with LocalTarget(otlp_endpoint=endpoint) as target:
         console.print(f"[dim]vLLM ready at {target.url} (log: {target.log_path})[/dim]")
         tokenizer = getattr(target, "tokenizer_dir", None)
         yield target.url, str(tokenizer) if tokenizer else None
@@ -187,7 +239,12 @@ def _print_decomposition(run_dir: Any, console: Any) -> None:
         from latscope.analysis.decompose import decompose_run, print_decomposition
     except ImportError:
         return
-    print_decomposition(decompose_run(run_dir), console)
+    result = decompose_run(run_dir)
+    print_decomposition(result, console)
+    if result.split is not None:
+        from latscope.report.perrequest import print_per_request
+
+        print_per_request(result.split, console)
 
 
 class _Progress:

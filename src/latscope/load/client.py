@@ -154,7 +154,7 @@ class StreamingClient:
     """Sends prepared OpenAI-style requests and fills in ``RequestRecord``s."""
 
     def __init__(self, base_url: str, path: str, headers: dict[str, str],
-                 timeout_s: float) -> None:
+                 timeout_s: float, *, trace: bool = False) -> None:
         parts = urlsplit(base_url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
@@ -162,9 +162,15 @@ class StreamingClient:
         if prefix.endswith("/v1") and path.startswith("/v1/"):
             prefix = prefix[:-3]
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        # traceparent: version 00, the record's trace id, a parent id (its first 16 hex digits:
+        # random, so unique enough) and flags 01 = sampled. Without "sampled" vLLM's
+        # ParentBased sampler drops the span.
+        self._trace = trace
+        trace_line = "traceparent: 00-%s-%s-01\r\n" if trace else ""
         self._head = (f"POST {prefix}{path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
                       f"content-type: application/json\r\naccept: text/event-stream\r\n"
-                      f"{extra}x-request-id: %s\r\ncontent-length: %d\r\n\r\n").encode()
+                      f"{extra}x-request-id: %s\r\n{trace_line}content-length: %d\r\n\r\n"
+                      ).encode()
         self.timeout_ns = int(timeout_s * 1e9)
         self._idle: list[_Connection] = []
 
@@ -183,7 +189,11 @@ class StreamingClient:
     async def execute(self, body: bytes, record: RequestRecord) -> _Exchange:
         """Send one request and wait for its end; never raises for a failed request. The record
         gets ``sent_ns``; ``finalize(record, exchange, stream)`` fills in the rest later."""
-        request = self._head % (record.request_id.encode(), len(body)) + body
+        if self._trace and record.trace_id:
+            tid = record.trace_id.encode()
+            request = self._head % (record.request_id.encode(), tid, tid[:16], len(body)) + body
+        else:
+            request = self._head % (record.request_id.encode(), len(body)) + body
         for attempt in (0, 1):
             conn = self._take_idle() if attempt == 0 else None
             reused = conn is not None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import random
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -102,7 +104,11 @@ class _Run:
                  bodies: list[bytes], workload: Workload, on_record: OnRecord | None) -> None:
         self.config, self.bodies, self.workload, self.on_record = config, bodies, workload, on_record
         path = "/v1/chat/completions" if config.endpoint == "chat" else "/v1/completions"
-        self.client = StreamingClient(base_url, path, headers, config.request_timeout_s)
+        self.client = StreamingClient(base_url, path, headers, config.request_timeout_s,
+                                      trace=config.trace_requests)
+        # Trace ids drawn before the run, so none of that work lands in a send.
+        self.trace_ids = ([os.urandom(16).hex() for _ in bodies] if config.trace_requests
+                          else [])
         self.writer = RunWriter(config.output_dir or default_run_dir())
         self.tag = f"{time.time_ns():x}"[-8:]
         self.records: list[RequestRecord] = []
@@ -118,7 +124,8 @@ class _Run:
         record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
                                scheduled_ns=scheduled_ns, warmup=warmup,
                                prompt_tokens=prompt.prompt_tokens,
-                               expected_output_tokens=prompt.output_tokens)
+                               expected_output_tokens=prompt.output_tokens, group=prompt.group,
+                               trace_id=self._trace_id(index))
         self.in_flight[index] = record
         exchange = await self.client.execute(self.bodies[index % len(self.bodies)], record)
         del self.in_flight[index]
@@ -126,6 +133,13 @@ class _Run:
         if not self.finalizing:
             self.finalizing = True
             asyncio.get_running_loop().call_soon(self._finalize_one)
+
+    def _trace_id(self, index: int) -> str | None:
+        if not self.trace_ids:
+            return None
+        if index < len(self.trace_ids):
+            return self.trace_ids[index]
+        return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
 
     def _finalize_one(self) -> None:
         """Parse one finished response per event-loop turn, so that parsing a burst of finished
