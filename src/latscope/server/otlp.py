@@ -188,7 +188,12 @@ class SpanCollector:
     def _start_grpc(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        import grpc
+        try:
+            import grpc
+        except ImportError:  # a third-party package: optional, only for --otlp-grpc-listen
+            raise ConfigError("OTLP/gRPC needs the grpcio package: pip install grpcio "
+                              "(or use OTLP/HTTP: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
+                              "http/protobuf)") from None
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pb_grpc
 
@@ -273,7 +278,8 @@ def _handler_for(collector: SpanCollector) -> type[http.server.BaseHTTPRequestHa
             body = self.rfile.read(length)
             ctype = (self.headers.get("content-type") or "").split(";")[0].strip()
             if ctype != "application/x-protobuf":
-                collector.rejected += 1
+                with collector._lock:
+                    collector.rejected += 1
                 return self._reply(415, b"only application/x-protobuf (OTLP/HTTP protobuf)")
             try:
                 collector.handle_body(body, self.headers.get("content-encoding") or "")

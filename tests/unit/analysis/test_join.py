@@ -135,3 +135,11 @@ def test_the_table_fits_80_columns_and_names_every_component(run) -> None:
     for label in ("queue", "prefill", "server TTFT", "network + HTTP frontend", "Slowest",
                   "short", "long"):
         assert label in text
+
+
+def test_vllm_startup_spans_are_not_request_spans() -> None:
+    from latscope.server.otlp import decode_export_request
+
+    startup = decode_export_request((DATA / "export_startup.bin").read_bytes())
+    assert {s["name"] for s in startup} >= {"Worker init"}
+    assert request_spans(startup) == {}
