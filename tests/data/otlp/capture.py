@@ -31,7 +31,7 @@ def main() -> int:
     with SpanCollector() as collector, tempfile.TemporaryDirectory() as tmp:
         original = collector.handle_body
 
-        def keep_first(body: bytes, encoding: str = "") -> int:
+        def keep_first(body: bytes, encoding: str = "") -> None:
             if not raw or (len(raw) == 1 and b"llm_request" in body):
                 raw.append(body)
             return original(body, encoding)

@@ -14,7 +14,7 @@ import pytest
 
 from latscope.errors import ConfigError, LatscopeError
 from latscope.model import RunContext
-from latscope.server.otlp import (SPANS_FILE, STATUS_FILE, SpanCollector, SpanRecorder,
+from latscope.server.otlp import (RAW_FILE, SPANS_FILE, STATUS_FILE, SpanCollector, SpanRecorder,
                                   decode_export_request, parse_listen, read_spans,
                                   remote_instructions)
 
@@ -71,6 +71,9 @@ def test_http_receiver_writes_spans_of_its_run_and_counts_bad_bodies(tmp_path: P
         recorder = SpanRecorder(collector, max_wait_s=0.5, quiet_s=0.1)
         asyncio.run(recorder.start(_ctx(tmp_path)))
         assert _post(collector, body) == 200
+        # during the run nothing is decoded: the body is only kept, raw
+        assert (tmp_path / RAW_FILE).stat().st_size > len(body)
+        assert (tmp_path / SPANS_FILE).read_bytes() == b""
         assert _post(collector, gzip.compress(body), encoding="gzip") == 200
         assert _post(collector, b"junk\xff\xff") == 400
         assert _post(collector, body, ctype="application/json") == 415
@@ -81,7 +84,7 @@ def test_http_receiver_writes_spans_of_its_run_and_counts_bad_bodies(tmp_path: P
     assert len(spans) == 2 * expected
     status = orjson.loads((tmp_path / STATUS_FILE).read_bytes())
     assert status["spans"] == 2 * expected
-    assert status["collector_total_spans"] == 3 * expected  # written at stop
+    assert status["collector_requests"] == 3  # written at stop: the last body came after
     assert status["rejected_requests"] == 2  # the junk body and the JSON one
 
 
@@ -156,6 +159,21 @@ def test_stop_gives_up_at_max_wait_for_a_span_that_never_comes(tmp_path: Path) -
         assert time.monotonic() - t0 < 2.0
     assert recorder.status()["expected_missing"] == 1
     assert (tmp_path / SPANS_FILE).read_bytes() == b""
+
+
+def test_a_run_killed_before_stop_keeps_its_spans_raw_and_reads_them(tmp_path: Path) -> None:
+    body = (DATA / "export_request.bin").read_bytes()
+    with SpanCollector() as collector:
+        recorder = SpanRecorder(collector)
+        asyncio.run(recorder.start(_ctx(tmp_path)))
+        assert _post(collector, body) == 200
+        assert _post(collector, body) == 200
+        collector.remove_sink(recorder._sink)  # the process dies here: no stop
+    with (tmp_path / RAW_FILE).open("ab") as raw:
+        raw.write(b"\x01\x02\x03")  # a torn last frame
+    spans = read_spans(tmp_path)
+    assert len(spans) == 2 * len(decode_export_request(body))
+    assert all(s["received_unix_ns"] > 1.6e18 for s in spans)
 
 
 def test_read_spans_skips_a_torn_last_line_but_not_a_torn_middle(tmp_path: Path) -> None:
