@@ -26,8 +26,10 @@ scraper, the recorder defers that work until no request is in flight
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import http.server
+import socket
 import struct
 import threading
 import time
@@ -165,6 +167,7 @@ class SpanCollector:
         self.handle_ms: list[float] = []
         self.errors: list[str] = []
         self._sinks: list[SpanSink] = []
+        self._connections: set[Any] = set()  # open keep-alive sockets, closed with the collector
         self._lock = threading.Lock()
         self._http: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -234,6 +237,14 @@ class SpanCollector:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+            # shutdown() stops accepting, but a handler thread would go on serving its client's
+            # keep-alive connection (the OTLP exporter keeps one): that client's next batches
+            # would vanish instead of reaching a new collector on the same port.
+            with self._lock:
+                connections, self._connections = list(self._connections), set()
+            for sock in connections:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
         if self._grpc is not None:
             self._grpc.stop(grace=0.5).wait()
             self._grpc = None
@@ -282,6 +293,17 @@ class SpanCollector:
 def _handler_for(collector: SpanCollector) -> type[http.server.BaseHTTPRequestHandler]:
     class _Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the OTLP exporter reuses its connection
+
+        def setup(self) -> None:
+            super().setup()
+            with collector._lock:
+                collector._connections.add(self.connection)
+
+        def finish(self) -> None:
+            with collector._lock:
+                collector._connections.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             if self.path.split("?")[0] != TRACES_PATH:

@@ -96,6 +96,7 @@ def _sdk_exporter_send(exporter, trace_ids: list[int]) -> None:
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter.shutdown = lambda: None  # keep its session (and connection) for a later send
     tracer = provider.get_tracer("test")
     for tid in trace_ids:
         parent = NonRecordingSpan(SpanContext(tid, tid >> 64, is_remote=True,
@@ -127,6 +128,25 @@ def test_real_sdk_exporters_reach_the_receiver(tmp_path: Path, protocol: str) ->
     assert sorted(s["trace_id"] for s in spans) == [f"{t:032x}" for t in trace_ids]
     assert all(s["attributes"]["gen_ai.latency.time_to_first_token"] == 0.25 for s in spans)
     assert recorder.status()["expected_missing"] == 0
+
+
+def test_a_new_collector_on_the_port_gets_a_kept_alive_exporters_next_spans(
+        tmp_path: Path) -> None:
+    """vLLM's exporter keeps its connection open; a closed collector must not keep serving it."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    with SpanCollector() as first:
+        port = first.port
+        exporter = OTLPSpanExporter(endpoint=first.http_endpoint)
+        _sdk_exporter_send(exporter, [0x1 << 64 | 1])  # opens the keep-alive connection
+        assert first.requests == 1
+    with SpanCollector(f"127.0.0.1:{port}") as second:
+        recorder = SpanRecorder(second, max_wait_s=5.0)
+        recorder.expect(f"{0x2 << 64 | 2:032x}")
+        asyncio.run(recorder.start(_ctx(tmp_path)))
+        _sdk_exporter_send(exporter, [0x2 << 64 | 2])
+        asyncio.run(recorder.stop(_ctx(tmp_path)))
+    assert [s["trace_id"] for s in read_spans(tmp_path)] == [f"{0x2 << 64 | 2:032x}"]
 
 
 def test_stop_waits_for_expected_late_spans_and_no_longer(tmp_path: Path) -> None:
