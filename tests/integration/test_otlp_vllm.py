@@ -69,6 +69,9 @@ def test_every_request_is_joined_and_the_queue_shows_per_request(traced, tmp_pat
     assert len(near_zero) == 2
     assert all(split.rows.index(r) < 4 for r in near_zero)  # among the first sent
     assert split.stats["queue_ms"]["p99"] > split.stats["prefill_ms"]["p50"]
+    # ... and the rest wait longer the later they were sent (first come, first served)
+    from scipy.stats import spearmanr
+    assert spearmanr(range(len(split.rows)), [r.queue_ms for r in split.rows])[0] > 0.7
 
     # the server's interval lies inside the client's, request by request
     for row in split.rows:

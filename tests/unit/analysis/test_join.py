@@ -64,6 +64,9 @@ def test_queueing_shows_per_request_under_max_num_seqs_2(run) -> None:
     later = split.rows[2:]
     assert all(r.queue_ms > 5 * max(f.queue_ms for f in first_two) for r in later)
     assert split.stats["queue_ms"]["p99"] > split.stats["prefill_ms"]["p50"]
+    # first come, first served: the later a request was sent, the longer it waited
+    from scipy.stats import spearmanr
+    assert spearmanr(range(len(split.rows)), [r.queue_ms for r in split.rows])[0] > 0.7
     assert split.slowest[0].client_ttft_ms == max(r.client_ttft_ms for r in split.rows)
 
 
