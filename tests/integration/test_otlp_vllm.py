@@ -79,7 +79,7 @@ def test_every_request_is_joined_and_the_queue_shows_per_request(traced, tmp_pat
         assert row.queue_ms + row.prefill_ms <= row.server_ttft_ms, row
 
     # the decomposition takes its server rows from the spans, and says so
-    for key in ("ttft.server", "ttft.server.queue", "ttft.server.prefill", "ttft.network"):
+    for key in ("ttft.server", "ttft.server.queue", "ttft.server.prefill", "ttft.frontend"):
         assert result.component(key).source.startswith("per-request spans (OTLP)"), key
     assert result.dominant_ttft == "ttft.server.queue"
     assert recorder.status()["expected_missing"] == 0

@@ -1,19 +1,26 @@
 """Latency decomposition: where each millisecond of a run's TTFT and E2E went, client and server joined.
 
-The client's TTFT (first content chunk - scheduled send) is split into the client's own send lag,
-what lies between client and server (network + HTTP frontend + client parsing = client TTFT - send
-lag - server TTFT), and the server's TTFT (``vllm:time_to_first_token_seconds``: frontend arrival ->
-first token, tokenization included), itself split into queue (``request_queue_time``: QUEUED ->
-SCHEDULED), prefill (``request_prefill_time``: SCHEDULED -> first token) and the remainder
-(tokenization, IPC between API server and engine, output processing). E2E splits into TTFT and
-decode (first chunk -> last byte), with the engine's own decode time beside it. Server means come
-from histogram ``_sum``/``_count`` deltas over the run window, quantiles from its ``le`` buckets
-(with the bucket width as error bound), or -- better -- from per-request server timings when the
-server returned them (vLLM ``--enable-per-request-metrics``), or -- best -- from the server's own
-span of each request joined to the client's record by trace id (``latscope.analysis.join``):
-then the network + frontend and "other" rows are per-request differences with exact percentiles.
-Source order: spans, then per-request response fields, then histograms. Every row names its source.
-Differences of means are means; they have no percentiles, so none are given.
+The client's TTFT is split into
+- latscope's own client: the delay between the latency's origin and the send (``sent - origin``;
+  zero where TTFT is timed from the send) plus the receive delay, estimated by the mean event-loop
+  lag of the run (a late loop stamps the first chunk late by about that much);
+- the network round trip, when a probe measured it on the same path (``latscope net``: keep-alive
+  ``GET /health`` p50, which also holds the server's smallest HTTP handling);
+- the HTTP frontend and first-chunk delivery: what remains between client and engine
+  (client TTFT - client - network - server TTFT); without a round-trip probe it is reported
+  together with the network as one component and the report says that it could not be split;
+- the server's TTFT (``vllm:time_to_first_token_seconds``: frontend arrival -> first token,
+  tokenization included), itself split into queue (``request_queue_time``: QUEUED -> SCHEDULED),
+  prefill (``request_prefill_time``: SCHEDULED -> first token) and the remainder (tokenization, IPC
+  between API server and engine, output processing).
+E2E splits into TTFT and decode (first chunk -> last byte), with the engine's own decode time beside
+it. Server means come from histogram ``_sum``/``_count`` deltas over the run window, quantiles from
+its ``le`` buckets (with the bucket width as error bound), or -- better -- from per-request server
+timings when the server returned them (vLLM ``--enable-per-request-metrics``), or -- best -- from
+the server's own span of each request joined to the client's record by trace id
+(``latscope.analysis.join``): then the frontend and "other" rows are per-request differences with
+exact percentiles. Source order: spans, then per-request response fields, then histograms. Every
+row names its source. Differences of means are means; they have no percentiles, so none are given.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from latscope.analysis.stats import e2e_ms, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
                                      histogram_delta)
+from latscope.rundir import write_json
 from latscope.server.scrape import read_snapshots
 
 H_TTFT = "vllm:time_to_first_token_seconds"
@@ -42,6 +50,9 @@ _PER_REQUEST = "per-request server timings (response 'metrics')"
 # Spans are the source when at least this share of the run's requests was joined; below it the
 # joined requests may not represent the run (the rows then come from the next source).
 SPAN_COVERAGE = 0.95
+# The parts of client TTFT that add up to it (those present in a given run).
+TTFT_LEAVES = ("ttft.client", "ttft.network", "ttft.frontend", "ttft.server.queue",
+               "ttft.server.prefill", "ttft.server.other")
 
 
 @dataclass(slots=True)
@@ -131,19 +142,24 @@ def per_request_server_timings(record: RequestRecord) -> dict[str, float] | None
     return out or None
 
 
-def _span_stats(split: PerRequestSplit | None, name: str) -> dict[str, Any] | None:
+def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
+                ) -> dict[str, Any] | None:
     s = split.stats.get(name) if split is not None else None
     if not s or not s.get("count"):
         return None
-    return {"mean_ms": s["mean"], "p50_ms": s.get("p50"), "p99_ms": s.get("p99"),
-            "count": s["count"]}
+    return {"mean_ms": s["mean"] - shift_ms, "p50_ms": s.get("p50") - shift_ms,
+            "p99_ms": s.get("p99") - shift_ms, "count": s["count"]}
 
 
 def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] | None = None,
+              *, client_loop_lag_ms: float | None = None, network_rtt_ms: float | None = None,
               split: PerRequestSplit | None = None) -> Decomposition:
     """Decompose one run (or one sweep step): its ok, non-warm-up records and the snapshots that
-    bound it (first and last are the window; a single snapshot means 'since server start'),
-    and, when given, the run's records joined with the server's spans (``join_spans``)."""
+    bound it (first and last are the window; a single snapshot means 'since server start').
+
+    ``client_loop_lag_ms`` is the run's mean event-loop lag (the client's receive delay
+    estimate), ``network_rtt_ms`` a round trip measured on the same path; either may be None.
+    ``split``: the run's records joined with the server's spans (``join_spans``), if any."""
     recs = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
     snaps = sorted(snapshots or [], key=lambda s: s.t_ns)
     notes: list[str] = []
@@ -161,7 +177,7 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     per_req = [t for r in recs if (t := per_request_server_timings(r))]
     client = {
         "ttft": _client_stats([v for r in recs if (v := ttft_ms(r)) is not None]),
-        "lag": _client_stats([(r.sent_ns - r.scheduled_ns) / 1e6 for r in recs]),
+        "lag": _client_stats([_origin_to_send_ms(r) for r in recs]),
         "e2e": _client_stats([v for r in recs if (v := e2e_ms(r)) is not None]),
         "decode": _client_stats([(r.end_ns - r.first_token_ns) / 1e6 for r in recs
                                  if r.end_ns is not None]),
@@ -202,18 +218,34 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
 
     add("ttft", "TTFT (client)", None, "client records: first chunk - scheduled", client["ttft"],
         ttft_total)
-    add("ttft.send_lag", "client send lag", "ttft", "client records: sent - scheduled",
-        client["lag"], ttft_total)
+    client_part = _client_part(client["lag"], client_loop_lag_ms)
+    add("ttft.client", "latscope client (send + receive delay)", "ttft",
+        "client records: send - latency origin" + (
+            f", + mean event-loop lag {client_loop_lag_ms:.2f} ms (receive delay estimate)"
+            if client_loop_lag_ms is not None else ""), client_part, ttft_total)
     s_ttft, s_ttft_src = server_part("server_ttft", H_TTFT)
     q_stats, q_src = server_part("queue", H_QUEUE)
     p_stats, p_src = server_part("prefill", H_PREFILL)
-    if (net := _span_stats(spans, "frontend_network_ms")) is not None:
-        net_src = f"{SPAN_SOURCE}: per request, TTFT - send lag - server TTFT"
+    # With spans, per request: TTFT - send delay - server TTFT, less the run's mean loop lag
+    # (the receive delay estimate, a constant) and the probed round trip.
+    shift = max(0.0, client_loop_lag_ms or 0.0) + (network_rtt_ms or 0.0)
+    per_request_outside = _span_stats(spans, "frontend_network_ms", shift)
+    server_name = "server TTFT" if spans is not None else H_TTFT
+    how = (f"{SPAN_SOURCE}: per request" if per_request_outside is not None
+           else "difference of means")
+    outside = per_request_outside or _diff(client["ttft"], client_part, s_ttft)
+    if network_rtt_ms is not None:
+        add("ttft.network", "network round trip", "ttft",
+            "net probe: keep-alive GET /health p50 on the same path",
+            {"mean_ms": network_rtt_ms}, ttft_total)
+        frontend = outside if per_request_outside else _diff(outside, {"mean_ms": network_rtt_ms})
+        add("ttft.frontend", "HTTP frontend + first-chunk delivery", "ttft",
+            f"{how}: TTFT - client - network - {server_name}", frontend, ttft_total,
+            note=_negative_note(frontend))
     else:
-        net = _diff(client["ttft"], client["lag"], s_ttft)
-        net_src = f"difference of means: TTFT - send lag - {s_ttft_src.split(' (')[0]}"
-    add("ttft.network", "network + HTTP frontend + client", "ttft", net_src, net, ttft_total,
-        note=_negative_note(net))
+        add("ttft.frontend", "network + HTTP frontend (not split: no round-trip probe)", "ttft",
+            f"{how}: TTFT - client - {server_name}", outside, ttft_total,
+            note=_negative_note(outside))
     add("ttft.server", "server TTFT (arrival -> first token)", "ttft", s_ttft_src, s_ttft,
         ttft_total)
     add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
@@ -224,7 +256,7 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         rest_src = f"{SPAN_SOURCE}: per request, server TTFT - queue - prefill"
     else:
         rest = _diff(s_ttft, q_stats, p_stats)
-        rest_src = "difference of means: server TTFT - queue - prefill"
+        rest_src = f"difference of means: {H_TTFT} - queue - prefill"
     add("ttft.server.other", "tokenization + IPC + output processing", "ttft.server",
         rest_src, rest, ttft_total, note=_negative_note(rest))
 
@@ -248,10 +280,9 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
               "histograms+per-request" if per_req else "histograms" if vllm else "none")
     if spans is not None:
         source = "spans" if source == "none" else f"spans+{source}"
-    leaves = [c for c in rows if c.key in ("ttft.send_lag", "ttft.network", "ttft.server.queue",
-                                           "ttft.server.prefill", "ttft.server.other")]
-    if s_ttft is None:  # without server data the only split is lag vs the rest
-        leaves = [c for c in rows if c.key == "ttft.send_lag"]
+    leaves = [c for c in rows if c.key in TTFT_LEAVES]
+    if s_ttft is None:  # without server data the only split is the client vs the rest
+        leaves = [c for c in rows if c.key == "ttft.client"]
     return Decomposition(rows, _dominant(leaves), _dominant([c for c in rows if c.parent == "e2e"
                                                              and c.key != "e2e.server"]),
                          (last.t_ns - first.t_ns) / 1e9 if first and last else None,
@@ -270,6 +301,21 @@ def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
         points = gauge_series(snaps, name, combine=combine)
         out[key] = max((v for _, v in points), default=None)
     return out
+
+
+def _origin_to_send_ms(r: RequestRecord) -> float:
+    """How long after its latency origin the request was sent: client TTFT minus the time from
+    the send to the first chunk (0 where TTFT is timed from the send itself)."""
+    ttft = ttft_ms(r)
+    if ttft is None or r.first_token_ns is None or not r.sent_ns:
+        return 0.0
+    return max(0.0, ttft - (r.first_token_ns - r.sent_ns) / 1e6)
+
+
+def _client_part(lag: dict[str, Any], loop_lag_ms: float | None) -> dict[str, Any] | None:
+    if lag.get("mean_ms") is None:
+        return None
+    return {"mean_ms": lag["mean_ms"] + max(0.0, loop_lag_ms or 0.0), "count": lag.get("count")}
 
 
 def _diff(total: dict[str, Any] | None, *parts: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -293,29 +339,28 @@ def _dominant(components: list[Component]) -> str | None:
     return max(scored, key=lambda c: c.mean_ms or 0.0).key
 
 
-def decompose_run(run_dir: Path) -> Decomposition:
-    """Decompose a run directory; writes ``decomposition.json`` and ``server_timeseries.json``."""
-    from latscope.analysis.server_findings import (findings_from_decomposition,
-                                                   findings_from_metrics)
+def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Decomposition:
+    """Decompose a run directory; writes ``decomposition.json`` and ``server_timeseries.json``.
+
+    The client's receive delay estimate is the run's mean event-loop lag from ``summary.json``."""
     from latscope.load.rundir import read_run
     from latscope.server.timeseries import server_timeseries
 
     run_dir = Path(run_dir)
-    _, records, _ = read_run(run_dir)  # one reader of requests.jsonl for every verb
+    _, records, summary = read_run(run_dir)  # one reader of requests.jsonl for every verb
     snapshots = read_snapshots(run_dir)
+    loop_lag = ((summary.get("client") or {}).get("loop_lag_ms") or {}).get("mean")
     split, span_notes = _join_run_spans(run_dir, records)
-    result = decompose(records, snapshots, split)
+    result = decompose(records, snapshots, client_loop_lag_ms=loop_lag,
+                       network_rtt_ms=network_rtt_ms, split=split)
     result.notes += span_notes
     scrape_json = run_dir / "metrics" / "scrape.json"
     if scrape_json.is_file():
         result.scrape = orjson.loads(scrape_json.read_bytes())
-    result.findings = findings_from_decomposition(result) + findings_from_metrics(snapshots)
-    (run_dir / "decomposition.json").write_bytes(
-        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2))
+    write_json(run_dir / "decomposition.json", result.to_dict())
     if snapshots:
         origin = _origin_ns(run_dir) or snapshots[0].t_ns
-        (run_dir / "server_timeseries.json").write_bytes(
-            orjson.dumps(server_timeseries(snapshots, origin), option=orjson.OPT_INDENT_2))
+        write_json(run_dir / "server_timeseries.json", server_timeseries(snapshots, origin))
     return result
 
 
@@ -329,8 +374,7 @@ def _join_run_spans(run_dir: Path, records: list[RequestRecord]
     spans = read_spans(run_dir)
     split = join_spans(records, spans) if traced and spans else None
     if split is not None and split.joined:
-        (run_dir / "per_request.json").write_bytes(
-            orjson.dumps(split.to_dict(), option=orjson.OPT_INDENT_2))
+        write_json(run_dir / "per_request.json", split.to_dict())
         return split, []
     if traced and (run_dir / STATUS_FILE).is_file():
         return None, ["requests carried a traceparent but the server sent no request spans "
@@ -349,9 +393,3 @@ def _origin_ns(run_dir: Path) -> int | None:
         return None
     value = data.get("start_ns") if isinstance(data, dict) else None
     return int(value) if isinstance(value, (int, float)) else None
-
-
-def print_decomposition(result: Decomposition, console: Any = None) -> None:
-    from latscope.report.observe import print_decomposition as _print
-
-    _print(result, console)

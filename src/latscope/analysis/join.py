@@ -4,8 +4,8 @@ The client sends a fresh W3C ``traceparent`` per request (``RequestRecord.trace_
 with ``--otlp-traces-endpoint`` exports one ``llm_request`` span per request in that trace
 (``latscope.server.otlp``). Matching the two by trace id gives, per request:
 
-- ``client_ttft_ms``: the client's TTFT (``latscope.analysis.stats.ttft_ms``: first content chunk
-  - scheduled send) and ``send_lag_ms`` (sent - scheduled, the client's own lag);
+- ``client_ttft_ms``: the client's TTFT (``latscope.analysis.stats.ttft_ms``) and ``send_lag_ms``
+  (latency origin -> sent, the client's own send delay: client TTFT - (first chunk - sent));
 - ``server_ttft_ms``: ``gen_ai.latency.time_to_first_token`` (frontend arrival, taken before
   tokenization, -> the first token handled by the frontend's output processor);
 - ``queue_ms`` (QUEUED -> SCHEDULED), ``prefill_ms`` (SCHEDULED -> first token), ``decode_ms``
@@ -153,7 +153,7 @@ def _split(record: RequestRecord, span: dict[str, Any]) -> RequestSplit:
     row = RequestSplit(index=record.index, request_id=record.request_id,
                        trace_id=record.trace_id or "", group=record.group,
                        client_ttft_ms=client_ttft,
-                       send_lag_ms=(record.sent_ns - record.scheduled_ns) / 1e6,
+                       send_lag_ms=_send_delay_ms(record, client_ttft),
                        client_e2e_ms=e2e_ms(record), sent_ns=record.sent_ns)
     attrs = span.get("attributes") or {}
     for attr, name in SPAN_FIELDS.items():
@@ -165,6 +165,13 @@ def _split(record: RequestRecord, span: dict[str, Any]) -> RequestSplit:
         if row.queue_ms is not None and row.prefill_ms is not None:
             row.other_ms = row.server_ttft_ms - row.queue_ms - row.prefill_ms
     return row
+
+
+def _send_delay_ms(record: RequestRecord, client_ttft: float) -> float:
+    """How long after its latency origin the request was sent: client TTFT minus send -> first
+    chunk (so whatever origin ``ttft_ms`` uses, the rest of the split is from the send)."""
+    assert record.first_token_ns is not None
+    return max(0.0, client_ttft - (record.first_token_ns - record.sent_ns) / 1e6)
 
 
 def _stats(rows: list[RequestSplit], percentiles: Sequence[float]) -> dict[str, dict[str, Any]]:

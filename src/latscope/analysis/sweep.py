@@ -12,10 +12,8 @@ fixed grid. A list of loads is measured as given, with the same early stops. The
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from latscope.analysis.knee import (
@@ -168,8 +166,12 @@ def refine_candidates(steps: Sequence[Step], knee_load: float, integer: bool) ->
 def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | None, *,
               start: float = 1, factor: float = 2.0, refine: int = 2, integer: bool = True,
               rules: StopRules | None = None,
-              on_step: Callable[[list[Step]], None] = lambda steps: None) -> list[Step]:
-    """Measure steps (``loads`` as given, or ``auto`` when None) and return them by load."""
+              on_step: Callable[[list[Step]], None] = lambda steps: None,
+              budget: Callable[[list[Step]], str] | None = None) -> list[Step]:
+    """Measure steps (``loads`` as given, or ``auto`` when None) and return them by load.
+
+    ``budget(steps)`` returns why the next step would not fit the caller's time budget ("" if it
+    fits); it is asked after every step and before every refinement step."""
     rules = rules or StopRules()
     if factor <= 1 or start <= 0:
         raise ConfigError("sweep growth needs --factor > 1 and --start > 0")
@@ -185,7 +187,7 @@ def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | No
     load = plan.pop(0) if plan else start
     while True:
         step = take(load, "list" if loads else "grow")
-        step.stop_reason = stop_reason(steps, rules)
+        step.stop_reason = stop_reason(steps, rules) or (budget(steps) if budget else "")
         on_step(steps)
         if step.stop_reason:
             break
@@ -197,13 +199,16 @@ def run_sweep(measure: Callable[[float, str], Step], loads: Sequence[float] | No
             nxt = max(load + 1, round(load * factor)) if integer else load * factor
             load = min(nxt, rules.max_load)
     if loads is None:
-        _refine(take, steps, refine, integer, on_step)
+        _refine(take, steps, refine, integer, on_step, budget)
     return sorted(steps, key=lambda s: s.load)
 
 
-def _refine(take: Callable[[float, str], Step], steps: list[Step], budget: int, integer: bool,
-            on_step: Callable[[list[Step]], None]) -> None:
-    for _ in range(budget):
+def _refine(take: Callable[[float, str], Step], steps: list[Step], count: int, integer: bool,
+            on_step: Callable[[list[Step]], None],
+            budget: Callable[[list[Step]], str] | None = None) -> None:
+    for _ in range(count):
+        if budget and budget(steps):
+            return
         knee = find_knee(curve(steps))
         if knee is None:
             return
@@ -260,47 +265,3 @@ def _growth_past(steps: Sequence[Step], knee_load: float) -> dict[str, float]:
     growth = {k: past[k] - at[k] for k in at if k in past
               and isinstance(at[k], (int, float)) and isinstance(past[k], (int, float))}
     return dict(sorted(growth.items(), key=lambda kv: kv[1], reverse=True))
-
-
-# --- wiring to the load generator and the /metrics scraper ------------------------------------
-
-# Leaves of the latency decomposition compared across steps ("what grows at the knee").
-GROWTH_KEYS = ("ttft.send_lag", "ttft.network", "ttft.server.queue", "ttft.server.prefill",
-               "ttft.server.other", "e2e.decode")
-
-
-def step_decomposition(records: Sequence[Any], snapshots: Sequence[Any]) -> dict[str, float]:
-    """Mean ms of each decomposition leaf (``analysis.decompose``) of one step; None-free."""
-    from latscope.analysis.decompose import decompose
-
-    result = decompose(records, list(snapshots))
-    return {c.key: c.mean_ms for c in result.components
-            if c.key in GROWTH_KEYS and c.mean_ms is not None}
-
-
-def bench_step(base: Any, load: float, mode: str, run_dir: Path, *, warmup: int | None,
-               scrape_interval_s: float) -> Step:
-    """One load run at ``load`` (``mode`` "concurrency" or "rate") with /metrics scraped.
-
-    ``base`` is a ``latscope.load.BenchConfig``; warm-up defaults to one request per concurrency
-    slot (at least 2) so each step starts from a filled batch rather than an idle server.
-    """
-    try:
-        from latscope.load import run_bench
-    except ImportError:  # the package may not re-export it
-        from latscope.load.runner import run_bench
-    from latscope.server.scrape import MetricsScraper
-
-    changes: dict[str, Any] = {"output_dir": run_dir}
-    if mode == "concurrency":
-        changes.update(concurrency=int(load), rate=None)
-    else:
-        changes.update(rate=float(load))
-    changes["warmup"] = warmup if warmup is not None else max(2, int(min(load, 64)))
-    config = dataclasses.replace(base, **changes)
-    scraper = MetricsScraper(scrape_interval_s)
-    result = run_bench(config, observers=[scraper])
-    metrics = flatten_summary(result.summary)
-    metrics.update(noise_estimates(result.summary, metrics))
-    return Step(load, metrics, run_dir=str(result.run_dir),
-                decomposition=step_decomposition(result.records, scraper.snapshots))

@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("-n", "--num-requests", "--num-prompts", type=int, default=None)
     load.add_argument("--duration", type=float, default=None, help="run for this many seconds")
     load.add_argument("--warmup", type=int, default=0, help="warm-up requests (not measured)")
+    load.add_argument("--workers", default=None, metavar="N|auto",
+                      help="split the load over N client processes, one event loop each "
+                      "(auto: the free cores); with --ray, N Ray actors")
+    load.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                      help="run the workers as Ray actors (ADDRESS of a cluster, e.g. "
+                      "10.0.0.1:6379; omitted: $RAY_ADDRESS or a local cluster)")
 
     out = parser.add_argument_group("output")
     out.add_argument("--slo", help="goodput SLOs in ms, e.g. ttft=200,tpot=50,e2e=5000")
@@ -105,13 +111,39 @@ def run(args: argparse.Namespace) -> int:
         observers = _observers(args)
         recorder = _recorder(collector)
         with _Progress(console, config, enabled=not args.no_progress) as progress:
-            result = run_bench(config, observers + ([recorder] if recorder else []),
-                               on_record=_on_record(progress, recorder))
+            watchers = observers + ([recorder] if recorder else [])
+            on_record = _on_record(progress, recorder)
+            if args.workers is None and args.ray is None:
+                result = run_bench(config, watchers, on_record=on_record)
+            else:
+                result = _run_workers(args, config, watchers, on_record)
     print_bench(result.summary, console)
     console.print(f"run directory: {result.run_dir}")
     if observers or recorder:
         _print_decomposition(result.run_dir, console)
-    return 0
+    for failure in result.summary.get("workers_failed", []):
+        console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
+    return 1 if result.summary.get("workers_failed") else 0
+
+
+def _run_workers(args: argparse.Namespace, config: Any, observers: list[Any],
+                 on_record: Any) -> Any:
+    from latscope.errors import ConfigError
+    from latscope.load.workers import free_cores, run_workers
+
+    if args.workers in (None, "auto") and args.ray is not None:
+        workers = None if args.workers is None else free_cores()
+    elif args.workers == "auto":
+        workers = free_cores()
+    else:
+        try:
+            workers = int(args.workers)
+        except ValueError:
+            raise ConfigError(f"--workers {args.workers!r}: give a number or auto") from None
+        if workers < 1:
+            raise ConfigError("--workers must be at least 1")
+    return run_workers(config, workers, backend="local" if args.ray is None else "ray",
+                       ray_address=args.ray or None, observers=observers, on_record=on_record)
 
 
 def _collector(args: argparse.Namespace, console: Any, stack: contextlib.ExitStack) -> Any:
@@ -227,23 +259,24 @@ def _target(args: argparse.Namespace, console: Any, collector: Any = None):
 def _observers(args: argparse.Namespace) -> list[Any]:
     if not args.scrape_interval or args.scrape_interval <= 0:
         return []
-    try:
-        from latscope.server.scrape import MetricsScraper
-    except ImportError:
-        return []
+    from latscope.server.scrape import MetricsScraper
+
     return [MetricsScraper(interval_s=args.scrape_interval)]
 
 
 def _print_decomposition(run_dir: Any, console: Any) -> None:
-    try:
-        from latscope.analysis.decompose import decompose_run, print_decomposition
-    except ImportError:
-        return
+    from latscope.analysis.decompose import decompose_run
+    from latscope.findings.latency import findings_from_decomposition
+    from latscope.findings.server import findings_from_metrics
+    from latscope.report.observe import print_decomposition
+    from latscope.report.perrequest import print_per_request
+    from latscope.server.scrape import read_snapshots
+
     result = decompose_run(run_dir)
+    result.findings = (findings_from_decomposition(result)
+                       + findings_from_metrics(read_snapshots(run_dir)))
     print_decomposition(result, console)
     if result.split is not None:
-        from latscope.report.perrequest import print_per_request
-
         print_per_request(result.split, console)
 
 

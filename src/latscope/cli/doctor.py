@@ -32,15 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
 
     from latscope.env.collect import collect
     from latscope.env.doctor import run_doctor
     from latscope.errors import ConfigError
     from latscope.model import Severity
     from latscope.report.findings import print_findings
+    from latscope.report.text import make_console
 
-    console = Console()
+    console = make_console()
     if args.collect:
         out = collect(Path(args.collect), url=args.url, pid=args.pid, log=args.log)
         console.print(f"wrote {out.path} ({out.files} files; tools: {', '.join(out.tools) or 'none'}"

@@ -22,16 +22,16 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import orjson
-    from rich.console import Console
 
-    from latscope.analysis.server_findings import findings_from_log
+    from latscope.findings.server import findings_from_log
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
+    from latscope.report.text import make_console
     from latscope.report.observe import line_rate_text, log_config_table, log_stats_table
     from latscope.server.logs import parse_log
 
     to_stdout = args.json == "-"
-    console = Console(stderr=to_stdout)
+    console = make_console(stderr=to_stdout)
     results = []
     for name in args.files:
         path = Path(name)

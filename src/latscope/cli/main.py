@@ -15,6 +15,7 @@ from latscope.errors import LatscopeError
 
 # verb -> module under latscope.cli (a plain dict: no registration by import side effects)
 COMMANDS = {
+    "diagnose": "diagnose",
     "bench": "bench",
     "target": "target",
     "logs": "logs",
@@ -23,6 +24,8 @@ COMMANDS = {
     "net": "net",
     "sweep": "sweep",
     "tune": "tune",
+    "show": "show",
+    "report": "report",
 }
 
 

@@ -32,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import orjson
-    from rich.console import Console
 
     from latscope.env.net import probe
     from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
+    from latscope.report.text import make_console
 
     key = os.environ.get(args.api_key_env)
     report = probe(args.url, args.probes, timeout_s=args.timeout,
@@ -48,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
             Path(args.json).write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
         except OSError as exc:
             raise ConfigError(f"--json {args.json}: {exc.strerror or exc}") from None
-    console = Console()
+    console = make_console()
     print_findings(report.findings, console, title=f"net: {report.url}", show_ok=True)
     return 1 if report.error else 0

@@ -8,8 +8,8 @@ everything measured. See docs/sweep.md for every flag and number.
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
+
+from latscope.cli.common import add_api_key_argument
 
 HELP = "raise concurrency or request rate step by step; find the knee and the load to run at"
 
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--local", action="store_true",
                        help="start the embedded tiny vLLM for the sweep and stop it afterwards")
     target.add_argument("--model", help="model name (default: the first of /v1/models)")
+    add_api_key_argument(target)
     target.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     target.add_argument("--tokenizer", help="local tokenizer dir or tokenizer.json for exact lengths")
 
@@ -58,22 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judge.add_argument("--backoff", type=float, default=0.10,
                        help="operating point = knee x (1 - backoff) (default 0.10)")
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="/metrics every N s")
-    parser.add_argument("-o", "--out", help="output dir (default latscope-runs/sweep-<UTC time>)")
+    parser.add_argument("-o", "--output-dir", "--out", dest="out",
+                        help="run directory (default ./latscope-runs/sweep-TIME)")
     parser.add_argument("--json", action="store_true", help="print sweep.json instead of tables")
-
-
-def _loads(text: str | None) -> list[float] | None:
-    from latscope.errors import ConfigError
-
-    if text is None or text == "auto":
-        return None
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"bad load list {text!r}: use 'auto' or numbers like 1,4,16") from None
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError("loads must be > 0")
-    return values
 
 
 def _check_flags(args: argparse.Namespace, loads: list[float] | None, integer: bool) -> None:
@@ -99,30 +87,33 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     import orjson
-    from rich.console import Console
 
     from latscope.analysis.knee import parse_slo
+    from latscope.analysis.sweep import StopRules
+    from latscope.campaign.sweep import sweep
+    from latscope.cli.common import bench_base_config, parse_loads
     from latscope.env.redact import redact_url_password
-    from latscope.analysis.sweep import StopRules, analyse, bench_step, run_sweep
-    from latscope.cli.tune import bench_base_config
     from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
-    from latscope.report.sweep import decomposition_table, sweep_document, sweep_findings, sweep_table, write_json
+    from latscope.report.sweep import decomposition_table, sweep_table
+    from latscope.report.text import make_console
+    from latscope.rundir import RunDir
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     mode = "rate" if args.rate is not None else "concurrency"
-    loads = _loads(args.rate if mode == "rate" else args.concurrency)
+    loads = parse_loads(args.rate if mode == "rate" else args.concurrency)
     integer = mode == "concurrency"
     _check_flags(args, loads, integer)
     slo = parse_slo(args.slo)
     if not re.fullmatch(r"(ttft|itl|tpot|e2e)_(p[0-9.]+|mean|min|max)_ms", args.knee_latency):
         raise ConfigError(f"--knee-latency {args.knee_latency!r}: use e.g. e2e_p50_ms or ttft_p99_ms")
     cap = parse_slo(args.latency_cap)
-    out = Path(args.out or f"latscope-runs/sweep-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-    out.mkdir(parents=True, exist_ok=True)
     rules = StopRules(max_error_rate=args.max_error_rate, latency_cap=cap[0] if cap else None,
                       max_load=args.max_load, max_steps=args.max_steps, patience=args.patience)
     unit = "concurrency" if integer else "request rate"
+    run_dir = RunDir.create("sweep", args.out, target={"url": redact_url_password(args.url)
+                                                         if args.url else "local"})
+    out = run_dir.path
 
     with contextlib.ExitStack() as stack:
         url, model = args.url, args.model
@@ -137,34 +128,23 @@ def run(args: argparse.Namespace) -> int:
                 "latency_cap": args.latency_cap, "backoff": args.backoff,
                 "bench": base.public_dict()}
 
-        def measure(load: float, phase: str):
-            step_dir = out / f"step-{len(list(out.glob('step-*'))):02d}-{mode}-{load:g}"
-            console.print(f"[dim]{phase} step: {unit} {load:g} -> {step_dir}[/dim]")
-            cfg = base if args.num_requests or args.duration else \
-                bench_with_requests(base, max(32, int(4 * load)))
-            return bench_step(cfg, load, mode, step_dir, warmup=args.warmup,
-                              scrape_interval_s=args.scrape_interval)
+        def on_step(step):
+            console.print(f"  {unit} {step.load:g}: {step.metrics.get('requests_per_s') or 0:.2f}"
+                          f" req/s, E2E p50 {step.metrics.get('e2e_p50_ms') or 0:.0f} ms"
+                          + (f"  stop: {step.stop_reason}" if step.stop_reason else ""))
 
-        def on_step(steps):
-            analysis = analyse(steps, slo, backoff=args.backoff, integer=integer,
-                               latency=args.knee_latency)
-            findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
-            write_json(out / "sweep.json", sweep_document(steps, analysis, findings, meta))
-            last = steps[-1]
-            console.print(f"  {unit} {last.load:g}: {last.metrics.get('requests_per_s') or 0:.2f} req/s, "
-                          f"E2E p50 {last.metrics.get('e2e_p50_ms') or 0:.0f} ms"
-                          + (f"  [yellow]stop: {last.stop_reason}[/yellow]" if last.stop_reason else ""))
-
-        steps = run_sweep(measure, loads, start=args.start, factor=args.factor, refine=args.refine,
-                          integer=integer, rules=rules, on_step=on_step)
-
-    analysis = analyse(steps, slo, backoff=args.backoff, integer=integer,
-                               latency=args.knee_latency)
-    findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
-    doc = sweep_document(steps, analysis, findings, meta)
-    write_json(out / "sweep.json", doc)
+        per_step = None if args.num_requests or args.duration else (
+            lambda load: max(32, int(4 * load)))
+        result = sweep(base, mode, loads, out, slo=slo, rules=rules, start=args.start,
+                       factor=args.factor, refine=args.refine, backoff=args.backoff,
+                       latency=args.knee_latency, warmup=args.warmup,
+                       scrape_interval_s=args.scrape_interval, per_step_requests=per_step,
+                       meta=meta, on_step=on_step)
+    steps, analysis, findings = result.steps, result.analysis, result.findings
+    run_dir.write_findings(findings)
+    run_dir.finish("ok")
     if args.json:
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(result.document, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     console.print(sweep_table(steps, analysis, unit))
     if (decomposition := decomposition_table(steps, unit)) is not None:
@@ -177,9 +157,3 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold]recommended {unit}: {analysis.recommended:g}[/bold]{extra}")
     console.print(f"results: {out / 'sweep.json'}")
     return 0
-
-
-def bench_with_requests(base, n: int):
-    import dataclasses
-
-    return dataclasses.replace(base, num_requests=n)

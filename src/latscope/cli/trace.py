@@ -25,22 +25,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, default=Path("latscope-trace.json"),
                         help="JSON results file (default latscope-trace.json)")
     parser.add_argument("--quiet", action="store_true", help="print findings only")
+    parser.add_argument("--jobs", "-j", type=int, default=1,
+                        help="analyse N traces at once, each in its own process (per-rank "
+                        "traces); memory is one trace per job")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="analyse the traces as Ray tasks (ADDRESS of a cluster; omitted: "
+                        "$RAY_ADDRESS or a local one); paths must be readable on every node")
 
 
 def run(args: argparse.Namespace) -> int:
     import orjson
-    from rich.console import Console
 
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
+    from latscope.report.text import make_console
     from latscope.report.trace import print_comparison, print_ranks, print_result
     from latscope.trace.analyze import (
         AnalysisOptions,
         analyze_trace,
-        rank_summary,
         to_json_units,
     )
+    from latscope.report.ranks import print_cross_rank
     from latscope.trace.compare import compare_results
+    from latscope.trace.parallel import analyze_files, cross_rank
     from latscope.trace.findings import trace_findings
     from latscope.trace.readers import read_trace
 
@@ -55,11 +62,16 @@ def run(args: argparse.Namespace) -> int:
                               clamp_queues=False if args.no_clamp else None)
     if args.step_pattern:
         options.step_pattern = args.step_pattern
-    console = Console()
+    console = make_console()
     output: dict = {"traces": []}
     results = []
-    for path in args.files:
-        result = analyze_trace(read_trace(path), options)
+    analyses = analyze_files(args.files, options, jobs=args.jobs, use_ray=args.ray is not None,
+                             ray_address=args.ray or None) if args.files else []
+    for analysis in analyses:
+        if analysis.error is not None:
+            _write(args.output, output, orjson)  # the good traces' results are on disk
+            raise analysis.error
+        path, result = analysis.path, analysis.result
         findings = trace_findings(result)
         results.append(result)
         output["traces"].append({**to_json_units(result), "findings": findings_to_json(findings)})
@@ -71,8 +83,11 @@ def run(args: argparse.Namespace) -> int:
                           "nothing to break down[/yellow]")
         print_findings(findings, console, title=f"Findings: {Path(path).name}")
     if len(results) > 1:
-        output["summary"] = to_json_units(rank_summary(results))
-        print_ranks(rank_summary(results), console)
+        view = cross_rank(analyses)
+        output["summary"] = to_json_units(view["ranks"])
+        output["cross_rank"] = to_json_units(view)
+        print_ranks(view["ranks"], console)
+        print_cross_rank(view, console)
     if args.compare:
         a, b = (analyze_trace(read_trace(p), options) for p in args.compare)
         diff = compare_results(a, b)

@@ -8,7 +8,8 @@ interrupted tune goes on with ``latscope tune --resume DIR``. See docs/sweep.md.
 from __future__ import annotations
 
 import argparse
-import time
+
+from latscope.cli.common import add_api_key_argument
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--health-path", default="/health",
                         help="ready when GET PATH answers 200 (default /health)")
     server.add_argument("--model", help="model name for requests (default: first of /v1/models)")
+    add_api_key_argument(server)
     server.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     server.add_argument("--tokenizer", help="local tokenizer dir or tokenizer.json")
 
@@ -61,22 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     goal.add_argument("--validate", type=int, default=0, metavar="N",
                       help="re-run chosen and starting configuration alternately N times each")
 
-    parser.add_argument("-o", "--out", help="output dir (default latscope-runs/tune-<UTC time>)")
+    parser.add_argument("-o", "--output-dir", "--out", dest="out",
+                        help="run directory (default ./latscope-runs/tune-TIME)")
     parser.add_argument("--resume", metavar="DIR", help="continue the tune stored in DIR")
     parser.add_argument("--json", action="store_true", help="print tune.json instead of tables")
-
-
-def bench_base_config(args: argparse.Namespace, url: str, model: str | None) -> Any:
-    """The BenchConfig every step or trial starts from (load and output dir set per run)."""
-    from latscope.load.config import BenchConfig, WorkloadSpec, load_workload_file
-
-    spec = WorkloadSpec(input_len=args.input_len, output_len=args.output_len)
-    if args.workload:
-        spec = WorkloadSpec(**{**spec.__dict__, **load_workload_file(args.workload)})
-    config = BenchConfig(url=url, endpoint=args.endpoint, model=model or None, workload=spec,
-                         num_requests=None if args.duration else args.num_requests,
-                         duration_s=args.duration, seed=args.seed, tokenizer=args.tokenizer)
-    return config
 
 
 def _spec(args: argparse.Namespace) -> Any:
@@ -125,7 +115,7 @@ def _spec(args: argparse.Namespace) -> Any:
 def _check_workload(args: argparse.Namespace) -> None:
     """Reject flags that would fail only once servers start, after tune.json is written."""
     from latscope.analysis.knee import parse_slo
-    from latscope.cli.sweep import _loads
+    from latscope.cli.common import parse_loads as _loads
     from latscope.errors import ConfigError
 
     parse_slo(args.slo)
@@ -145,13 +135,15 @@ def _check_workload(args: argparse.Namespace) -> None:
         raise ConfigError(f"--scrape-interval {args.scrape_interval:g}: must be > 0 seconds")
 
 
-def _measure(spec: Any) -> Any:
+def _measure(spec: Any, key: str | None) -> Any:
     from latscope.analysis.knee import parse_slo
-    from latscope.analysis.tune import fixed_measure, sweep_measure
-    from latscope.cli.sweep import _loads
+    from latscope.campaign.tune import fixed_measure, sweep_measure
+    from latscope.cli.common import bench_base_config
+    from latscope.cli.common import parse_loads as _loads
 
     w = argparse.Namespace(**spec.workload)
     base = bench_base_config(w, "http://127.0.0.1", w.model)
+    base.api_key = key  # from --api-key or the environment; tune.json never holds it
     mode = "rate" if w.rate else "concurrency"
     text = w.rate or w.concurrency or ("auto" if w.per_trial == "sweep" else "16")
     if w.per_trial == "sweep":
@@ -161,7 +153,7 @@ def _measure(spec: Any) -> Any:
 
 
 def _launch(spec: Any) -> Any:
-    from latscope.analysis.tune import local_launcher, serve_cmd_launcher
+    from latscope.campaign.tune import local_launcher, serve_cmd_launcher
 
     w = spec.workload
     if spec.local:
@@ -174,21 +166,25 @@ def _launch(spec: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from rich.console import Console
 
     from latscope.analysis.tune import TuneState, Tuner
+    from latscope.cli.common import api_key
     from latscope.errors import ConfigError
     from latscope.report.sweep import trials_table, validation_lines
+    from latscope.report.text import make_console
+    from latscope.rundir import RunDir
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     if args.resume:
         state = TuneState.load(Path(args.resume))
         console.print(f"resuming {state.path}: {len(state.cache())} finished trial(s) reused")
     else:
-        out = Path(args.out or f"latscope-runs/tune-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-        if (out / "tune.json").exists():
-            raise ConfigError(f"{out} already holds a tune; continue it with --resume {out}")
-        state = TuneState(out, _spec(args))
+        if args.out and (Path(args.out) / "tune.json").exists():
+            raise ConfigError(f"{args.out} already holds a tune; continue it with --resume "
+                              f"{args.out}")
+        spec = _spec(args)
+        out = RunDir.create("tune", args.out).path
+        state = TuneState(out, spec)
         state.save()
     spec = state.spec
 
@@ -199,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
                       + (f", {spec.objective} {value:.3g}, SLO {'met' if trial.feasible else 'missed'}"
                          if value is not None else f" {trial.error}"))
 
-    tuner = Tuner(state, _launch(spec), _measure(spec), on_trial=on_trial)
+    tuner = Tuner(state, _launch(spec), _measure(spec, api_key(args)), on_trial=on_trial)
     result = tuner.search()
     validation = None
     if args.validate and result.best == result.order[0]:

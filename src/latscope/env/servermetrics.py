@@ -1,21 +1,21 @@
-"""Checks on one ``/metrics`` page (vllm-facts.md section 6, items 2, 3, 5, 6, 15): stats disabled,
+"""Checks on one ``/metrics`` page (docs/findings.md): stats disabled,
 KV-cache config, preemptions, KV usage now, prefix-cache hit rate, and the TTFT decomposition
 from the ``_sum``/``_count`` of the TTFT, queue and prefill histograms.
 
 The page is cumulative since the server started, so every figure here is a mean over all requests
 it has served (the evidence says so); per-run windows are ``bench``'s job (first/last scrape).
-Decomposition (vllm-facts.md section 1, "diagnostic identity"):
+Decomposition (docs/observe.md):
 frontend = mean TTFT - mean queue time - mean prefill time (tokenization, IPC, detokenizing).
 """
 
 from __future__ import annotations
 
 from latscope.env.facts import Facts, ev, skipped
+from latscope.findings import server as rules
+from latscope.findings.latency import Context, share_finding
 from latscope.model import Finding, Severity
 
-FACTS = "vllm-facts.md"
-# A part of TTFT above this share is where the time goes: worth its own finding.
-DOMINANT_SHARE = 0.5
+REF = "docs/findings.md"
 
 
 def check_metrics(facts: Facts) -> list[Finding]:
@@ -32,11 +32,7 @@ def check_metrics(facts: Facts) -> list[Finding]:
     except ScrapeError as exc:
         return [skipped("server.metrics", f"/metrics unparsable: {exc}", "config")]
     if not page.has_vllm:
-        return [Finding(
-            "server.stats_disabled", Severity.WARNING, "no vllm:* metrics (--disable-log-stats?)",
-            [ev("vllm:* series", 0, source)],
-            why="Without them queue, prefill and KV-cache time cannot be separated from the outside.",
-            fix="drop --disable-log-stats", reference=f"{FACTS} section 1", layer="config")]
+        return [rules.stats_disabled_finding(source)]
     findings = _cache_config(page, source) + _preemptions(page, source) + _kv_usage(page, source)
     findings += _prefix_hits(page, source) + _ttft_parts(page, source)
     return findings
@@ -57,26 +53,16 @@ def _preemptions(page, source: str) -> list[Finding]:
     preempt = page.value("vllm:num_preemptions_total")
     if preempt is None:
         return []
-    evidence = [ev("vllm:num_preemptions_total (since start)", preempt, source)]
-    if not preempt:
-        return [Finding("server.preemptions", Severity.OK, "no preemptions since server start",
-                        evidence, layer="queue")]
-    return [Finding(
-        "server.preemptions", Severity.WARNING, f"{preempt:g} preemptions since server start",
-        evidence, why="A preempted request's KV cache is dropped and recomputed: a stall for it.",
-        fix="more KV memory (gpu-memory-utilization, FP8 KV, TP) or lower max-num-seqs/MBT",
-        reference=f"{FACTS} section 6 #5", layer="queue")]
+    return [rules.preemption_finding(
+        [ev("vllm:num_preemptions_total (since start)", preempt, source)], preempt)]
 
 
 def _kv_usage(page, source: str) -> list[Finding]:
     usage = page.value("vllm:kv_cache_usage_perc")
-    if usage is None or usage < 0.95:
+    if usage is None or usage < rules.KV_SATURATED:
         return []
-    return [Finding("server.kv_cache_full", Severity.INFO, f"KV cache {usage:.0%} full right now",
-                    [ev("vllm:kv_cache_usage_perc", usage, source)],
-                    why="If it stays near full, preemptions follow.",
-                    fix="watch it under load (latscope bench); as for preemptions",
-                    reference=f"{FACTS} section 6 #6", layer="queue")]
+    return [rules.kv_finding([ev("vllm:kv_cache_usage_perc (now)", usage, source)], usage * 100,
+                             sustained=False)]
 
 
 def _prefix_hits(page, source: str) -> list[Finding]:
@@ -91,7 +77,7 @@ def _prefix_hits(page, source: str) -> list[Finding]:
                     why="Near 0 with prompts that share a prefix (system prompt, few-shot) means "
                         "the prefix is recomputed for every request.",
                     fix="put the shared part first; check --enable-prefix-caching",
-                    reference=f"{FACTS} section 6 #15", layer="prefill")]
+                    reference=f"{REF}#server.prefix_cache", layer="prefill")]
 
 
 def _mean_ms(page, family: str) -> tuple[float, float] | None:
@@ -112,23 +98,17 @@ def _ttft_parts(page, source: str) -> list[Finding]:
                 ev("mean queue time", round(queue[0], 3), src, "ms"),
                 ev("mean prefill time", round(prefill[0], 3), src, "ms"),
                 ev("frontend = TTFT - queue - prefill", round(frontend, 3), "computed", "ms")]
-    parts = {"queue": queue[0], "frontend": frontend, "prefill": prefill[0]}
-    name, value = max(parts.items(), key=lambda kv: kv[1])
-    share = value / ttft[0] if ttft[0] > 0 else 0.0
-    impact = {"metric": "ttft_mean_ms", "value": round(value, 3), "share": round(share, 4)}
-    advice = {"queue": ("requests wait for a batch slot: the server is overloaded",
-                        "scale out, admission control, or more KV memory", "#3"),
-              "frontend": ("time outside the engine: tokenization, IPC, detokenization",
-                           "--api-server-count > 1; check CPU contention", "#2"),
-              "prefill": ("prompt processing dominates", "shorter prompts, prefix caching, more "
-                          "compute (TP)", "")}
-    why, fix, item = advice[name]
-    if share < DOMINANT_SHARE or name == "prefill" or value < 5.0:
-        return [Finding("server.ttft_parts", Severity.INFO,
-                        f"mean TTFT {ttft[0]:.1f} ms: queue {queue[0]:.1f}, prefill {prefill[0]:.1f},"
-                        f" frontend {frontend:.1f} ms", evidence, layer="queue", impact=impact,
-                        reference=f"{FACTS} section 1 (diagnostic identity)")]
-    return [Finding(f"server.{name}_bound", Severity.WARNING,
-                    f"{name} is {share:.0%} of mean TTFT ({value:.1f} of {ttft[0]:.1f} ms)", evidence,
-                    why=why, fix=fix, reference=f"{FACTS} section 6 {item}",
-                    layer="frontend" if name == "frontend" else "queue", impact=impact)]
+    out = [Finding("server.ttft_parts", Severity.INFO,
+                   f"mean TTFT {ttft[0]:.1f} ms since start: queue {queue[0]:.1f}, prefill "
+                   f"{prefill[0]:.1f}, tokenization/IPC/output {frontend:.1f} ms", evidence,
+                   layer="queue", reference=f"{REF}#server.ttft_parts")]
+    # The same rules as for a measured run, on the server's own TTFT since it started.
+    ctx = Context(measured_at="all requests since server start")
+    for key, label, value in (("ttft.server.queue", "queue", queue[0]),
+                              ("ttft.server.prefill", "prefill", prefill[0]),
+                              ("ttft.server.other", "tokenization + IPC + output", frontend)):
+        finding = share_finding(key, label, value, src, ttft[0], src, ctx,
+                                total_label="server TTFT")
+        if finding is not None:
+            out.append(finding)
+    return out

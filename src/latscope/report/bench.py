@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from latscope.report.text import make_console
 
 LATENCY_ROWS = (
     ("ttft_ms", "TTFT"),
@@ -27,7 +30,8 @@ def _ms(value: Any) -> str:
 
 def latency_table(summary: dict[str, Any]) -> Table:
     pcts = [f"p{p:g}" for p in summary.get("percentiles", (50, 90, 95, 99))]
-    table = Table(title="Latency (ms, from the scheduled send time)", title_justify="left")
+    table = Table(title="Latency (ms, from the scheduled send time)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
     # std is in summary.json; left out here so the table fits 80 columns
     for name in ("metric", "n", "mean", "min", *pcts, "max"):
         table.add_column(name, justify="left" if name == "metric" else "right", no_wrap=True)
@@ -44,7 +48,8 @@ def groups_table(summary: dict[str, Any]) -> Table | None:
     groups = summary.get("by_group") or {}
     if not groups:
         return None
-    table = Table(title="By workload group (ms)", title_justify="left")
+    table = Table(title="By workload group (ms)", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
     for name in ("group", "done", "failed", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50",
                  "E2E p99"):
         table.add_column(name, justify="left" if name == "group" else "right", no_wrap=True)
@@ -57,9 +62,10 @@ def groups_table(summary: dict[str, Any]) -> Table | None:
 
 
 def totals_table(summary: dict[str, Any]) -> Table:
-    table = Table(title="Throughput and requests", title_justify="left", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
+    table = Table(title="Throughput and requests", title_justify="left", show_header=False,
+                  box=None, pad_edge=False)
+    table.add_column("what", overflow="fold")
+    table.add_column("value", justify="right", no_wrap=True)
     req, thr = summary["requests"], summary["throughput"]
     table.add_row("requests completed / sent", f"{req['completed']} / {req['total']}")
     for kind, count in sorted(summary.get("errors", {}).items()):
@@ -94,7 +100,7 @@ def _num(value: Any, spec: str) -> str:
 
 
 def print_bench(summary: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     head = (f"[bold]{summary.get('model', '?')}[/bold] /v1/"
             f"{'chat/completions' if summary.get('endpoint') == 'chat' else 'completions'}"
             f"  {_load_text(summary.get('load') or {})}")

@@ -1,4 +1,4 @@
-"""Findings, rendered: a rich table for the terminal and plain JSON for files.
+"""Findings, rendered: a list for the terminal (readable at 80 columns) and plain JSON for files.
 
 Every verb that diagnoses something (``logs``, ``trace``, ``doctor``, ``net``, ``sweep``) hands a
 list of ``Finding`` here, so they all look and serialise the same way.
@@ -6,14 +6,17 @@ list of ``Finding`` here, so they all look and serialise the same way.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
 import orjson
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from latscope.model import Evidence, Finding, Severity, sort_findings
+from latscope.report.text import make_console
 
 _STYLE = {
     Severity.CRITICAL: "bold red",
@@ -33,36 +36,102 @@ def format_value(ev: Evidence) -> str:
     return f"{text} {ev.unit}".strip()
 
 
+def impact_text(impact: dict[str, Any] | None) -> str:
+    """A finding's measured impact in words, whatever keys it carries: the share as a percent of
+    its target (``{"target": "ttft_mean", "share": 0.62, "value_ms": 41.0, "measured_at": ...}``
+    or the older ``{"metric": ..., "value": ...}``). A share outside 0..1 is not printed: it
+    would be an impossible number."""
+    if not impact:
+        return ""
+    rest = dict(impact)
+    target = rest.pop("target", None) or rest.pop("metric", None) or "?"
+    share, value = rest.pop("share", None), rest.pop("value_ms", None)
+    unit = " ms" if value is not None else ""
+    if value is None:
+        value = rest.pop("value", None)
+    where = rest.pop("measured_at", None)
+    parts = []
+    if isinstance(share, (int, float)) and 0 <= share <= 1:
+        parts.append(f"{share:.0%} of {target}")
+    elif share is not None:
+        parts.append(f"{target} (share {share!r} out of range 0..1: not shown)")
+    else:
+        parts.append(str(target))
+    if value is not None:
+        parts.append(f"{value:.4g}{unit}" if isinstance(value, float) else f"{value}{unit}")
+    text = ", ".join(parts)
+    if where:
+        text += f", measured at {where}"
+    extra = ", ".join(f"{k} {v}" for k, v in rest.items())
+    return text + (f" ({extra})" if extra else "")
+
+
+def _evidence_lines(evidence: list[Evidence]) -> tuple[list[str], str]:
+    """``name = value (source)`` per item; the source most items share is said once, above."""
+    counts = Counter(e.source for e in evidence if e.source)
+    common, n = counts.most_common(1)[0] if counts else ("", 0)
+    if n < 2 and len(evidence) > 1:
+        common = ""
+    lines = [f"{e.name} = {format_value(e)}"
+             + (f" ({e.source})" if e.source and e.source != common else "") for e in evidence]
+    return lines, common
+
+
+def _finding_body(f: Finding) -> RenderableType:
+    """One finding as a short block: title (and id) first, then why, evidence, fix, source."""
+    parts: list[RenderableType] = [Text.assemble((f.title, "bold"), "  ", (f"[{f.id}]", "dim"))]
+    if f.why:
+        parts.append(Text(f.why))
+    if f.impact:
+        parts.append(_labelled("impact", Text(impact_text(f.impact))))
+    if f.evidence:
+        lines, common = _evidence_lines(f.evidence)
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for line in lines:
+            grid.add_row("-", Text(line))
+        head = "evidence" + (f" ({common})" if common else "")
+        parts.append(Group(Text(head + ":", style="dim"), grid))
+    if f.fix:
+        parts.append(_labelled("fix", Text(f.fix)))
+    if f.reference:
+        parts.append(_labelled("source", Text(f.reference, style="dim")))
+    return Group(*parts)
+
+
+def _labelled(label: str, body: Text) -> Text:
+    return Text.assemble((f"{label}: ", "dim"), body)
+
+
 def findings_table(findings: Iterable[Finding], *, title: str = "Findings",
                    show_ok: bool = False) -> Table:
-    table = Table(title=title, show_lines=True, expand=False)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("finding")
-    table.add_column("evidence")
-    table.add_column("fix")
-    for f in sort_findings(list(findings)):
-        if f.severity in (Severity.OK, Severity.SKIPPED) and not show_ok:
-            continue
-        evidence = "\n".join(
-            f"{e.name} = {format_value(e)}" + (f"  [dim]({e.source})[/dim]" if e.source else "")
-            for e in f.evidence
-        )
-        body = f"[bold]{f.title}[/bold]\n[dim]{f.id}[/dim]"
-        if f.why:
-            body += f"\n{f.why}"
-        fix = f.fix + (f"\n[dim]source: {f.reference}[/dim]" if f.reference else "")
-        table.add_row(f"[{_STYLE[f.severity]}]{f.severity.value}[/]", body, evidence, fix)
+    """Findings as a list: severity beside each block, the block's text wrapped at word
+    boundaries in the rest of the line (a 4-column table at 80 columns chops words into
+    columns a few characters wide)."""
+    table = Table.grid(padding=(0, 1))
+    table.title = title
+    table.title_justify = "left"
+    table.add_column(no_wrap=True, width=8)
+    table.add_column(overflow="fold")
+    shown = [f for f in sort_findings(list(findings))
+             if show_ok or f.severity not in (Severity.OK, Severity.SKIPPED)]
+    for i, f in enumerate(shown):
+        if i:
+            table.add_row("", "")
+        table.add_row(Text(f.severity.value, style=_STYLE[f.severity]), _finding_body(f))
     return table
 
 
 def print_findings(findings: list[Finding], console: Console | None = None, *,
                    title: str = "Findings", show_ok: bool = False) -> None:
-    console = console or Console()
+    console = console or make_console()
     shown = [f for f in findings if show_ok or f.severity not in (Severity.OK, Severity.SKIPPED)]
     if not shown:
         console.print(f"[green]{title}: nothing found[/green]")
         return
-    console.print(findings_table(findings, title=title, show_ok=show_ok))
+    console.print(Text(title, style="bold"))
+    console.print(findings_table(findings, title=None, show_ok=show_ok))  # type: ignore[arg-type]
 
 
 def findings_to_json(findings: list[Finding]) -> list[dict[str, Any]]:

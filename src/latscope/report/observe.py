@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 
-from latscope.analysis.decompose import Decomposition
+from latscope.analysis.decompose import Component, Decomposition
+from latscope.report.text import compact_table, make_console, room_left, titled
 from latscope.server.logs import ServerLog
 
 
@@ -34,31 +35,95 @@ def _ms(value: float | None, error: float | None = None, lower: float | None = N
     return f"{_num_ms(value)} [{lower:.4g}-{upper:.4g}]"
 
 
-def decomposition_table(result: Decomposition) -> Table:
-    table = Table(title="Where the latency goes (means; shares of client TTFT / E2E)",
-                  show_lines=False)
-    for name, justify in (("component", "left"), ("mean ms", "right"), ("share", "right"),
-                          ("p50 ms", "right"), ("p99 ms", "right"), ("n", "right"),
-                          ("source", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+def _tree_order(components: list[Component]) -> list[tuple[Component, str]]:
+    """Components depth first along their ``parent`` links, each with its tree prefix
+    (``├─ ``, ``│  └─ ``); a parent key that is not in the list makes a root."""
+    keys = {c.key for c in components}
+    children: dict[str | None, list[Component]] = {}
+    for c in components:
+        children.setdefault(c.parent if c.parent in keys else None, []).append(c)
+    out: list[tuple[Component, str]] = []
+
+    def walk(parent: str | None, lead: str) -> None:
+        kids = children.get(parent, [])
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            out.append((c, "" if parent is None else lead + ("└─ " if last else "├─ ")))
+            walk(c.key, "" if parent is None else lead + ("   " if last else "│  "))
+
+    walk(None, "")
+    return out
+
+
+def _source_notes(components: list[Component]) -> dict[str, int]:
+    """Each distinct source (with its caveat) numbered in order of first use."""
+    notes: dict[str, int] = {}
+    for c in components:
+        notes.setdefault(_note_text(c), len(notes) + 1)
+    return notes
+
+
+def _note_text(c: Component) -> str:
+    return c.source + (f" -- {c.note}" if c.note else "")
+
+
+def decomposition_table(result: Decomposition, width: int = 80) -> Table:
+    """The decomposition as an indented tree, one row per component: label and its source
+    note ``[n]``, mean ms, share of the root (client TTFT or E2E); p50/p99 (a histogram
+    quantile with its bucket) and n where the width allows. The notes are ``decomposition_notes``."""
+    rows = _tree_order(result.components)
+    notes = _source_notes(result.components)
     dominant = {result.dominant_ttft, result.dominant_e2e}
-    for c in result.components:
-        depth = c.key.count(".")
-        label = "  " * depth + c.label
-        if c.key in dominant:
-            label = f"[bold yellow]{label}  <- largest[/bold yellow]"
-        share = f"{c.share:.0%}" if c.share is not None and c.parent is not None else ""
-        source = c.source + (f" [red]{c.note}[/red]" if c.note else "")
-        table.add_row(label, _ms(c.mean_ms), share, _ms(c.p50_ms, c.p50_error_ms, c.p50_lower_ms),
-                      _ms(c.p99_ms, c.p99_error_ms, c.p99_lower_ms),
-                      "" if c.count is None else str(c.count),
-                      f"[dim]{source}[/dim]")
+    labels = [f"{prefix}{c.label} [{notes[_note_text(c)]}]" + (" *" if c.key in dominant else "")
+              for c, prefix in rows]
+    cols: dict[str, list[str]] = {
+        "mean ms": [_ms(c.mean_ms) for c, _ in rows],
+        "share": [_share(c) for c, _ in rows],
+        "p50 ms": [_ms(c.p50_ms, c.p50_error_ms, c.p50_lower_ms) for c, _ in rows],
+        "p99 ms": [_ms(c.p99_ms, c.p99_error_ms, c.p99_lower_ms) for c, _ in rows],
+        "n": ["" if c.count is None else str(c.count) for c, _ in rows],
+    }
+    label_width = max((len(x) for x in labels), default=0)
+    shown = ["mean ms", "share"]
+    for optional in (["p50 ms", "p99 ms"], ["n"]):
+        trial = shown + optional
+        if room_left(width, [[name, *cols[name]] for name in trial]) >= label_width:
+            shown = trial
+    table = compact_table()
+    table.add_column("component", no_wrap=True)
+    for name in shown:
+        table.add_column(name, justify="right", no_wrap=True)
+    for i, label in enumerate(labels):
+        table.add_row(label, *(cols[name][i] for name in shown))
     return table
 
 
+def _share(c: Component) -> str:
+    """The share of the root; one outside 0-100 % is impossible and is not printed ("?")."""
+    if c.share is None or c.parent is None:
+        return ""
+    return f"{c.share:.0%}" if 0 <= c.share <= 1 else "?"
+
+
+def decomposition_notes(result: Decomposition) -> Table:
+    """The numbered sources under the tree: ``[n] text``, wrapped with a hanging indent."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, justify="right")
+    grid.add_column(overflow="fold")
+    for text, number in _source_notes(result.components).items():
+        grid.add_row(f"[{number}]", text)
+    return grid
+
+
 def print_decomposition(result: Decomposition, console: Console | None = None) -> None:
-    console = console or Console()
-    console.print(decomposition_table(result))
+    console = console or make_console()
+    console.print("[bold]Where the latency goes[/bold] (mean ms; share of client TTFT / E2E; "
+                  "* = largest part)")
+    console.print(decomposition_table(result, console.width))
+    console.print(decomposition_notes(result), highlight=False)
+    if any(_share(c) == "?" for c in result.components):
+        console.print("? = share outside 0-100 %: not printed (the figures it is computed from "
+                      "disagree by more than the part itself)")
     window = f"{result.window_s:.1f} s" if result.window_s is not None else "n/a"
     finished = "-" if result.server_requests is None else f"{result.server_requests:g}"
     console.print(f"[dim]server window {window}; server figures from {result.server_source}; "
@@ -87,11 +152,11 @@ _CONFIG_KEYS = ("version", "max_num_seqs", "max_num_batched_tokens", "chunked_pr
                 "profiler_enabled", "unknown_env_vars")
 
 
-def log_config_table(log: ServerLog) -> Table:
-    table = Table(title=f"Server configuration read from {log.path}")
-    table.add_column("setting")
-    table.add_column("value")
-    table.add_column("line", justify="right")
+def log_config_table(log: ServerLog, width: int = 80) -> Group:
+    table = compact_table()
+    table.add_column("setting", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_column("line", justify="right", no_wrap=True)
     for key in _CONFIG_KEYS:
         value = log.config.get(key)
         shown = "[dim]not in log[/dim]" if value is None else str(value)
@@ -101,24 +166,25 @@ def log_config_table(log: ServerLog) -> Table:
         short = {k: v for k, v in args.items() if len(str(v)) < 80}
         table.add_row("non-default args", ", ".join(f"{k}={v}" for k, v in short.items()),
                       str(log.config_lines.get("non_default_args", "")))
-    return table
+    return titled(f"Server configuration read from {log.path}", table)
 
 
-def log_stats_table(log: ServerLog, *, limit: int = 40) -> Table:
+def log_stats_table(log: ServerLog, *, limit: int = 40) -> Group:
     """The periodic stats lines (busy ones first when there are more than ``limit``)."""
     points = log.stats
     busy = [p for p in points if (p.running or 0) or (p.waiting or 0)]
     shown = busy if len(points) > limit else points
-    table = Table(title=f"Periodic stats ({len(shown)} of {len(points)} lines"
-                        f"{', busy ones' if shown is busy and len(points) > limit else ''})")
-    for name in ("time", "line", "running", "waiting", "KV %", "prompt tok/s", "gen tok/s",
+    title = (f"Periodic stats ({len(shown)} of {len(points)} lines"
+             f"{', busy ones' if shown is busy and len(points) > limit else ''})")
+    table = compact_table()
+    for name in ("time", "line", "run", "wait", "KV %", "prompt tok/s", "gen tok/s",
                  "prefix hit %", "preempt"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="left" if name == "time" else "right", no_wrap=True)
     for p in shown[-limit:]:
         table.add_row(p.timestamp, str(p.line), _int(p.running), _int(p.waiting),
                       _num(p.kv_usage_pct), _num(p.prompt_tps), _num(p.generation_tps),
                       _num(p.prefix_hit_pct), _int(p.preemptions))
-    return table
+    return titled(title, table)
 
 
 def _int(value: int | None) -> str:

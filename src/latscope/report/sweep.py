@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import orjson
-from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from latscope.analysis.knee import SloTerm, no_knee_reason
 from latscope.analysis.sweep import THROUGHPUT, Step, SweepAnalysis, curve
 from latscope.model import Evidence, Finding, Severity
 from latscope.report.findings import findings_to_json
+from latscope.report.text import compact_table
 
 LEAF_LABELS = {
     "ttft.send_lag": "send lag", "ttft.network": "net+frontend",
@@ -37,8 +39,8 @@ def _ms(value: Any) -> str:
 
 def sweep_table(steps: Sequence[Step], analysis: SweepAnalysis, unit: str) -> Table:
     """The curve: one row per step, latencies in ms, the knee and the SLO limit marked."""
-    table = Table(title=f"Throughput–latency curve by {unit} (latencies in ms)", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = compact_table(title=f"Throughput–latency curve by {unit} (latencies in ms)",
+                          title_justify="left")
     for col in (("conc" if unit.startswith("conc") else "rate"), "req/s", "tok/s", "TTFT\np50", "TTFT\np99", "ITL\np50",
                 "ITL\np99", "E2E\np50", "E2E\np99", "err", "note"):
         table.add_column(col, justify="left" if col == "note" else "right", no_wrap=True)
@@ -61,8 +63,7 @@ def decomposition_table(steps: Sequence[Step], unit: str) -> Table | None:
     keys = [k for k in LEAF_LABELS if any(k in s.decomposition for s in steps)]
     if not keys:
         return None
-    table = Table(title="Mean ms per request, by component", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = compact_table(title="Mean ms per request, by component", title_justify="left")
     table.add_column(("conc" if unit.startswith("conc") else "rate"), justify="right")
     for k in keys:
         table.add_column(LEAF_LABELS[k].replace("+", "+\n"), justify="right")
@@ -151,30 +152,39 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return "-inf" if v == -math.inf else f"{v:.3g}"
+        if v == -math.inf:
+            return "-inf"
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"  # 1234, not 1.23e+03
     return str(v)
 
 
 _PURPOSE = {"search": "search", "validate-baseline": "val A", "validate-candidate": "val B"}
 
 
-def trials_table(trials: Sequence[Any], objective: str, latency: str, best: dict | None) -> Table:
-    """Every trial (one server start each): configuration, status and the numbers it scored."""
-    table = Table(title="Trials (one server start each; * best; val A = baseline, val B = chosen)",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("#", "trial", "configuration", "status", _short(objective), _short(latency),
-                "TTFT\np99", "ITL\np99", "err", "SLO", "note"):
-        table.add_column(col, no_wrap=col != "note")
+def trials_table(trials: Sequence[Any], objective: str, latency: str, best: dict | None) -> Group:
+    """Every trial (one server start each): the numbers it scored, its configuration last (it
+    wraps at spaces), and why a trial failed as a numbered line under the table."""
+    table = compact_table(title="Trials (one server start each; * best; val A = baseline, "
+                                "val B = chosen)", title_justify="left")
+    for col in ("#", "trial", "status", _short(objective), _short(latency), "TTFT\np99",
+                "ITL\np99", "err", "SLO", "configuration"):
+        table.add_column(col, no_wrap=col != "configuration", overflow="fold",
+                         justify="left" if col in ("#", "trial", "status", "configuration")
+                         else "right")
+    errors = []
     for i, t in enumerate(trials):
         m = t.metrics
         err = m.get("error_rate")
-        note = "best" if best == t.config and t.purpose == "search" else t.error[:60]
-        table.add_row(f"{i}*" if note == "best" else str(i), _PURPOSE.get(t.purpose, t.purpose),
-                      " ".join(f"{k}={v}" for k, v in t.config.items()), t.status,
-                      _fmt(m.get(objective)), _fmt(m.get(latency)), _fmt(m.get("ttft_p99_ms")),
-                      _fmt(m.get("itl_p99_ms")), "-" if err is None else f"{err:.0%}",
-                      ("met" if t.feasible else "missed") if t.status == "done" else "-", note)
-    return table
+        is_best = best == t.config and t.purpose == "search"
+        if t.error:
+            errors.append(f"#{i}: {t.error}")
+        table.add_row(f"{i}*" if is_best else str(i), _PURPOSE.get(t.purpose, t.purpose),
+                      t.status, _fmt(m.get(objective)), _fmt(m.get(latency)),
+                      _fmt(m.get("ttft_p99_ms")), _fmt(m.get("itl_p99_ms")),
+                      "-" if err is None else f"{err:.0%}",
+                      ("met" if t.feasible else "missed") if t.status == "done" else "-",
+                      " ".join(f"{k}={v}" for k, v in t.config.items()))
+    return Group(table, *(Text(e) for e in errors))
 
 
 def _short(key: str) -> str:

@@ -1,14 +1,21 @@
-"""Terminal rendering of ``latscope trace`` results (rich tables): per device the window and its
-breakdown, kernel categories, top kernels, copies, idle gaps; and the ``--compare`` diff.
-Only the CLI calls these; the numbers come from ``latscope.trace.analyze``.
+"""Terminal rendering of ``latscope trace`` results: per device the window and its breakdown,
+kernel categories, top kernels, copies, idle gaps; and the ``--compare`` diff.
+
+Only the CLI calls these; the numbers come from ``latscope.trace.analyze``. Every table fits the
+console's width (80 columns in a log file) with each kernel or CPU event name on one line,
+shortened by ``latscope.report.text`` when it must be: the full names are in the JSON.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group
+
+from latscope.report.text import (WIDE, compact_table, ellipsize, room_left, short_event_name,
+                                  short_kernel_names, titled)
+
+_MIN_NAME = 24  # below this a name column says too little: extra columns are dropped first
 
 
 def _ms(ns: float | None) -> str:
@@ -19,9 +26,30 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
+def _table(title: str, columns: list[tuple[str, list[str]]], name: tuple[str, list[str]] | None,
+           width: int, *, name_first: bool = False) -> Group:
+    """Numeric columns (right-aligned) and one left-aligned name column that gets the room left
+    (names arrive already shortened to it): last, or first for short names (a category)."""
+    t = compact_table()
+    room = max(1, room_left(width, [[h, *c] for h, c in columns]))
+    if name is not None and name_first:
+        t.add_column(name[0], no_wrap=True, overflow="ellipsis", max_width=room)
+    for header, _ in columns:
+        t.add_column(header, justify="right", no_wrap=True)
+    if name is not None and not name_first:
+        t.add_column(name[0], no_wrap=True, overflow="ellipsis", max_width=room)
+    cells = [c for _, c in columns]
+    if name is not None:
+        cells.insert(0 if name_first else len(cells), name[1])
+    for row in zip(*cells):
+        t.add_row(*row)
+    return titled(title, t)
+
+
 def print_result(result: dict[str, Any], console: Console, *, top_n: int = 10) -> None:
     src = result["source"]
-    console.print(f"[bold]{src['path']}[/bold]  format={src['format']} vendor={src['vendor']}"
+    console.print(f"[bold]{src['path']}[/bold]", overflow="fold")
+    console.print(f"format={src['format']} vendor={src['vendor']}"
                   + (f" rank={src['rank']}" if src["rank"] is not None else "")
                   + f"  events: gpu={src['events']['gpu']} api={src['events']['api']} "
                     f"cpu={src['events']['ranges']}")
@@ -36,13 +64,11 @@ def _device(dev: dict[str, Any], console: Console, top_n: int) -> None:
     name = f" ({dev['device_name']})" if dev["device_name"] else ""
     console.print(f"\n[bold]device {dev['device']}{name}[/bold]: window {_ms(w['length_ns'])} ms "
                   f"[dim]({w['method']})[/dim], {dev['activities']} GPU activities")
-    t = Table(title="time breakdown (interval union; parts add up to the window)")
-    for col in ("part", "ms", "share"):
-        t.add_column(col, justify="right" if col != "part" else "left")
-    for part in ("compute", "exposed_comm", "exposed_copy", "idle"):
-        t.add_row(part, _ms(b[f"{part}_ns"]), _pct(b[f"{part}_share"]))
-    t.add_row("[bold]window[/bold]", _ms(b["window_ns"]), "100.0%")
-    console.print(t)
+    parts = ("compute", "exposed_comm", "exposed_copy", "idle")
+    console.print(_table("time breakdown (interval union; parts add up to the window)",
+                         [("ms", [_ms(b[f"{p}_ns"]) for p in parts] + [_ms(b["window_ns"])]),
+                          ("share", [_pct(b[f"{p}_share"]) for p in parts] + ["100.0%"])],
+                         ("part", [*parts, "window"]), console.width, name_first=True))
     _categories(dev, console)
     _top(dev, console, top_n)
     _copies(dev, console)
@@ -50,40 +76,54 @@ def _device(dev: dict[str, Any], console: Console, top_n: int) -> None:
 
 
 def _categories(dev: dict[str, Any], console: Console) -> None:
-    t = Table(title="kernel categories (union in window; share of busy time)")
-    for col in ("category", "count", "union ms", "sum ms", "share of busy"):
-        t.add_column(col, justify="left" if col == "category" else "right")
-    for r in dev["kernels"]["categories"]:
-        t.add_row(r["category"], str(r["count"]), _ms(r["union_ns"]), _ms(r["sum_ns"]),
-                  _pct(r["share_of_busy"]))
-    console.print(t)
+    rows = dev["kernels"]["categories"]
+    console.print(_table("kernel categories (union in window; share of busy time)",
+                         [("count", [str(r["count"]) for r in rows]),
+                          ("union ms", [_ms(r["union_ns"]) for r in rows]),
+                          ("sum ms", [_ms(r["sum_ns"]) for r in rows]),
+                          ("share of busy", [_pct(r["share_of_busy"]) for r in rows])],
+                         ("category", [r["category"] for r in rows]), console.width,
+                         name_first=True))
+
+
+def top_kernels_table(dev: dict[str, Any], width: int, top_n: int = 10) -> Group:
+    """Top kernels by summed time: numbers first, the (shortened) name in the room left. On a
+    wide console the category and generic-path columns come back."""
+    k = dev["kernels"]
+    rows = k["top"][:top_n]
+    columns = [("share", [_pct(r["share_of_busy"]) for r in rows]),
+               ("total ms", [_ms(r["total_ns"]) for r in rows]),
+               ("count", [str(r["count"]) for r in rows]),
+               ("mean us", [f"{r['mean_ns'] / 1e3:,.1f}" for r in rows])]
+    extra = [("category", [r["category"] for r in rows]),
+             ("generic", [r["generic"] or "" for r in rows])]
+    if width >= WIDE and room_left(width, [[h, *c] for h, c in columns + extra]) >= _MIN_NAME:
+        columns += extra
+    room = max(1, room_left(width, [[h, *c] for h, c in columns]))
+    names = short_kernel_names([r["name"] for r in rows], room)
+    title = f"top kernels ({k['kernel_count']} launches, {k['distinct_kernels']} distinct)"
+    return _table(title, columns, ("kernel (full names in the JSON)"[:room], names), width)
 
 
 def _top(dev: dict[str, Any], console: Console, top_n: int) -> None:
-    k = dev["kernels"]
-    t = Table(title=f"top kernels ({k['kernel_count']} launches, {k['distinct_kernels']} distinct)")
-    for col in ("kernel", "category", "count", "total ms", "mean us", "share of busy", "generic"):
-        t.add_column(col, justify="left" if col in ("kernel", "category", "generic") else "right",
-                     overflow="fold", max_width=70 if col == "kernel" else None)
-    for r in k["top"][:top_n]:
-        t.add_row(r["name"][:200], r["category"], str(r["count"]), _ms(r["total_ns"]),
-                  f"{r['mean_ns'] / 1e3:,.1f}", _pct(r["share_of_busy"]), r["generic"] or "")
-    console.print(t)
+    console.print(top_kernels_table(dev, console.width, top_n))
 
 
 def _copies(dev: dict[str, Any], console: Console) -> None:
     c = dev["copies"]
-    if not c["by_direction"]:
+    rows = c["by_direction"]
+    if not rows:
         return
-    t = Table(title=f"copies (not overlapped by compute: {_ms(c['not_overlapped_by_compute_ns'])}"
-                    " ms)")
-    for col in ("dir", "count", "MB", "ms", "GB/s", "small", "pageable", "pinned", "blocking"):
-        t.add_column(col, justify="left" if col == "dir" else "right")
-    for r in c["by_direction"]:
-        t.add_row(r["direction"], str(r["count"]),
-                  "-" if r["bytes"] is None else f"{r['bytes'] / 1e6:,.3f}", _ms(r["time_ns"]),
-                  "-" if r["gbps"] is None else f"{r['gbps']:,.1f}", str(r["small_count"]),
-                  str(r["pageable_count"]), str(r["pinned_count"]), str(r["blocking_count"]))
+    t = _table(f"copies (not overlapped by compute: {_ms(c['not_overlapped_by_compute_ns'])} ms)",
+               [("count", [str(r["count"]) for r in rows]),
+                ("MB", ["-" if r["bytes"] is None else f"{r['bytes'] / 1e6:,.3f}" for r in rows]),
+                ("ms", [_ms(r["time_ns"]) for r in rows]),
+                ("GB/s", ["-" if r["gbps"] is None else f"{r['gbps']:,.1f}" for r in rows]),
+                ("small", [str(r["small_count"]) for r in rows]),
+                ("pageable", [str(r["pageable_count"]) for r in rows]),
+                ("pinned", [str(r["pinned_count"]) for r in rows]),
+                ("blocking", [str(r["blocking_count"]) for r in rows])],
+               ("dir", [r["direction"] for r in rows]), console.width, name_first=True)
     console.print(t)
     console.print(f"[dim]host memory kind: {c['host_memory_method']}[/dim]")
 
@@ -97,28 +137,12 @@ def _gaps(dev: dict[str, Any], console: Console) -> None:
     dist = ", ".join(f"{d['bucket']}: {d['count']} ({_ms(d['time_ns'])} ms)"
                      for d in g["distribution"] if d["count"])
     console.print(f"[dim]gap sizes: {dist}[/dim]")
-    t = Table(title="largest gaps and what the launching thread did (self time in the gap)")
-    for col in ("at ms", "gap ms", "next work issued after", "CPU (self time)"):
-        t.add_column(col, overflow="fold")
-    origin = dev["window"]["start_ns"]
-    for gap in g["largest"]:
-        issued = gap["next_issued_after_gap_start_ns"]
-        cpu = "\n".join(f"{c['kind']}: {c['name'][:80]} {_ms(c['self_ns'])} ms"
-                        for c in gap["cpu_top"])
-        t.add_row(_ms(gap["start_ns"] - origin), _ms(gap["length_ns"]),
-                  "-" if issued is None else f"{_ms(issued)} ms", cpu)
-    console.print(t)
+    console.print(largest_gaps_table(dev, console.width))
     cpu = g["cpu_during_idle"]
     kinds = ", ".join(f"{k['kind']} {_pct(k['share_of_idle'])}" for k in cpu["self_time_by_kind"])
     console.print(f"during idle the launching thread was in: {kinds or 'nothing recorded'}")
     if cpu["top_events"]:
-        t = Table(title="launching thread's self time inside idle gaps (top)")
-        for col in ("kind", "CPU event", "ms", "share of idle"):
-            t.add_column(col, justify="right" if col in ("ms", "share of idle") else "left",
-                         overflow="fold", max_width=90 if col == "CPU event" else None)
-        for e in cpu["top_events"]:
-            t.add_row(e["kind"], e["name"][:200], _ms(e["self_ns"]), _pct(e["share_of_idle"]))
-        console.print(t)
+        console.print(idle_events_table(cpu["top_events"], console.width))
     d = g["launch_delay"]
     if d.get("count"):
         console.print(f"launch delay (GPU start - API end): median {d['median_ns'] / 1e3:.1f} us, "
@@ -127,28 +151,80 @@ def _gaps(dev: dict[str, Any], console: Console) -> None:
                       "launches (no per-kernel delay)")
 
 
-def print_comparison(diff: dict[str, Any], console: Console, *, top_n: int = 15) -> None:
-    a, b = diff["a"], diff["b"]
-    console.print(f"[bold]A[/bold] {a['path']} device {a['device']} {a['name']}\n"
-                  f"[bold]B[/bold] {b['path']} device {b['device']} {b['name']}")
+def largest_gaps_table(dev: dict[str, Any], width: int) -> Group:
+    """The largest gaps, one CPU event per line under each: ms, kind and the event's name."""
+    origin = dev["window"]["start_ns"]
+    gaps = dev["gaps"]["largest"]
+    starts, lengths, issued, events = [], [], [], []
+    for gap in gaps:
+        after = gap["next_issued_after_gap_start_ns"]
+        cpu = gap["cpu_top"] or [None]
+        for i, c in enumerate(cpu):
+            first = i == 0
+            starts.append(_ms(gap["start_ns"] - origin) if first else "")
+            lengths.append(_ms(gap["length_ns"]) if first else "")
+            issued.append(("-" if after is None else _ms(after)) if first else "")
+            events.append(c)
+    columns = [("at ms", starts), ("gap ms", lengths), ("issued after ms", issued)]
+    room = max(1, room_left(width, [[h, *cells] for h, cells in columns]))
+    lines = [_cpu_line(c, room) for c in events]
+    return _table("largest gaps and what the launching thread did (self time in the gap)",
+                  columns, ("CPU self ms, kind: event", lines), width)
+
+
+def _cpu_line(event: dict[str, Any] | None, room: int) -> str:
+    if event is None:
+        return "-"
+    head = f"{_ms(event['self_ns'])} {event['kind']}: "
+    return head + short_event_name(event["name"], max(1, room - len(head)))
+
+
+def idle_events_table(events: list[dict[str, Any]], width: int) -> Group:
+    columns = [("ms", [_ms(e["self_ns"]) for e in events]),
+               ("share of idle", [_pct(e["share_of_idle"]) for e in events]),
+               ("kind", [e["kind"] for e in events])]
+    room = max(1, room_left(width, [[h, *cells] for h, cells in columns]))
+    names = [short_event_name(e["name"], room) for e in events]
+    return _table("launching thread's self time inside idle gaps (top)", columns,
+                  ("CPU event", names), width)
+
+
+def comparison_tables(diff: dict[str, Any], width: int, top_n: int = 15) -> list[Group]:
+    tables = []
     for title, rows in (("breakdown", diff["breakdown"]), ("categories", diff["categories"]),
                         ("kernel families", diff["families"][:top_n])):
-        t = Table(title=title)
-        for col in ("", "A ms", "B ms", "B - A ms", "B / A"):
-            t.add_column(col, justify="left" if not col else "right", overflow="fold",
-                         max_width=60 if not col else None)
-        for r in rows:
-            t.add_row(r["key"], _ms(r["a_ns"]), _ms(r["b_ns"]), _ms(r["delta_ns"]),
-                      "-" if r["ratio"] is None else f"{r['ratio']:.2f}x")
-        console.print(t)
+        columns = [("A ms", [_ms(r["a_ns"]) for r in rows]),
+                   ("B ms", [_ms(r["b_ns"]) for r in rows]),
+                   ("B - A ms", [_ms(r["delta_ns"]) for r in rows]),
+                   ("B / A", ["-" if r["ratio"] is None else f"{r['ratio']:.2f}x" for r in rows])]
+        room = max(1, room_left(width, [[h, *c] for h, c in columns]))
+        keys = short_kernel_names([r["key"] for r in rows], room)
+        tables.append(_table(title, columns, (title.split()[-1][:room], keys), width,
+                             name_first=True))
+    return tables
+
+
+def print_comparison(diff: dict[str, Any], console: Console, *, top_n: int = 15) -> None:
+    a, b = diff["a"], diff["b"]
+    for tag, side in (("A", a), ("B", b)):
+        console.print(f"[bold]{tag}[/bold] {side['path']} device {side['device']} {side['name']}",
+                      overflow="fold")
+    for table in comparison_tables(diff, console.width, top_n):
+        console.print(table)
+
+
+def ranks_table(rows: list[dict[str, Any]], width: int) -> Group:
+    columns = [("rank", ["-" if r["rank"] is None else str(r["rank"]) for r in rows]),
+               ("device", [str(r["device"]) for r in rows]),
+               ("window ms", [_ms(r["window_ns"]) for r in rows]),
+               ("busy ms", [_ms(r["busy_ns"]) for r in rows]),
+               ("idle", [_pct(r["idle_share"]) for r in rows]),
+               ("exposed comm", [_pct(r["exposed_comm_share"]) for r in rows])]
+    room = max(1, room_left(width, [[h, *c] for h, c in columns]))
+    files = [ellipsize(r["path"].rsplit("/", 1)[-1], room) for r in rows]
+    return _table("traces side by side (e.g. one per rank)", columns, ("file", files), width,
+                  name_first=True)
 
 
 def print_ranks(rows: list[dict[str, Any]], console: Console) -> None:
-    t = Table(title="traces side by side (e.g. one per rank)")
-    for col in ("file", "rank", "device", "window ms", "busy ms", "idle", "exposed comm"):
-        t.add_column(col, justify="left" if col == "file" else "right", overflow="fold")
-    for r in rows:
-        t.add_row(r["path"].rsplit("/", 1)[-1], "-" if r["rank"] is None else str(r["rank"]),
-                  str(r["device"]), _ms(r["window_ns"]), _ms(r["busy_ns"]),
-                  _pct(r["idle_share"]), _pct(r["exposed_comm_share"]))
-    console.print(t)
+    console.print(ranks_table(rows, console.width))

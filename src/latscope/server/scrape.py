@@ -34,6 +34,7 @@ import orjson
 
 from latscope.errors import ScrapeError
 from latscope.model import MetricSnapshot, RunContext
+from latscope.rundir import iter_jsonl
 from latscope.server.metrics import has_vllm_series, parse_metrics_text
 
 SNAPSHOTS = "snapshots.jsonl"
@@ -152,7 +153,7 @@ class MetricsScraper:
         """Worker thread, after the run: parse every stored page into snapshots.jsonl."""
         assert self._dir is not None
         raw_path = self._dir / RAW
-        for raw in _iter_jsonl(raw_path):
+        for raw in iter_jsonl(raw_path):
             text = raw.pop("text")
             try:
                 self._ingest(text, raw, False)
@@ -225,19 +226,6 @@ def _snapshot(text: str, raw: dict[str, Any]) -> MetricSnapshot:
                           scrape_ms=raw.get("scrape_ms", 0.0))
 
 
-def _iter_jsonl(path: Path):
-    """Records of a JSONL file; a torn last line (interrupted run) ends the file."""
-    if not path.is_file():
-        return
-    with path.open("rb") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    yield orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    return
-
-
 def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
     """The snapshots of a run directory, in scrape order ([] when the run has none).
 
@@ -245,13 +233,13 @@ def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
     """
     metrics = Path(run_dir) / "metrics"
     out = []
-    for data in _iter_jsonl(metrics / SNAPSHOTS):
+    for data in iter_jsonl(metrics / SNAPSHOTS):
         try:
             out.append(MetricSnapshot.from_dict(data))
         except (KeyError, TypeError):
             break
     if not out:
-        for raw in _iter_jsonl(metrics / RAW):
+        for raw in iter_jsonl(metrics / RAW):
             with contextlib.suppress(ScrapeError, KeyError):
                 out.append(_snapshot(raw.pop("text"), raw))
     return sorted(out, key=lambda s: s.t_ns)

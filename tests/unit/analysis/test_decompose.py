@@ -69,9 +69,11 @@ def test_components_add_up_to_client_ttft():
                        [_snap(before, 10.0), _snap(after, 14.0)])
     get = {c.key: c for c in result.components}
     assert get["ttft"].mean_ms == pytest.approx(100.0)
-    assert get["ttft.send_lag"].mean_ms == pytest.approx(1.0)
+    assert get["ttft.client"].mean_ms == pytest.approx(1.0)
     assert get["ttft.server"].mean_ms == pytest.approx(80.0)
-    assert get["ttft.network"].mean_ms == pytest.approx(19.0)
+    # without a round-trip probe, network and HTTP frontend stay one component
+    assert get["ttft.frontend"].mean_ms == pytest.approx(19.0)
+    assert "not split" in get["ttft.frontend"].label and "ttft.network" not in get
     assert get["ttft.server.queue"].mean_ms == pytest.approx(50.0)
     assert get["ttft.server.prefill"].mean_ms == pytest.approx(20.0)
     assert get["ttft.server.other"].mean_ms == pytest.approx(10.0)
@@ -81,9 +83,34 @@ def test_components_add_up_to_client_ttft():
     assert get["e2e.decode.engine"].mean_ms == pytest.approx(150.0)
     assert result.dominant_e2e == "e2e.decode"
     assert result.window_s == pytest.approx(4.0) and result.server_requests == 20
-    assert get["ttft.network"].p50_ms is None  # a difference of means has no percentiles
+    assert get["ttft.frontend"].p50_ms is None  # a difference of means has no percentiles
     assert "histogram" in get["ttft.server.queue"].source
     assert result.notes == []
+
+
+def test_client_lag_and_network_round_trip_are_split_off():
+    before = _page(10, 0.5, 0.3, 0.1, 0.2, 0.8)
+    after = _page(30, (0.5 * 10 + 0.080 * 20) / 30, (0.3 * 10 + 0.050 * 20) / 30,
+                  (0.1 * 10 + 0.020 * 20) / 30, (0.2 * 10 + 0.150 * 20) / 30,
+                  (0.8 * 10 + 0.230 * 20) / 30)
+    result = decompose(_records(20, ttft_ms=100.0, lag_ms=1.0, decode_ms=160.0),
+                       [_snap(before, 10.0), _snap(after, 14.0)],
+                       client_loop_lag_ms=4.0, network_rtt_ms=12.0)
+    get = {c.key: c for c in result.components}
+    assert get["ttft.client"].mean_ms == pytest.approx(5.0)  # 1 ms send lag + 4 ms loop lag
+    assert get["ttft.network"].mean_ms == pytest.approx(12.0)
+    assert get["ttft.frontend"].mean_ms == pytest.approx(100.0 - 5.0 - 12.0 - 80.0)
+    leaves = ("ttft.client", "ttft.network", "ttft.frontend", "ttft.server.queue",
+              "ttft.server.prefill", "ttft.server.other")
+    assert sum(get[k].mean_ms for k in leaves) == pytest.approx(100.0)
+
+
+def test_latency_timed_from_the_send_has_no_send_lag_in_it():
+    recs = _records(5, ttft_ms=50.0, lag_ms=3.0, decode_ms=10.0)
+    for r in recs:  # as if the client's TTFT origin were the send itself
+        r.scheduled_ns = r.sent_ns
+    result = decompose(recs, [], client_loop_lag_ms=0.5)
+    assert result.component("ttft.client").mean_ms == pytest.approx(0.5)
 
 
 def test_per_request_timings_are_preferred_and_exact():

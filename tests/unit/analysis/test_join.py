@@ -94,8 +94,8 @@ def test_missing_spans_are_counted_and_said(run) -> None:
 
 def test_decompose_takes_spans_first_and_says_so(run) -> None:
     records, spans = run
-    result = decompose(records, [], join_spans(records, spans))
-    for key in ("ttft.server", "ttft.server.queue", "ttft.server.prefill", "ttft.network",
+    result = decompose(records, [], split=join_spans(records, spans))
+    for key in ("ttft.server", "ttft.server.queue", "ttft.server.prefill", "ttft.frontend",
                 "ttft.server.other", "e2e.decode.engine"):
         comp = result.component(key)
         assert comp is not None and comp.source.startswith("per-request spans (OTLP)"), key
@@ -110,7 +110,7 @@ def test_decompose_takes_spans_first_and_says_so(run) -> None:
 def test_too_few_joined_requests_fall_back_to_the_next_source(run) -> None:
     records, spans = run
     few = [s for s in spans if s["trace_id"] in {r.trace_id for r in records[:12]}]
-    result = decompose(records, [], join_spans(records, few))
+    result = decompose(records, [], split=join_spans(records, few))
     assert not result.component("ttft.server.queue").source.startswith("per-request spans")
     assert any("only 12 of 24 requests were joined" in n for n in result.notes)
 
@@ -146,3 +146,13 @@ def test_vllm_startup_spans_are_not_request_spans() -> None:
     startup = decode_export_request((DATA / "export_startup.bin").read_bytes())
     assert {s["name"] for s in startup} >= {"Worker init"}
     assert request_spans(startup) == {}
+
+
+def test_the_frontend_row_from_spans_leaves_out_the_clients_receive_delay(run) -> None:
+    records, spans = run
+    split = join_spans(records, spans)
+    plain = decompose(records, [], split=split).component("ttft.frontend")
+    lagged = decompose(records, [], split=split, client_loop_lag_ms=2.0).component("ttft.frontend")
+    assert plain.mean_ms == pytest.approx(split.stats["frontend_network_ms"]["mean"])
+    assert lagged.mean_ms == pytest.approx(plain.mean_ms - 2.0)
+    assert lagged.p99_ms == pytest.approx(plain.p99_ms - 2.0)

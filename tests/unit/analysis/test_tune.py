@@ -27,8 +27,8 @@ from latscope.analysis.tune import (
     flag_args,
     paired_change,
     score,
-    serve_command,
 )
+from latscope.campaign.tune import serve_command
 from latscope.errors import ConfigError
 
 FAKE_SERVER = Path(__file__).resolve().parents[2] / "fakeserver.py"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from latscope.analysis.server_findings import effective_max_num_seqs, findings_from_log
+from latscope.findings.server import effective_max_num_seqs, findings_from_log
 from latscope.cli.main import main
 from latscope.model import Severity
 from latscope.server.logs import parse_log, strip_ansi

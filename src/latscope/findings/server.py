@@ -1,7 +1,7 @@
 """Findings about the server, read from its log (``findings_from_log``) and its ``/metrics``
 snapshots (``findings_from_metrics``), in latscope's one ``Finding`` form.
 
-The rules are the ones in ``shared/docs/vllm-facts.md`` section 6 (checks 3-6 and 18-19); each
+The rules are documented in ``docs/findings.md`` (one section per id); each
 finding cites the exact values it read and the log line or metric they came from. Thresholds are
 stated where they are defined, and a rule fires only on values it has actually read.
 """
@@ -14,9 +14,9 @@ from latscope.model import Evidence, Finding, MetricSnapshot, Severity
 from latscope.server.logs import ServerLog, StatsPoint
 from latscope.server.metrics import counter_delta, gauge_series, has_vllm_series
 
-FACTS = "shared/docs/vllm-facts.md"
+REF = "docs/findings.md"
 # KV cache usage at or above this fraction counts as saturated: new requests start to wait for
-# blocks and running ones get preempted (vllm-facts.md section 6, check 6: "~1 sustained").
+# blocks and running ones get preempted (vLLM's optimization guide: sustained ~1 means preemption).
 KV_SATURATED = 0.90
 # Per-request log lines above this (access log alone is 1) mean extra logging per request.
 LINES_PER_REQUEST_HIGH = 2.0
@@ -26,7 +26,7 @@ def effective_max_num_seqs(log: ServerLog) -> tuple[int | None, str]:
     """max_num_seqs and where it came from: the log, or vLLM's documented default by device.
 
     The default is not logged at INFO. vLLM sets it from device memory
-    (``EngineArgs.get_batch_defaults``, vllm-facts.md section 3): 1024 on GPUs with >= 70 GiB
+    (``EngineArgs.get_batch_defaults`` in vllm/engine/arg_utils.py): 1024 on GPUs with >= 70 GiB
     (A100 excepted, which the log does not let us rule out), 256 below; 128 on CPU (its DEBUG
     line says so).
     """
@@ -94,7 +94,7 @@ def _queue_finding(log: ServerLog) -> Finding | None:
         fix=("Raise --max-num-batched-tokens (prefill admits more prompt tokens per step; ITL can "
              "rise) or spread the load over more replicas; measure with `latscope sweep` over "
              "max_num_batched_tokens rather than assuming."),
-        reference=f"{FACTS} sections 3 and 6 (checks 3, 4, 11, 12)",
+        reference=f"{REF}#server.queue_token_budget",
         layer="queue")
 
 
@@ -111,18 +111,64 @@ def _queue_full_batch_finding(log: ServerLog) -> Finding | None:
     evidence.append(Evidence("max_num_seqs", max_seqs, "", seqs_source))
     evidence.append(Evidence("stats intervals with a full batch and a queue", len(full),
                              f"of {len(log.stats)}", log.name))
+    return full_batch_finding(worst.running, worst.waiting, max_seqs, evidence,
+                              sustained=len(full) >= 2)
+
+
+def full_batch_finding(running: float, waiting: float, max_seqs: int | None,
+                       evidence: list[Evidence], *, sustained: bool) -> Finding:
+    """The one rule for "requests queue because the batch is full", from a log or /metrics."""
+    cap = (f"Running {running:g} = max_num_seqs {max_seqs}" if max_seqs is not None else
+           f"Running plateaus at {running:g} (max_num_seqs not known: a scheduler cap)")
     return Finding(
         id="server.queue_max_num_seqs",
-        severity=Severity.WARNING if len(full) >= 2 else Severity.INFO,
-        title=(f"Requests queue because the batch is full: Running {worst.running} = max_num_seqs "
-               f"{max_seqs}, Waiting {worst.waiting}"),
+        severity=Severity.WARNING if sustained else Severity.INFO,
+        title=f"Requests queue because the batch is full: {cap}, Waiting {waiting:g}",
         evidence=evidence,
         why="The scheduler runs at most max_num_seqs requests at once; the rest wait in the queue, "
             "and the wait is part of their TTFT.",
-        fix=("Raise --max-num-seqs if the KV cache has room (see KV cache usage), or add replicas; "
-             "measure the TTFT/ITL trade-off with `latscope sweep`."),
-        reference=f"{FACTS} sections 3 and 6 (checks 3-4)",
+        fix=(f"Raise --max-num-seqs (now {max_seqs}) if the KV cache has room (see KV cache "
+             "usage), or add replicas; prove it with `latscope diagnose --serve-cmd ...`."
+             if max_seqs is not None else
+             "Raise --max-num-seqs if the KV cache has room, or add replicas."),
+        reference=f"{REF}#server.queue_max_num_seqs",
         layer="queue")
+
+
+def _full_batch_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | None,
+                             seqs_source: str, source: str) -> Finding | None:
+    """Scrapes where requests waited while the batch was at its cap (KV cache not full)."""
+    running = dict(gauge_series(snapshots, "vllm:num_requests_running", combine=sum))
+    waiting = dict(gauge_series(snapshots, "vllm:num_requests_waiting", combine=sum))
+    kv = dict(gauge_series(snapshots, "vllm:kv_cache_usage_perc", combine=max))
+    queued = [(t, running[t], w) for t, w in waiting.items() if w > 0 and t in running
+              and kv.get(t, 0.0) < KV_SATURATED]
+    if not queued:
+        return None
+    peak = max(r for _, r, _ in queued)
+    if peak <= 0:
+        return None
+    if max_seqs is not None:
+        at_cap = [q for q in queued if q[1] >= max_seqs]
+    else:  # unknown cap: a ceiling -- the most that ever ran, hit by most queued scrapes,
+        # in a run whose KV cache never filled (a full KV cache explains queueing by itself)
+        if peak < max(running.values()) or max(kv.values(), default=0.0) >= KV_SATURATED:
+            return None
+        at_cap = [q for q in queued if q[1] == peak]
+        if len(at_cap) < max(2, len(queued) // 2):
+            return None
+    if not at_cap:
+        return None
+    worst = max(at_cap, key=lambda q: q[2])
+    evidence = [Evidence("vllm:num_requests_running", worst[1], "reqs", source),
+                Evidence("vllm:num_requests_waiting", worst[2], "reqs", source),
+                Evidence("vllm:kv_cache_usage_perc max", max(kv.values(), default=None), "",
+                         source),
+                Evidence("scrapes with a queue and a full batch", len(at_cap),
+                         f"of {len(snapshots)}", source)]
+    if max_seqs is not None:
+        evidence.append(Evidence("max_num_seqs", max_seqs, "", seqs_source))
+    return full_batch_finding(worst[1], worst[2], max_seqs, evidence, sustained=len(at_cap) >= 2)
 
 
 def _kv_finding_from_log(log: ServerLog) -> Finding | None:
@@ -133,10 +179,10 @@ def _kv_finding_from_log(log: ServerLog) -> Finding | None:
     evidence = _stat_evidence(log, worst)
     evidence.append(Evidence("stats intervals at >= 90% KV", len(full), f"of {len(log.stats)}",
                              log.name))
-    return _kv_finding(evidence, worst.kv_usage_pct or 0.0, len(full) >= 2)
+    return kv_finding(evidence, worst.kv_usage_pct or 0.0, len(full) >= 2)
 
 
-def _kv_finding(evidence: list[Evidence], pct: float, sustained: bool) -> Finding:
+def kv_finding(evidence: list[Evidence], pct: float, sustained: bool) -> Finding:
     return Finding(
         id="server.kv_saturation",
         severity=Severity.WARNING if sustained else Severity.INFO,
@@ -146,7 +192,7 @@ def _kv_finding(evidence: list[Evidence], pct: float, sustained: bool) -> Findin
              "ones, which are then recomputed: TTFT and tail latency grow."),
         fix=("Give the KV cache more memory (--gpu-memory-utilization, FP8 KV cache, more TP), or "
              "lower --max-num-seqs / --max-num-batched-tokens; measure the effect with a sweep."),
-        reference=f"{FACTS} section 6 (checks 5-6)",
+        reference=f"{REF}#server.kv_saturation",
         layer="queue")
 
 
@@ -158,10 +204,13 @@ def _preemption_finding_from_log(log: ServerLog) -> Finding | None:
     first = points[0]
     evidence = [Evidence("Preemptions (sum over stats lines)", total, "",
                          f"{log.name}:{first.line} and {len(points) - 1} more lines")]
-    return _preemption_finding(evidence, total)
+    return preemption_finding(evidence, total)
 
 
-def _preemption_finding(evidence: list[Evidence], count: float) -> Finding:
+def preemption_finding(evidence: list[Evidence], count: float) -> Finding:
+    if not count:
+        return Finding("server.preemptions", Severity.OK, "no preemptions", evidence,
+                       reference=f"{REF}#server.preemptions", layer="queue")
     return Finding(
         id="server.preemptions", severity=Severity.WARNING,
         title=f"{count:g} preemptions: requests were evicted and recomputed",
@@ -170,7 +219,7 @@ def _preemption_finding(evidence: list[Evidence], count: float) -> Finding:
             "wasted compute for everyone (the V1 scheduler never logs this; it is counted only).",
         fix="Raise --gpu-memory-utilization, use an FP8 KV cache or more TP, or lower "
             "--max-num-seqs / --max-num-batched-tokens.",
-        reference=f"{FACTS} sections 2 (Preemption) and 6 (check 5)",
+        reference=f"{REF}#server.preemptions",
         layer="queue")
 
 
@@ -193,7 +242,7 @@ def _debug_logging_finding(log: ServerLog) -> Finding | None:
         why="DEBUG writes several lines per engine step from the worker and the engine core; "
             "formatting and writing them takes time on the processes that schedule the GPU.",
         fix="Unset VLLM_LOGGING_LEVEL (INFO is the default) outside debugging sessions.",
-        reference=f"{FACTS} section 6 (check 19)",
+        reference=f"{REF}#server.debug_logging",
         layer="config")
 
 
@@ -221,41 +270,50 @@ def _request_logging_finding(log: ServerLog) -> Finding | None:
             "prompt) on the API server's event loop, which also streams every response.",
         fix="Drop --enable-log-requests in production, or cap it with --max-log-len; "
             "--disable-uvicorn-access-log removes the access-log line.",
-        reference=f"{FACTS} sections 2 (Requests) and 6 (check 18)",
+        reference=f"{REF}#server.request_logging",
         layer="frontend")
 
 
-def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/metrics"
+def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/metrics",
+                          max_num_seqs: int | None = None, max_num_seqs_source: str = ""
                           ) -> list[Finding]:
-    """Findings from the scrapes of one run (first and last bound the window)."""
+    """Findings from the scrapes of one run (first and last bound the window). ``max_num_seqs``
+    (from the server's command line or log) lets the full-batch rule name the cap."""
     if not snapshots:
         return [Finding("server.metrics_missing", Severity.SKIPPED,
                         "No /metrics snapshot was taken: server-side checks did not run")]
     if not any(has_vllm_series(s) for s in snapshots):
-        return [Finding(
-            "server.stats_disabled", Severity.INFO,
-            "The server exposes no vllm:* series (started with --disable-log-stats, or not vLLM): "
-            "queue/prefill/decode cannot be separated",
-            evidence=[Evidence("vllm:* series", 0, "", source)],
-            fix="Drop --disable-log-stats to let latscope split server time.",
-            reference=f"{FACTS} section 1 (Exposition)", layer="config")]
+        return [stats_disabled_finding(source)]
     first, last = snapshots[0], snapshots[-1]
     out: list[Finding] = []
     pre = counter_delta(first, last, "vllm:num_preemptions_total")
     if pre is not None and pre.delta > 0:
-        out.append(_preemption_finding([Evidence("vllm:num_preemptions_total increase",
+        out.append(preemption_finding([Evidence("vllm:num_preemptions_total increase",
                                                  pre.delta, "", source),
                                         Evidence("rate", pre.rate_per_s, "/s", source)], pre.delta))
     kv = gauge_series(snapshots, "vllm:kv_cache_usage_perc", combine=max)
     if kv:
         high = [v for _, v in kv if v >= KV_SATURATED]
         if high:
-            out.append(_kv_finding([Evidence("vllm:kv_cache_usage_perc max", max(high), "", source),
+            out.append(kv_finding([Evidence("vllm:kv_cache_usage_perc max", max(high), "", source),
                                     Evidence("scrapes >= 0.90", len(high), f"of {len(kv)}",
                                              source)],
                                    max(high) * 100, len(high) >= 2))
+    full = _full_batch_from_metrics(snapshots, max_num_seqs, max_num_seqs_source, source)
+    if full is not None:
+        out.append(full)
     out.extend(_waiting_reason_findings(snapshots, source))
     return out
+
+
+def stats_disabled_finding(source: str) -> Finding:
+    return Finding(
+        "server.stats_disabled", Severity.INFO,
+        "The server exposes no vllm:* series (started with --disable-log-stats, or not vLLM): "
+        "queue/prefill/decode cannot be separated",
+        evidence=[Evidence("vllm:* series", 0, "", source)],
+        fix="Drop --disable-log-stats to let latscope split server time.",
+        reference=f"{REF}#server.stats_disabled", layer="config")
 
 
 def _waiting_reason_findings(snapshots: list[MetricSnapshot], source: str) -> list[Finding]:
@@ -272,7 +330,7 @@ def _waiting_reason_findings(snapshots: list[MetricSnapshot], source: str) -> li
                            source)],
         why="Deferred requests wait on a transient constraint rather than on batch capacity.",
         fix="Check LoRA slots (--max-loras) and KV-transfer settings.",
-        reference=f"{FACTS} section 1 (Labels)", layer="queue")]
+        reference=f"{REF}#server.waiting_deferred", layer="queue")]
 
 
 def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, Any]:
@@ -283,54 +341,5 @@ def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, Any]:
                                ("vllm:kv_cache_usage_perc", max))} if snapshots else {}
 
 
-__all__ = ["findings_from_log", "findings_from_metrics", "effective_max_num_seqs",
-           "metrics_overview"]
-
-
-# Shares of client TTFT above which a component "dominates" / is worth naming.
-DOMINANT_SHARE = 0.5
-NOTABLE_SHARE = 0.2
-_DECOMPOSITION_RULES = {  # component key -> (finding id, layer, why, fix, check in FACTS section 6)
-    "ttft.server.queue": (
-        "server.queue_dominates_ttft", "queue",
-        "Requests spend this share of their TTFT waiting for the scheduler: the server is "
-        "overloaded for this load (batch full, token budget used up or KV cache full).",
-        "Lower the load per replica or add replicas; if the batch is capped by max_num_seqs or "
-        "max_num_batched_tokens while KV cache is free, raise them and measure with a sweep.", 3),
-    "ttft.network": (
-        "server.network_frontend_share", "network",
-        "Time between the client and vLLM's frontend (network, proxies, HTTP handling, "
-        "client parsing) is this share of TTFT.",
-        "Co-locate client and server, remove proxies or SSE buffering, check the client's CPU.", 1),
-    "ttft.server.other": (
-        "server.frontend_processing_share", "frontend",
-        "Tokenization, API-server <-> engine IPC and output processing take this share of TTFT.",
-        "Scale the API server (--api-server-count) or pre-tokenize; check the API server's "
-        "CPU.", 2),
-    "ttft.server.prefill": (
-        "server.prefill_share", "prefill",
-        "Prefill (SCHEDULED -> first token) is this share of TTFT.",
-        "Shorter prompts, prefix caching for shared prefixes, or a max_num_batched_tokens that "
-        "fits the prompts in fewer chunks; measure.", 12),
-}
-
-
-def findings_from_decomposition(result: Any) -> list[Finding]:
-    """Name the components of client TTFT that take a large, measured share of it."""
-    out = []
-    ttft = result.component("ttft")
-    for key, (fid, layer, why, fix, check) in _DECOMPOSITION_RULES.items():
-        comp = result.component(key)
-        if comp is None or comp.share is None or comp.mean_ms is None or comp.share < NOTABLE_SHARE:
-            continue
-        dominant = comp.share >= DOMINANT_SHARE and result.dominant_ttft == key
-        out.append(Finding(
-            id=fid, severity=Severity.CRITICAL if dominant else Severity.WARNING,
-            title=f"{comp.label}: {comp.mean_ms:.1f} ms of a {ttft.mean_ms:.1f} ms mean TTFT "
-                  f"({comp.share:.0%})",
-            evidence=[Evidence(f"{comp.label} mean", round(comp.mean_ms, 3), "ms", comp.source),
-                      Evidence("client TTFT mean", round(ttft.mean_ms, 3), "ms", ttft.source)],
-            why=why, fix=fix, reference=f"{FACTS} section 6 (check {check}); docs/observe.md",
-            layer=layer,
-            impact={"metric": "ttft_mean_ms", "value": comp.mean_ms, "share": comp.share}))
-    return out
+__all__ = ["effective_max_num_seqs", "findings_from_log", "findings_from_metrics",
+           "full_batch_finding", "kv_finding", "metrics_overview", "preemption_finding"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from latscope.analysis.decompose import Component, Decomposition
-from latscope.analysis.server_findings import findings_from_decomposition, findings_from_metrics
+from latscope.findings.latency import Context, findings_from_decomposition
+from latscope.findings.server import findings_from_metrics
 from latscope.model import MetricSnapshot, Severity
 from latscope.server.metrics import parse_metrics_text
 
@@ -38,19 +39,41 @@ def test_quiet_run_and_disabled_stats(fixtures_dir):
     assert findings_from_metrics([])[0].severity == Severity.SKIPPED
 
 
-def _decomp(queue: float, net: float) -> Decomposition:
+def _decomp(queue: float, net: float, client: float = 1.0) -> Decomposition:
     total = 100.0
     rows = [Component("ttft", "TTFT (client)", None, "client", total),
-            Component("ttft.network", "network", "ttft", "diff", net, share=net / total),
-            Component("ttft.server.queue", "queue", "ttft.server", "hist", queue,
-                      share=queue / total)]
+            Component("ttft.client", "latscope client", "ttft", "records", client),
+            Component("ttft.network", "network round trip", "ttft", "net probe", net),
+            Component("ttft.server.queue", "queue", "ttft.server", "hist", queue)]
     dominant = "ttft.server.queue" if queue >= net else "ttft.network"
     return Decomposition(rows, dominant, None, 10.0, "histograms", 10, 10.0)
 
 
 def test_decomposition_names_the_dominant_share():
-    found = {f.id: f for f in findings_from_decomposition(_decomp(queue=70.0, net=25.0))}
-    assert found["server.queue_dominates_ttft"].severity == Severity.CRITICAL
-    assert found["server.queue_dominates_ttft"].impact["share"] == 0.7
-    assert found["server.network_frontend_share"].severity == Severity.WARNING
+    ctx = Context(measured_at="c=16")
+    found = {f.id: f for f in findings_from_decomposition(_decomp(queue=70.0, net=25.0), ctx)}
+    assert found["latency.queue"].severity == Severity.WARNING  # a symptom: its cause is elsewhere
+    assert found["latency.queue"].role == "symptom"
+    assert found["latency.queue"].impact == {"target": "ttft_mean", "share": 0.7,
+                                             "value_ms": 70.0, "measured_at": "c=16"}
+    assert found["latency.network"].severity == Severity.WARNING
     assert findings_from_decomposition(_decomp(queue=10.0, net=5.0)) == []
+
+
+def test_network_is_not_blamed_when_the_client_is_unreliable_or_shares_the_host():
+    starved = Context(client_reliable=False, client_why="event-loop lag p99 182 ms")
+    net = {f.id: f for f in findings_from_decomposition(_decomp(10.0, 60.0), starved)}
+    assert net["latency.network"].severity == Severity.INFO
+    assert "unreliable" in net["latency.network"].why
+    same = {f.id: f for f in findings_from_decomposition(_decomp(10.0, 60.0),
+                                                         Context(same_host=True))}
+    assert net["latency.network"].severity == Severity.INFO
+    assert same["latency.network"].severity == Severity.CRITICAL
+    assert "co-locate" not in same["latency.network"].fix.lower()
+    assert "proxy" in same["latency.network"].fix
+
+
+def test_a_client_that_lost_much_of_ttft_is_named():
+    found = {f.id: f for f in findings_from_decomposition(_decomp(10.0, 1.0, client=40.0))}
+    assert found["latency.client"].severity == Severity.WARNING
+    assert found["latency.client"].layer == "client"

@@ -1,0 +1,134 @@
+"""bench --workers scaling: streamed tokens/s and TTFT error against a fast multi-process local
+server, for each worker count and concurrency.
+
+The server is tests/fakeserver.py run as ``--server-procs`` processes sharing one port
+(SO_REUSEPORT), so that it is not the limit. Each stream gets its first token ``--ttft-ms`` after
+the request reached the host and then one every ``--itl-ms``: the server's schedule bounds the
+tokens/s any client can see (``ideal`` below); ``of ideal`` is the share of it reached, and
+``scaling`` is tokens/s over (workers x the one-worker tokens/s at the same concurrency) where
+one worker already is the limit. TTFT error = measured TTFT - ``--ttft-ms`` (p50/p99): it
+includes the fake server's own lateness under load, so it is an upper bound on the client's.
+
+    python3 benchmarks/bench_workers.py                       # here: 1, 2 workers
+    python3 benchmarks/bench_workers.py --workers 1,4,8,16 --concurrency 256,1024,4096 \
+        --server-procs 8 --requests-per-slot 4               # a 16-core host
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "src")]
+
+from latscope.load import BenchConfig, run_bench  # noqa: E402
+from latscope.load.workers import run_workers  # noqa: E402
+
+
+@contextlib.contextmanager
+def fast_server(procs: int, ttft_ms: float, itl_ms: float):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = []
+    try:
+        for _ in range(procs):
+            p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakeserver.py"),
+                                  "--port", str(port), "--reuse-port", "--ttft-ms", str(ttft_ms),
+                                  "--itl-ms", str(itl_ms)], stdout=subprocess.PIPE, text=True)
+            started.append(p)
+            assert p.stdout.readline().startswith("PORT")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for p in started:  # only the processes this script started, by PID
+            p.send_signal(signal.SIGTERM)
+        for p in started:
+            p.wait(timeout=10)
+
+
+def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace,
+              out_dir: Path) -> dict:
+    n = concurrency * args.requests_per_slot
+    config = BenchConfig(url=url, model="fake-model", num_requests=n, concurrency=concurrency,
+                         warmup=concurrency, output_dir=out_dir / f"w{workers}-c{concurrency}")
+    config.workload.input_len, config.workload.output_len = "16", str(args.tokens)
+    if workers == 0:
+        result = run_bench(config)
+    else:
+        result = run_workers(config, workers)
+    s = result.summary
+    ttft = np.array([(r.first_token_ns - r.scheduled_ns) / 1e6 for r in result.records
+                     if r.ok and not r.warmup and r.first_token_ns])
+    err = ttft - args.ttft_ms
+    e2e_nominal_s = (args.ttft_ms + args.itl_ms * (args.tokens - 1)) / 1e3
+    lag = max((w["loop_lag_ms"].get("p99") or 0.0 for w in s.get("workers", [])),
+              default=s["client"]["loop_lag_ms"].get("p99") or 0.0)
+    return {"workers": workers, "concurrency": concurrency,
+            "completed": s["requests"]["completed"], "sent": s["requests"]["total"],
+            "tok_s": s["throughput"]["output_tokens_per_s"] or 0.0,
+            "ideal_tok_s": concurrency * args.tokens / e2e_nominal_s,
+            "ttft_err_p50": float(np.percentile(err, 50)) if len(err) else None,
+            "ttft_err_p99": float(np.percentile(err, 99)) if len(err) else None,
+            "lag_p99": lag, "cpu_util": s["client"].get("cpu_utilization")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", default="1,2",
+                    help="worker counts; 0 = the single-process runner (baseline)")
+    ap.add_argument("--concurrency", default="64,256")
+    ap.add_argument("--server-procs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    ap.add_argument("--ttft-ms", type=float, default=20.0)
+    ap.add_argument("--itl-ms", type=float, default=2.0)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--requests-per-slot", type=int, default=3)
+    args = ap.parse_args()
+    counts = [int(x) for x in args.workers.split(",")]
+    concs = [int(x) for x in args.concurrency.split(",")]
+    print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; server: "
+          f"{args.server_procs} procs, ttft {args.ttft_ms} ms, itl {args.itl_ms} ms, "
+          f"{args.tokens} tokens")
+    rows = []
+    with fast_server(args.server_procs, args.ttft_ms, args.itl_ms) as url, \
+            tempfile.TemporaryDirectory() as tmp:
+        for c in concs:
+            for w in counts:
+                if w > c:
+                    continue
+                rows.append(one_point(url, w, c, args, Path(tmp)))
+                print_row(rows[-1], rows)
+    print("\ncolumns: tok/s streamed; of ideal = share of the server schedule's bound; scaling "
+          "= tok/s / (workers x tok/s of 1 worker); TTFT err = measured - nominal (ms); lag = "
+          "worst worker's event-loop lag p99 (ms)")
+
+
+def print_row(r: dict, rows: list[dict]) -> None:
+    base = next((x for x in rows if x["concurrency"] == r["concurrency"] and x["workers"] == 1),
+                None)
+    scaling = (r["tok_s"] / (r["workers"] * base["tok_s"])) if base and r["workers"] else None
+    if len(rows) == 1:
+        print(f"{'workers':>7} {'conc':>5} {'done':>11} {'tok/s':>9} {'of ideal':>8} "
+              f"{'scaling':>7} {'TTFT err p50':>12} {'p99':>7} {'lag p99':>7}")
+
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    print(f"{r['workers']:>7} {r['concurrency']:>5} {r['completed']:>5}/{r['sent']:<5} "
+          f"{r['tok_s']:>9.0f} {r['tok_s'] / r['ideal_tok_s']:>8.0%} {f(scaling, '.0%'):>7} "
+          f"{f(r['ttft_err_p50'], '.2f'):>12} {f(r['ttft_err_p99'], '.2f'):>7} "
+          f"{r['lag_p99']:>7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

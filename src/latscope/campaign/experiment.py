@@ -1,0 +1,261 @@
+"""Prove a fix: the server as it is (A) against the server with the fix (B), measured alternately.
+
+Rules of the experiment (each one a way A/B results are commonly wrong):
+- arms alternate A B A B ..., so that drift of the host (other load, thermal) hits both;
+- every run starts with warm-up requests that are excluded from its figures;
+- every run has its own prompts (its own seed), so no arm is served from another arm's prefix
+  cache; each run's prefix-cache hit rate is recorded beside it;
+- the change is the pair-wise ratio B/A of the finding's metric, with a 95% t interval on the log
+  ratios (``analysis.tune.paired_change``); a fix whose interval includes zero "did not
+  measurably help", and the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from latscope.campaign.observe import observe, with_load
+from latscope.campaign.servers import Change, Running, ServerControl, flag_value
+from latscope.load import BenchConfig
+from latscope.model import Finding
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Proposal:
+    """A fix for a finding, as a change to the server's launch, and the metric it should move."""
+
+    finding_id: str
+    change: Change
+    metric: str = "ttft_mean_ms"
+    why: str = ""
+    cost_measurable: bool = True  # False: the change cannot show its effect on this host
+    note: str = ""
+
+
+@dataclass
+class Experiment:
+    proposal: Proposal
+    load: int
+    a_values: list[float] = field(default_factory=list)
+    b_values: list[float] = field(default_factory=list)
+    arms: list[str] = field(default_factory=list)
+    hit_rates: dict[str, list[float | None]] = field(default_factory=lambda: {"A": [], "B": []})
+    run_dirs: list[str] = field(default_factory=list)
+    result: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"  # ok | failed: why | cut: why
+
+    def to_dict(self) -> dict[str, Any]:
+        a, b = self.a_values, self.b_values
+        change = self.result.get("change")
+        ci = self.result.get("ci")
+        helped = self.result.get("verdict") == "better"
+        note = self.proposal.note
+        if self.status != "ok":
+            note = (note + " " if note else "") + self.status
+        elif not helped:
+            note = (note + " " if note else "") + (
+                "did not measurably help: the 95% interval includes no change"
+                if self.result.get("verdict") == "no significant difference"
+                else f"did not help: {self.result.get('verdict')}")
+        caveat = comparability(self.hit_rates)
+        if caveat:
+            note = (note + "; " if note else "") + caveat
+        return {"finding_id": self.proposal.finding_id, "change": self.proposal.change.describe(),
+                "metric": self.proposal.metric, "load": self.load, "arms": self.arms,
+                "a_values": a, "b_values": b,
+                "a_mean": sum(a) / len(a) if a else None, "b_mean": sum(b) / len(b) if b else None,
+                "change_pct": change * 100 if change is not None else None,
+                "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
+                "helped": helped, "verdict": self.result.get("verdict", self.status),
+                "warmup_excluded": True, "prefix_cache_hit_rate": self.hit_rates,
+                "run_dirs": self.run_dirs, "note": note.strip()}
+
+
+# Prefix-cache hit rates of two arms further apart than this make their latencies incomparable.
+HIT_RATE_GAP = 0.05
+
+
+def comparability(hit_rates: dict[str, list[float | None]]) -> str:
+    """A caveat when the arms were not served alike by the prefix cache ("" when they were)."""
+    means = {}
+    for arm, rates in hit_rates.items():
+        known = [r for r in rates if r is not None]
+        if known:
+            means[arm] = sum(known) / len(known)
+    if len(means) == 2 and abs(means["A"] - means["B"]) > HIT_RATE_GAP:
+        return (f"prefix-cache hit rates differ (A {means['A']:.0%}, B {means['B']:.0%}): the "
+                "arms were not served alike, so the change is not the fix's alone")
+    return ""
+
+
+# --- which fix each finding gets -------------------------------------------------------------
+
+def propose(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    """The launch change that the finding's fix names, or None when it is not a flag or env
+    change latscope can make."""
+    maker = _FIXES.get(finding.id)
+    return maker(finding, control, load) if maker else None
+
+
+def _evidence(finding: Finding, name: str) -> Any:
+    return next((e.value for e in finding.evidence if e.name == name), None)
+
+
+def _more_seqs(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    current = _evidence(finding, "max_num_seqs") or flag_value(control.argv, "--max-num-seqs")
+    try:
+        current = int(current) if current is not None else None
+    except (TypeError, ValueError):
+        current = None
+    if current is None:
+        return None
+    new = max(current * 4, load)
+    return Proposal(finding.id, Change(flags=("--max-num-seqs", str(new))),
+                    why=f"max_num_seqs {current} caps the batch below the {load} requests in "
+                        "flight")
+
+
+def _more_budget(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    current = _evidence(finding, "max_num_batched_tokens") or flag_value(
+        control.argv, "--max-num-batched-tokens")
+    try:
+        new = int(current) * 2
+    except (TypeError, ValueError):
+        return None
+    return Proposal(finding.id, Change(flags=("--max-num-batched-tokens", str(new))),
+                    why="the per-step token budget admits prompts too slowly")
+
+
+def _more_kv(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    argv = control.argv
+    for flag in ("--num-gpu-blocks-override", "--kv-cache-memory-bytes"):
+        if flag_value(argv, flag) is not None:
+            return Proposal(finding.id, Change(remove=(flag,)),
+                            why=f"{flag} limits the KV cache below what the load needs")
+    if control.kind == "local":
+        space = int(control.env.get("VLLM_CPU_KVCACHE_SPACE") or 1)
+        return Proposal(finding.id, Change(set_env=(("VLLM_CPU_KVCACHE_SPACE", str(space * 2)),)),
+                        why="a larger CPU KV cache")
+    util = flag_value(argv, "--gpu-memory-utilization")
+    current = float(util) if util else 0.9
+    if current >= 0.95:
+        return None
+    return Proposal(finding.id, Change(flags=("--gpu-memory-utilization",
+                                              f"{min(0.95, current + 0.05):.2f}")),
+                    why="more GPU memory for the KV cache")
+
+
+def _no_debug(finding: Finding, control: ServerControl, load: int) -> Proposal:
+    return Proposal(finding.id, Change(unset_env=("VLLM_LOGGING_LEVEL",)),
+                    why="INFO logging instead of DEBUG")
+
+
+def _no_request_log(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    if "--enable-log-requests" not in control.argv:
+        return None
+    return Proposal(finding.id, Change(remove=("--enable-log-requests",)),
+                    why="no per-request log lines")
+
+
+def _unset_env_fix(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    """The doctor's environment rules cite each offending variable as evidence by name."""
+    names = [e.name for e in finding.evidence
+             if e.name.replace("_", "").isalnum() and e.name.isupper() and e.value != "(unset)"]
+    if not names:
+        return None
+    gpu_only = any(n in ("CUDA_LAUNCH_BLOCKING", "HIP_LAUNCH_BLOCKING", "AMD_SERIALIZE_KERNEL",
+                         "AMD_SERIALIZE_COPY") for n in names)
+    cpu = control.kind == "local"
+    return Proposal(finding.id, Change(unset_env=tuple(names)), why=f"{', '.join(names)} unset",
+                    cost_measurable=not (gpu_only and cpu),
+                    note=("its cost cannot be measured on this host: the CPU build launches no "
+                          "GPU kernels" if gpu_only and cpu else ""))
+
+
+_FIXES: dict[str, Callable[[Finding, ServerControl, int], Proposal | None]] = {
+    "server.queue_max_num_seqs": _more_seqs,
+    "server.queue_token_budget": _more_budget,
+    "server.kv_saturation": _more_kv,
+    "server.preemptions": _more_kv,
+    "server.debug_logging": _no_debug,
+    "server.request_logging": _no_request_log,
+    "server.logging_level": _no_debug,
+    "server.trace_function": _unset_env_fix,
+    "gpu.launch_blocking": _unset_env_fix,
+    "gpu.serialize": _unset_env_fix,
+    "gpu.amd_log_level": _unset_env_fix,
+    "gpu.nccl_debug": _unset_env_fix,
+}
+
+
+# --- running the A/B ---------------------------------------------------------------------------
+
+def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
+                   base: BenchConfig, load: int, out_dir: Path, *, pairs: int = 3,
+                   requests: int | None = None, progress: Progress = lambda _: None,
+                   seed0: int = 10_000, scrape_interval_s: float = 1.0) -> Experiment:
+    """Alternate A (``current``, already running) and B (``proposal.change``) ``pairs`` times."""
+    exp = Experiment(proposal, load)
+    n = requests or max(24, 4 * load)
+    warmup = min(load, 16)
+    with _arms(control, current, proposal.change, out_dir) as arm_url:
+        for i in range(pairs):
+            for arm in ("A", "B"):
+                run_dir = out_dir / f"{i:02d}-{arm}"
+                progress(f"  {arm}{i + 1}: {proposal.change.describe() if arm == 'B' else 'as is'}"
+                         f" at c={load}, {n} requests")
+                with arm_url(arm) as (url, model, tokenizer):
+                    cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
+                                    num_requests=n, output_dir=run_dir, warmup=warmup,
+                                    seed=seed0 + 2 * i + (arm == "B"))
+                    obs = observe(cfg, scrape_interval_s=scrape_interval_s)
+                value = _metric(obs.summary, proposal.metric)
+                (exp.a_values if arm == "A" else exp.b_values).append(value)
+                exp.arms.append(arm)
+                exp.hit_rates[arm].append(obs.prefix_cache_hit_rate)
+                exp.run_dirs.append(str(run_dir))
+    from latscope.analysis.tune import paired_change
+
+    exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
+    return exp
+
+
+def _at(base: BenchConfig, url: str, model: str | None, tokenizer: str | None) -> BenchConfig:
+    import dataclasses
+
+    return dataclasses.replace(base, url=url, model=model or base.model,
+                               tokenizer=base.tokenizer or tokenizer)
+
+
+def _metric(summary: dict[str, Any], metric: str) -> float | None:
+    name, _, stat = metric.removesuffix("_ms").rpartition("_")
+    return ((summary.get(f"{name}_ms") or {}).get(stat))
+
+
+@contextlib.contextmanager
+def _arms(control: ServerControl, current: Running, change: Change, out_dir: Path):
+    """Yields ``arm_url(arm)``: a context manager giving (url, model, tokenizer) of that arm's
+    server. Concurrent controls keep B running beside A; others restart the server per run."""
+    if control.concurrent_arms:
+        with control.start(change, out_dir / "server-B") as b:
+            servers = {"A": current, "B": b}
+
+            @contextlib.contextmanager
+            def both(arm: str) -> Iterator[tuple[str, str | None, str | None]]:
+                s = servers[arm]
+                yield s.url, s.model, s.tokenizer_dir
+
+            yield both
+        return
+
+    @contextlib.contextmanager
+    def restart(arm: str) -> Iterator[tuple[str, str | None, str | None]]:
+        with control.start(change if arm == "B" else None, out_dir / f"server-{arm}") as s:
+            yield s.url, s.model or current.model, s.tokenizer_dir or current.tokenizer_dir
+
+    yield restart

@@ -1,0 +1,119 @@
+"""One observed load run: ``bench`` with ``/metrics`` scraped, decomposed, its findings made."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from latscope.analysis.decompose import Decomposition, decompose_run
+from latscope.findings.latency import Context, findings_from_decomposition
+from latscope.findings.server import findings_from_metrics
+from latscope.load import BenchConfig, BenchResult, run_bench
+from latscope.model import Finding, MetricSnapshot, RequestRecord
+from latscope.server.metrics import counter_delta
+from latscope.server.scrape import MetricsScraper, read_snapshots
+
+# The client's timing is unreliable when its own delays are this large a part of what it measured.
+CLIENT_SHARE_UNRELIABLE = 0.10  # of mean TTFT: the client's send delay + mean loop lag
+CLIENT_LOOP_LAG_P99_UNRELIABLE = 1.0  # of TTFT p50: a tail of late stamps as long as a TTFT
+CLIENT_CPU_UNRELIABLE = 0.9
+
+
+@dataclass
+class Observation:
+    result: BenchResult
+    decomposition: Decomposition | None
+    findings: list[Finding]
+    snapshots: list[MetricSnapshot]
+    client: dict[str, Any]  # reliable, why, and the client's own figures
+    prefix_cache_hit_rate: float | None = None
+    warm: bool = False  # warm-up requests ran (and were excluded) before the measured ones
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.result.run_dir
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.result.summary
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return self.result.records
+
+
+def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
+            network_rtt_ms: float | None = None, measured_at: str = "",
+            same_host: bool | None = None, max_num_seqs: int | None = None,
+            max_num_seqs_source: str = "", observers: Sequence[Any] = (),
+            on_record: Callable[[RequestRecord], None] | None = None) -> Observation:
+    """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
+    decompose it and make its findings; everything is also written to the run directory."""
+    scrapers = [MetricsScraper(interval_s=scrape_interval_s)] if scrape_interval_s > 0 else []
+    result = run_bench(config, [*scrapers, *observers], on_record=on_record)
+    snapshots = read_snapshots(result.run_dir) if scrapers else []
+    decomposition = (decompose_run(result.run_dir, network_rtt_ms=network_rtt_ms)
+                     if scrapers else None)
+    client = client_reliability(result.summary, decomposition)
+    ctx = Context(measured_at=measured_at, same_host=same_host,
+                  client_reliable=client["reliable"], client_why=client["why"])
+    findings = findings_from_decomposition(decomposition, ctx) if decomposition else []
+    if scrapers:
+        findings += findings_from_metrics(snapshots, source=f"/metrics during the run "
+                                          f"({measured_at or result.run_dir.name})",
+                                          max_num_seqs=max_num_seqs,
+                                          max_num_seqs_source=max_num_seqs_source)
+    return Observation(result, decomposition, findings, snapshots, client,
+                       prefix_cache_hit_rate=prefix_cache_hit_rate(snapshots),
+                       warm=bool(config.warmup))
+
+
+def client_reliability(summary: dict[str, Any], decomposition: Decomposition | None
+                       ) -> dict[str, Any]:
+    """Whether the client's own timing can be trusted in this run, why not, and its figures."""
+    client = summary.get("client") or {}
+    lag = client.get("loop_lag_ms") or {}
+    ttft = summary.get("ttft_ms") or {}
+    reasons = []
+    comp = decomposition.component("ttft.client") if decomposition else None
+    total = decomposition.component("ttft") if decomposition else None
+    if comp and total and comp.mean_ms and total.mean_ms:
+        share = comp.mean_ms / total.mean_ms
+        if share >= CLIENT_SHARE_UNRELIABLE:
+            reasons.append(f"its own send and receive delay is {share:.0%} of mean TTFT")
+    if lag.get("p99") and ttft.get("p50") and lag["p99"] >= CLIENT_LOOP_LAG_P99_UNRELIABLE * ttft["p50"]:
+        reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms against a TTFT p50 of "
+                       f"{ttft['p50']:.1f} ms")
+    if (client.get("cpu_utilization") or 0) >= CLIENT_CPU_UNRELIABLE:
+        reasons.append(f"the client used {client['cpu_utilization']:.0%} of a CPU core")
+    return {"reliable": not reasons, "why": "; ".join(reasons),
+            "loop_lag_p99_ms": lag.get("p99"), "loop_lag_mean_ms": lag.get("mean"),
+            "send_lag_p99_ms": client.get("send_lag_p99_ms"),
+            "cpu_utilization": client.get("cpu_utilization"),
+            "cpu_per_token_us": client.get("cpu_us_per_output_token"),
+            "fix": ("give the client its own cores (taskset -c, or another host on the same "
+                    "network) or fewer concurrent streams per process") if reasons else ""}
+
+
+def prefix_cache_hit_rate(snapshots: list[MetricSnapshot]) -> float | None:
+    """Prefix-cache hits / queries (tokens) over the run window, from ``/metrics``."""
+    if len(snapshots) < 2:
+        return None
+    first, last = snapshots[0], snapshots[-1]
+    queries = counter_delta(first, last, "vllm:prefix_cache_queries_total")
+    hits = counter_delta(first, last, "vllm:prefix_cache_hits_total")
+    if queries is None or hits is None or queries.delta <= 0:
+        return None
+    return max(0.0, min(1.0, hits.delta / queries.delta))
+
+
+def with_load(config: BenchConfig, *, concurrency: int | None = None, rate: float | None = None,
+              num_requests: int, output_dir: Path, warmup: int, seed: int) -> BenchConfig:
+    """``config`` at one load level, its own run directory and its own prompts (``seed``), so
+    that no run is served from another run's prefix cache."""
+    return dataclasses.replace(config, concurrency=concurrency, rate=rate,
+                               num_requests=num_requests, duration_s=None, output_dir=output_dir,
+                               warmup=warmup, seed=seed)

@@ -1,0 +1,48 @@
+"""What several verbs share: the API-key rule, the base workload, load lists."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """One rule for every verb that sends requests: ``--api-key``, else ``$LATSCOPE_API_KEY``,
+    else ``$OPENAI_API_KEY``. Never printed or written."""
+    return (getattr(args, "api_key", None) or os.environ.get("LATSCOPE_API_KEY")
+            or os.environ.get("OPENAI_API_KEY"))
+
+
+def add_api_key_argument(group: Any) -> None:
+    group.add_argument("--api-key", help="API key (default: $LATSCOPE_API_KEY or "
+                       "$OPENAI_API_KEY); never printed or written")
+
+
+def bench_base_config(args: argparse.Namespace, url: str, model: str | None) -> Any:
+    """The BenchConfig every sweep step or tune trial starts from (load and output dir set per
+    run)."""
+    from latscope.load.config import BenchConfig, WorkloadSpec, load_workload_file
+
+    spec = WorkloadSpec(input_len=args.input_len, output_len=args.output_len)
+    if getattr(args, "workload", None):
+        spec = WorkloadSpec(**{**spec.__dict__, **load_workload_file(args.workload)})
+    return BenchConfig(url=url, endpoint=args.endpoint, model=model or None, workload=spec,
+                       num_requests=None if args.duration else args.num_requests,
+                       duration_s=args.duration, seed=args.seed, tokenizer=args.tokenizer,
+                       api_key=api_key(args))
+
+
+def parse_loads(text: str | None) -> list[float] | None:
+    """``auto`` (None) or a list of loads, e.g. ``1,4,16``."""
+    from latscope.errors import ConfigError
+
+    if text is None or text == "auto":
+        return None
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"bad load list {text!r}: use 'auto' or numbers like 1,4,16") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError("loads must be > 0")
+    return values

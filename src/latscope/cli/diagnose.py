@@ -1,0 +1,114 @@
+"""`latscope diagnose`: the whole chain against one server, a verdict, ranked findings, a report.
+
+Without ``--url`` or ``--serve-cmd`` it starts the embedded local vLLM; extra vLLM flags for it
+follow ``--`` and extra environment variables come with ``--env KEY=VALUE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+HELP = "find out why a server is slow: doctor, net, sweep, logs, trace; a verdict and a report"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_argument_group("target (default: the embedded local vLLM)")
+    target.add_argument("--url", help="a running server, e.g. http://127.0.0.1:8000")
+    target.add_argument("--serve-cmd", help="a command that starts the server, with {port}: "
+                        "diagnose controls it and can prove fixes by restarting it")
+    target.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment variable for the local target (repeatable)")
+    target.add_argument("--api-key", help="API key (default: $LATSCOPE_API_KEY or "
+                        "$OPENAI_API_KEY); never printed or written")
+    target.add_argument("--model", help="model name (default: the first of GET /v1/models)")
+    target.add_argument("server_args", nargs=argparse.REMAINDER,
+                        help="after --: extra vLLM flags for the local target")
+    inputs = parser.add_argument_group("more evidence")
+    inputs.add_argument("--log", help="the server's log file (a remote server's)")
+    inputs.add_argument("--trace", help="a profiler trace to analyse (any format `trace` reads)")
+    inputs.add_argument("--profile", action="store_true",
+                        help="take a profile: POST /start_profile, a short load, /stop_profile")
+    inputs.add_argument("--trace-dir", help="where the server writes profiler traces "
+                        "(needed with --profile and --url)")
+    work = parser.add_argument_group("load")
+    work.add_argument("--input-len", default="128", help="prompt tokens (bench's syntax)")
+    work.add_argument("--output-len", default="32", help="output tokens (bench's syntax)")
+    work.add_argument("--max-load", type=int, default=64, help="highest concurrency to sweep")
+    work.add_argument("--slo", help="percentile SLOs of a step, e.g. ttft_p99_ms<=500")
+    run = parser.add_argument_group("run")
+    run.add_argument("--budget", default="4m", help="time for the measuring stages after the "
+                     "server is up, e.g. 240, 90s, 4m (default 4m)")
+    run.add_argument("--no-prove", action="store_true", help="propose fixes, do not A/B them")
+    run.add_argument("--pairs", type=int, default=3, help="A/B pairs per fix (default 3)")
+    run.add_argument("-o", "--output-dir", help="run directory (default: "
+                     "./latscope-runs/diagnose-TIME)")
+    run.add_argument("--json", action="store_true", help="the report as JSON on stdout, only")
+
+
+def parse_duration(text: str) -> float:
+    from latscope.errors import ConfigError
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", str(text))
+    if not match:
+        raise ConfigError(f"--budget {text!r}: use seconds (240, 90s) or minutes (4m)")
+    value = float(match.group(1)) * {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
+    if value < 20:
+        raise ConfigError(f"--budget {text!r}: at least 20 s")
+    return value
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    from latscope.errors import ConfigError
+
+    out = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ConfigError(f"--env {pair!r}: use KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def build_options(args: argparse.Namespace) -> object:
+    from latscope.campaign.diagnose import DiagnoseOptions
+    from latscope.errors import ConfigError
+
+    server_args = list(args.server_args or [])
+    if server_args and server_args[0] == "--":
+        server_args = server_args[1:]
+    if args.pairs < 2:
+        raise ConfigError("--pairs must be at least 2 (an interval needs two pairs)")
+    if args.max_load < 1:
+        raise ConfigError("--max-load must be at least 1")
+    if args.url and args.serve_cmd:
+        raise ConfigError("--url and --serve-cmd exclude each other")
+    if (args.url or args.serve_cmd) and (server_args or args.env):
+        raise ConfigError("extra vLLM flags (after --) and --env are for the local target only")
+    return DiagnoseOptions(
+        url=args.url, serve_cmd=args.serve_cmd, serve_args=tuple(server_args),
+        serve_env=_env(args.env), log=args.log, trace=args.trace, profile=args.profile,
+        trace_dir=args.trace_dir, slo=args.slo, budget_s=parse_duration(args.budget),
+        output_dir=args.output_dir, api_key=args.api_key, model=args.model,
+        input_len=args.input_len, output_len=args.output_len, max_load=args.max_load,
+        prove=not args.no_prove, pairs=args.pairs, argv=sys.argv[1:])
+
+
+def run(args: argparse.Namespace) -> int:
+    import orjson
+
+    from latscope.campaign.diagnose import diagnose
+    from latscope.report.diagnose import print_report
+
+    opts = build_options(args)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    report = diagnose(opts, progress)
+    if args.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print_report(report)
+    return 0

@@ -1,0 +1,21 @@
+"""One findings model for every layer.
+
+Each diagnosis has one id and one rule (one function) that makes it, whatever data it is read from:
+
+- ``findings.server``   the server's scheduler, KV cache and logging, from its log or ``/metrics``
+- ``findings.latency``  where the time of one measured run went (the TTFT decomposition's shares)
+- ``findings.sweep``    capacity: the knee, SLO limits and errors along a sweep
+- ``latscope.trace.findings``  the GPU (kernels, idle gaps, copies) from a profiler trace
+- ``latscope.env`` (host, gpu, envrules, server, netfindings)  the doctor checks and the network
+
+``impact`` (``findings.impact``) is measured against a small fixed set of targets shared by all
+layers, so that findings measured on the same run can be ranked against each other
+(``findings.rank``); severity follows from the measured impact where there is one.
+"""
+
+from latscope.findings.impact import (IMPACT_TARGETS, ImpossibleShare, make_impact,
+                                      severity_for_share)
+from latscope.findings.rank import merge, rank
+
+__all__ = ["IMPACT_TARGETS", "ImpossibleShare", "make_impact", "merge", "rank",
+           "severity_for_share"]

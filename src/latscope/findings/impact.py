@@ -1,0 +1,74 @@
+"""What a finding's ``impact`` is measured against, and the severity that follows from it.
+
+A finding's impact is ``{"target": T, "share": 0..1, "value_ms": ..., "measured_at": ...}`` with
+T one of ``IMPACT_TARGETS``. Two findings are comparable only when they share a target and were
+measured on the same run (``measured_at``). A share outside 0..1 cannot be a real share: it is
+refused here (``ImpossibleShare``), so that no report can print one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from latscope.errors import LatscopeError
+from latscope.model import Severity
+
+IMPACT_TARGETS = {
+    "ttft_mean": "of mean client TTFT",
+    "ttft_p99": "of p99 TTFT",
+    "e2e_mean": "of mean E2E",
+    "tpot": "of TPOT",
+    "throughput": "of throughput lost",
+    "gpu_window": "of the GPU window",
+}
+# Ranking order when findings are measured against different targets: the latency users feel
+# first, the GPU's own time last (a GPU share says nothing about the request's latency by itself).
+TARGET_ORDER = tuple(IMPACT_TARGETS)
+
+# A share of the target at or above these is critical / a warning -- for a *fault* (something a
+# flag, a setting or a deployment change removes). Where time goes by physics (prefill, decode)
+# it is information, however large.
+CRITICAL_SHARE = 0.5
+WARNING_SHARE = 0.2
+_TOLERANCE = 1e-6
+
+
+class ImpossibleShare(LatscopeError):
+    """A share outside 0..1: the inputs it came from disagree; it must not be reported."""
+
+
+def make_impact(target: str, share: float, *, value_ms: float | None = None,
+                measured_at: str = "") -> dict[str, Any]:
+    if target not in IMPACT_TARGETS:
+        raise ValueError(f"unknown impact target {target!r}: one of {', '.join(IMPACT_TARGETS)}")
+    if share is None or not math.isfinite(share) or not -_TOLERANCE <= share <= 1 + _TOLERANCE:
+        raise ImpossibleShare(f"share {share!r} of {target} is not between 0 and 1")
+    out: dict[str, Any] = {"target": target, "share": round(min(1.0, max(0.0, share)), 4)}
+    if value_ms is not None:
+        out["value_ms"] = round(float(value_ms), 3)
+    if measured_at:
+        out["measured_at"] = measured_at
+    return out
+
+
+def severity_for_share(share: float, *, fault: bool = True) -> Severity:
+    if not fault:
+        return Severity.INFO
+    if share >= CRITICAL_SHARE:
+        return Severity.CRITICAL
+    if share >= WARNING_SHARE:
+        return Severity.WARNING
+    return Severity.INFO
+
+
+def describe(impact: dict[str, Any] | None) -> str:
+    """``"81% of mean client TTFT (512.0 ms) at knee (c=16)"``."""
+    if not impact or impact.get("share") is None:
+        return ""
+    text = f"{impact['share']:.0%} {IMPACT_TARGETS.get(impact.get('target', ''), '')}".strip()
+    if impact.get("value_ms") is not None:
+        text += f" ({impact['value_ms']:.1f} ms)"
+    if impact.get("measured_at"):
+        text += f" at {impact['measured_at']}"
+    return text

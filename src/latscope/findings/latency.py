@@ -1,0 +1,138 @@
+"""Findings from one run's latency decomposition: which part of client TTFT took a large share.
+
+One rule per component of TTFT. A share is a *fault* where a setting or a deployment change
+removes it (queueing, the HTTP frontend, the network, latscope's own client); prefill is where
+the time goes by physics, so its share is information, however large. Network and frontend are
+blamed only when the client's own timing is reliable, and co-location is never advised to a client
+that already shares the server's host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from latscope.findings.impact import (ImpossibleShare, WARNING_SHARE, make_impact,
+                                      severity_for_share)
+from latscope.model import Evidence, Finding, Severity
+
+REF = "docs/findings.md"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the rules need to know about how the run was measured."""
+
+    measured_at: str = ""  # e.g. "knee (c=16)"
+    same_host: bool | None = None  # client and server on one host (None: unknown)
+    client_reliable: bool = True
+    client_why: str = ""  # why the client's numbers are not reliable
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    layer: str
+    fault: bool  # a setting or deployment change can remove it (else: physics, info only)
+    why: str
+    fix: str
+    # A cause is measured directly (the network's round trip, the client's own lag); a symptom
+    # is a share whose cause another finding must name, so it is at most a warning.
+    role: str = "symptom"
+
+
+RULES: dict[str, Rule] = {
+    "ttft.server.queue": Rule(
+        "latency.queue", "queue", True,
+        "Requests wait this share of their TTFT for the scheduler: the batch is full, the token "
+        "budget is used up, or the KV cache is full.",
+        "See the queue finding that names the limit (max_num_seqs, token budget, KV cache); "
+        "lower the load per replica or add replicas; measure with `latscope sweep`."),
+    "ttft.server.prefill": Rule(
+        "latency.prefill", "prefill", False,
+        "Prompt processing (SCHEDULED -> first token) takes this share of TTFT; with other "
+        "requests decoding, their steps interleave with the prefill.",
+        "Only if it is larger than the prompt length explains: prefix caching for shared "
+        "prefixes, shorter prompts, more compute (TP)."),
+    "ttft.server.other": Rule(
+        "latency.engine_frontend", "frontend", True,
+        "Tokenization, the API server <-> engine IPC and output processing take this share "
+        "of TTFT.",
+        "Scale the API server (--api-server-count), pre-tokenize, and check the API server's "
+        "CPU (other processes on its cores)."),
+    "ttft.frontend": Rule(
+        "latency.http_frontend", "frontend", True,
+        "Between the client and vLLM's frontend (HTTP handling, proxies, first-chunk "
+        "delivery) this share of TTFT is spent.",
+        "Look for proxies or gateways that buffer SSE, and for CPU contention on the API "
+        "server; `latscope net` splits the network's round trip off."),
+    "ttft.network": Rule(
+        "latency.network", "network", True,
+        "The round trip between client and server, measured on the same path, is paid before "
+        "the first token.",
+        "", role="cause"),  # the fix depends on whether the client shares the host
+    "ttft.client": Rule(
+        "latency.client", "client", True,
+        "latscope's own client lost this share of TTFT (late sends and a late event loop): "
+        "it is not the server's latency.",
+        "Give the client its own cores (taskset, another host), or fewer streams per process; "
+        "the client-side numbers of this run are less precise by this much.", role="cause"),
+}
+
+
+def findings_from_decomposition(result: Any, ctx: Context = Context()) -> list[Finding]:
+    """Name the components of client TTFT that take at least ``WARNING_SHARE`` of it."""
+    ttft = result.component("ttft")
+    if ttft is None or not ttft.mean_ms:
+        return []
+    out = []
+    for key in RULES:
+        comp = result.component(key)
+        if comp is not None and comp.mean_ms is not None:
+            finding = share_finding(key, comp.label, comp.mean_ms, comp.source, ttft.mean_ms,
+                                    ttft.source, ctx)
+            if finding is not None:
+                out.append(finding)
+    return out
+
+
+def share_finding(key: str, label: str, part_ms: float, part_source: str, total_ms: float,
+                  total_source: str, ctx: Context = Context(),
+                  total_label: str = "client TTFT") -> Finding | None:
+    """The one rule for component ``key`` of TTFT: a finding when its share is notable."""
+    rule = RULES[key]
+    if part_ms <= 0 or not total_ms or total_ms <= 0:
+        return None
+    share = part_ms / total_ms
+    if share < WARNING_SHARE:
+        return None
+    try:
+        impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)
+    except ImpossibleShare:
+        return None  # parts that disagree with the total are noted in the decomposition
+    severity = severity_for_share(impact["share"], fault=rule.fault)
+    if rule.role == "symptom" and severity == Severity.CRITICAL:
+        severity = Severity.WARNING  # critical needs a named cause: diagnose joins the two
+    why, fix = rule.why, rule.fix
+    if rule.id in ("latency.network", "latency.http_frontend") and not ctx.client_reliable:
+        severity = Severity.INFO  # a starved client stamps chunks late: not the network's time
+        why += f" Not blamed: the client's own timing is unreliable in this run ({ctx.client_why})."
+    if rule.id == "latency.network":
+        fix = _network_fix(ctx)
+    where = f" at {ctx.measured_at}" if ctx.measured_at else ""
+    return Finding(
+        id=rule.id, severity=severity, layer=rule.layer,
+        title=f"{label}: {part_ms:.1f} ms of a {total_ms:.1f} ms mean {total_label} "
+              f"({impact['share']:.0%}){where}",
+        evidence=[Evidence(f"{label} mean", round(part_ms, 3), "ms", part_source),
+                  Evidence(f"{total_label} mean", round(total_ms, 3), "ms", total_source)],
+        why=why, fix=fix, reference=f"{REF}#{rule.id}", impact=impact, role=rule.role)
+
+
+def _network_fix(ctx: Context) -> str:
+    if ctx.same_host:
+        return ("Client and server share this host, so the round trip is not distance: look for "
+                "a proxy, a gateway or traffic shaping on the path (TCP connect reaches only the "
+                "first endpoint; compare with `latscope net` against the server's own port).")
+    return ("Move the client closer to the server (same zone or host), remove proxies that "
+            "buffer, and keep connections alive; verify with `latscope net`.")

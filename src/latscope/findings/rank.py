@@ -1,0 +1,65 @@
+"""Merge findings that name the same diagnosis, and rank them by measured impact."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from latscope.findings.impact import TARGET_ORDER
+from latscope.model import Evidence, Finding, Severity
+
+
+def merge(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per id: the most severe version, with every distinct piece of evidence, and
+    the impact with the largest share on the most important target."""
+    by_id: dict[str, Finding] = {}
+    for f in findings:
+        kept = by_id.get(f.id)
+        if kept is None:
+            by_id[f.id] = dataclasses.replace(f, evidence=list(f.evidence))
+            continue
+        best, other = (f, kept) if f.severity.rank < kept.severity.rank else (kept, f)
+        joined = dataclasses.replace(best, evidence=_union(best.evidence, other.evidence))
+        joined.impact = _larger_impact(best.impact, other.impact)
+        by_id[f.id] = joined
+    return list(by_id.values())
+
+
+def _union(first: list[Evidence], second: list[Evidence]) -> list[Evidence]:
+    seen = {(e.name, e.source) for e in first}
+    return first + [e for e in second if (e.name, e.source) not in seen]
+
+
+def _impact_key(impact: dict | None) -> tuple[int, float]:
+    if not impact or impact.get("share") is None:
+        return (len(TARGET_ORDER), 0.0)
+    target = impact.get("target")
+    order = TARGET_ORDER.index(target) if target in TARGET_ORDER else len(TARGET_ORDER)
+    return (order, -float(impact["share"]))
+
+
+def _larger_impact(a: dict | None, b: dict | None) -> dict | None:
+    return min((a, b), key=_impact_key) if (a or b) else None
+
+
+def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
+    """Most severe first; within a severity, the server's before latscope's own client, causes
+    before symptoms, then findings with a measured impact, ordered by target (TTFT before E2E
+    before the GPU window) and share. Returns the ranked list and notes
+    naming where two findings could not be compared because they were measured against different
+    targets or on different runs."""
+    ranked = sorted(merge(findings), key=lambda f: (f.severity.rank, f.layer == "client",
+                                                    f.role != "cause", *_impact_key(f.impact)))
+    notes = []
+    top = [f for f in ranked if f.severity in (Severity.CRITICAL, Severity.WARNING) and f.impact]
+    if len(top) >= 2:
+        a, b = top[0], top[1]
+        if a.impact.get("target") != b.impact.get("target"):
+            notes.append(f"{a.id} and {b.id} are measured against different targets "
+                         f"({a.impact.get('target')} vs {b.impact.get('target')}): ranked by "
+                         "severity and target order, not by size")
+        elif a.impact.get("measured_at") != b.impact.get("measured_at"):
+            notes.append(f"{a.id} and {b.id} were measured at different loads "
+                         f"({a.impact.get('measured_at') or '?'} vs "
+                         f"{b.impact.get('measured_at') or '?'})")
+    return ranked, notes

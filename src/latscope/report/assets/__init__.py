@@ -1,0 +1,1 @@
+"""Static files of the HTML report (template and CSS), read with importlib.resources."""

@@ -1,0 +1,109 @@
+"""The terminal view of a diagnose report: verdict, the client's reliability, ranked findings,
+proven fixes, proposals. Plain text wrapped to 80 columns, the same on a tty and in a log file."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from typing import Any
+
+from latscope.findings.impact import describe
+
+WIDTH = 80
+MAX_FINDINGS = 8
+
+
+def _wrap(text: str, indent: str = "", first: str | None = None, width: int = WIDTH) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=first if first is not None else indent,
+                         subsequent_indent=indent, break_long_words=True,
+                         break_on_hyphens=False) or [first or indent]
+
+
+def render_text(report: dict[str, Any], width: int = WIDTH) -> str:
+    lines: list[str] = []
+    verdict = report.get("verdict") or {}
+    head = "HEALTHY" if verdict.get("healthy") else "VERDICT"
+    lines += _wrap(verdict.get("text", "no verdict"), "  ", f"{head}: ", width)
+    lines.append("")
+    client = report.get("client") or {}
+    if client and not client.get("reliable", True):
+        lines += _wrap(f"client-side timing unreliable at c={client.get('load', '?'):g}: "
+                       f"{client.get('why')}; network and frontend are not blamed. "
+                       f"Fix: {client.get('fix')}", "  ", "! ", width)
+    if client.get("same_host"):
+        lines += _wrap("client and server share this host (loopback): no network distance "
+                       "between them", "  ", "i ", width)
+    findings = _shown(report.get("findings", []))
+    if findings:
+        lines += ["", "Findings (ranked):"]
+    for i, f in enumerate(findings[:MAX_FINDINGS], 1):
+        lines += _finding_lines(i, f, width)
+    if len(findings) > MAX_FINDINGS:
+        lines.append(f"  ... {len(findings) - MAX_FINDINGS} more in report.md")
+    rest = len(report.get("findings", [])) - min(len(findings), MAX_FINDINGS)
+    if rest > 0:
+        lines.append(f"  ({rest} more: information and passed checks, in report.md)")
+    lines += _experiment_lines(report.get("experiments") or [], width)
+    for p in report.get("proposals") or []:
+        lines += _wrap(f"to prove {p['finding_id']} ({p['change']}): {p['command']}", "    ",
+                       "  - ", width)
+    if report.get("notes"):
+        lines.append("")
+        for note in report["notes"]:
+            lines += _wrap(note, "    ", "  note: ", width)
+    return "\n".join(lines)
+
+
+def _shown(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What to act on (critical, warning), then information with a measured impact (where the
+    time goes); plain information and passed checks stay in the report files."""
+    act = [f for f in findings if f.get("severity") in ("critical", "warning")]
+    where = [f for f in findings if f.get("severity") == "info" and f.get("impact")]
+    return act + where
+
+
+def _finding_lines(i: int, f: dict[str, Any], width: int) -> list[str]:
+    out = _wrap(f"{f['severity'].upper()} {f['title']}", "     ", f"{i:>2}. ", width)
+    impact = describe(f.get("impact"))
+    if impact:
+        out += _wrap(f"impact: {impact}", "       ", "     ", width)
+    for e in (f.get("evidence") or [])[:4]:
+        value = e.get("value")
+        value = f"{value:.4g}" if isinstance(value, float) else str(value)
+        unit = f" {e['unit']}" if e.get("unit") else ""
+        src = f" ({e['source']})" if e.get("source") else ""
+        out += _wrap(f"{e['name']} = {value}{unit}{src}", "         ", "     - ", width)
+    if f.get("fix"):
+        out += _wrap(f"fix: {f['fix']}", "       ", "     ", width)
+    return out
+
+
+def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str]:
+    if not experiments:
+        return []
+    out = ["", "Fixes measured (A/B, alternating, warm-up excluded, fresh prompts per run):"]
+    for e in experiments:
+        if e.get("change_pct") is None:
+            out += _wrap(f"{e['finding_id']}: {e['change']}: {e.get('note') or e.get('verdict')}",
+                         "    ", "  - ", width)
+            continue
+        ci = e.get("ci95_pct")
+        interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
+        word = "helped" if e.get("helped") else "did NOT measurably help"
+        out += _wrap(f"{e['finding_id']}: {e['change']} at c={e['load']:g}: {e['metric']} "
+                     f"{e['a_mean']:.1f} -> {e['b_mean']:.1f} ({e['change_pct']:+.1f}%)"
+                     f"{interval}: {word}" + (f"; {e['note']}" if e.get("note") else ""),
+                     "    ", "  - ", width)
+    return out
+
+
+def print_report(report: dict[str, Any], file: Any = None) -> None:
+    file = file or sys.stdout
+    width = WIDTH
+    if file.isatty():
+        width = max(WIDTH, min(120, shutil.get_terminal_size((WIDTH, 24)).columns))
+    print(render_text(report, width), file=file)
+    where = report.get("run_dir")
+    if where:
+        print(f"\nreport: {where}/report.html (also report.md, report.json)", file=file)

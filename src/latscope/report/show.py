@@ -1,0 +1,102 @@
+"""Re-render a run directory from what is on disk: one renderer per kind of run."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rich.console import Console
+
+from latscope.rundir import RunDir
+
+
+def show(run: RunDir, console: Console, *, show_ok: bool = False) -> None:
+    m = run.manifest
+    console.print(f"{run.path}: {m.get('kind', '?')} run, {m.get('command', '')}".rstrip(", "))
+    console.print(f"started {m.get('started') or m.get('created_wall') or '?'}, "
+                  f"status {m.get('status') or 'unknown'}")
+    renderer = _RENDERERS.get(run.kind, _findings_only)
+    renderer(run, console, show_ok)
+
+
+def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.analysis.decompose import Component, Decomposition
+    from latscope.load.rundir import read_run
+    from latscope.report.bench import print_bench
+    from latscope.report.observe import print_decomposition
+
+    manifest, records, summary = read_run(run.path)
+    if not summary:  # a run killed before it wrote its summary: rebuild it from the records
+        console.print("no summary.json (the run was killed): rebuilt from requests.jsonl")
+        summary = _rebuild_summary(run, manifest, records)
+    print_bench(summary, console)
+    data = run.read("decomposition.json")
+    if data:
+        comps = [Component(**c) for c in data["components"]]
+        fields = {k: v for k, v in data.items() if k not in ("components", "findings")}
+        print_decomposition(Decomposition(comps, **fields), console)
+    _findings_only(run, console, show_ok)
+
+
+def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) -> dict[str, Any]:
+    try:
+        from latscope.load.rundir import rebuild_summary  # type: ignore[attr-defined]
+    except ImportError:
+        from latscope.analysis.stats import summarize
+
+        return summarize(records)
+    return rebuild_summary(run.path)
+
+
+def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.report.diagnose import render_text
+
+    report = run.read("report.json")
+    if report is None:
+        console.print("no report.json yet (interrupted before the end): findings so far")
+        _findings_only(run, console, show_ok)
+        return
+    console.print(render_text(report), markup=False, highlight=False)
+
+
+def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.analysis.sweep import Step, analyse
+    from latscope.report.sweep import decomposition_table, sweep_table
+
+    doc = run.read("sweep.json") or {}
+    steps = [Step.from_dict(s) for s in doc.get("steps", [])]
+    if steps:
+        unit = "concurrency" if (doc.get("meta") or {}).get("mode", "concurrency") == \
+            "concurrency" else "request rate"
+        analysis = analyse(steps, [])
+        console.print(sweep_table(steps, analysis, unit))
+        table = decomposition_table(steps, unit)
+        if table is not None:
+            console.print(table)
+    _findings_only(run, console, show_ok)
+
+
+def _tune(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.analysis.tune import TuneState
+    from latscope.report.sweep import trials_table
+
+    state = TuneState.load(run.path)
+    res = state.result or {}
+    console.print(trials_table(state.trials, state.spec.objective, state.spec.latency,
+                               res.get("best")))
+    if res.get("best"):
+        console.print(f"best: {res['best']}")
+
+
+def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.report.findings import print_findings
+
+    findings = run.read_findings()
+    if findings:
+        print_findings(findings, console, title="findings", show_ok=show_ok)
+    elif run.kind not in ("bench", "tune"):
+        console.print("no findings.json in this run directory")
+
+
+_RENDERERS: dict[str, Callable[[RunDir, Console, bool], None]] = {
+    "bench": _bench, "diagnose": _diagnose, "sweep": _sweep, "tune": _tune,
+}

@@ -1,0 +1,68 @@
+"""Writes a run's three reports: report.json (the data), report.html and report.md (renderings).
+
+report.json goes first, so the results survive a renderer that refuses them (an impossible
+share) or fails; every file is written to a temporary name and renamed, so a reader (or a
+Ctrl-C) never sees half a report.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from latscope.errors import ConfigError
+from latscope.report.schema import check_version
+
+REPORT_JSON, REPORT_HTML, REPORT_MD = "report.json", "report.html", "report.md"
+
+
+def write_reports(run_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]:
+    """Write report.json, report.html and report.md into ``run_dir``; returns their paths."""
+    from latscope.report.html import render_html
+    from latscope.report.markdown import render_markdown
+
+    check_version(report)
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {run_dir}: {exc.strerror}") from None
+    paths = {"json": run_dir / REPORT_JSON, "html": run_dir / REPORT_HTML,
+             "md": run_dir / REPORT_MD}
+    _write_atomic(paths["json"], orjson.dumps(report, option=orjson.OPT_INDENT_2
+                                              | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    _write_atomic(paths["html"], render_html(report).encode())
+    _write_atomic(paths["md"], render_markdown(report).encode())
+    return paths
+
+
+def read_report(run_dir: str | Path) -> dict[str, Any]:
+    """The report.json of ``run_dir``, version-checked; ConfigError/ReportError in one line."""
+    from latscope.report.schema import ReportError
+
+    path = Path(run_dir) / REPORT_JSON
+    if not Path(run_dir).is_dir():
+        raise ConfigError(f"{run_dir}: no such run directory")
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found (is {run_dir} a `latscope diagnose` run?)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ReportError(f"{path}: not valid JSON ({exc})") from None
+    check_version(data)
+    return data
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None

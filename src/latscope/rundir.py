@@ -1,0 +1,210 @@
+"""The one run directory every verb writes, and every verb (and ``latscope show``) re-reads.
+
+    latscope-runs/VERB-TIME/
+      manifest.json    schema_version, kind (the verb), latscope version, the command line with
+                       secrets redacted, start/end wall time, status, host, target
+      findings.json    the verb's findings, in the one ``Finding`` form
+      ...              the verb's own data files (requests.jsonl, trace.json, sweep.json, ...)
+
+Writes of whole files are atomic (a temp file in the same directory, then ``rename``), so a reader
+never sees half a file; appended JSONL files are read by ``iter_jsonl`` alone, which skips a torn
+*last* line (a crash mid-write) and refuses a bad line anywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import orjson
+
+from latscope.errors import ConfigError
+from latscope.model import Finding
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+FINDINGS = "findings.json"
+RUNS_ROOT = Path("latscope-runs")
+_JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def default_run_dir(kind: str = "bench") -> Path:
+    """``./latscope-runs/KIND-YYYYMMDD-HHMMSS`` (UTC), suffixed ``-2``, ``-3``... if taken."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = RUNS_ROOT / f"{kind}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def host_info() -> dict[str, Any]:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "cpus": os.cpu_count()}
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON atomically (temp file in the same directory + rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(orjson.dumps(data, option=_JSON_OPTIONS, default=_fallback))
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _fallback(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, float):  # inf / nan: JSON has no such numbers
+        return None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def read_json(path: Path) -> Any:
+    path = Path(path)
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The objects of an appended JSONL file. A torn last line (a crash mid-write) is skipped;
+    a bad line anywhere else is an error: silently stopping there would hide later data."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    lines = path.read_bytes().split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if lineno == len(lines):
+                return
+            raise ConfigError(f"{path}:{lineno}: not a JSON line") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{path}:{lineno}: not a JSON object")
+        yield obj
+
+
+def redacted_command(argv: Iterable[str] | None = None) -> str:
+    """The command line as typed, with secret-bearing flags and URL passwords redacted."""
+    import shlex
+
+    from latscope.env.redact import redact_argv, redact_url_password
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return "latscope " + " ".join(shlex.quote(redact_url_password(a)) for a in redact_argv(args))
+
+
+@dataclass
+class RunDir:
+    """An open run directory: its path, kind and manifest (kept in memory, rewritten on change)."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.manifest.get("kind", ""))
+
+    @classmethod
+    def create(cls, kind: str, output_dir: str | Path | None = None, *,
+               argv: Iterable[str] | None = None, target: dict[str, Any] | None = None,
+               **extra: Any) -> RunDir:
+        """Make (or reuse, emptied of an earlier manifest and findings) a run directory."""
+        path = Path(output_dir) if output_dir else default_run_dir(kind)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create output dir {path}: {exc.strerror or exc}") from None
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"output dir {path} is not writable")
+        (path / FINDINGS).unlink(missing_ok=True)  # a reused dir must not mix two runs' findings
+        from latscope import __version__
+
+        manifest = {"schema_version": SCHEMA_VERSION, "kind": kind,
+                    "latscope_version": __version__, "command": redacted_command(argv),
+                    "started": _utc_now(), "ended": None, "status": "running",
+                    "host": host_info(), "target": target or {}, **extra}
+        run = cls(path, manifest)
+        run.save_manifest()
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """Open an existing run directory; refuse one this version cannot read."""
+        path = Path(path)
+        if not path.is_dir():
+            raise ConfigError(f"{path}: not a directory")
+        if not (path / MANIFEST).is_file():
+            raise ConfigError(f"{path}: not a latscope run directory (no {MANIFEST})")
+        manifest = read_json(path / MANIFEST)
+        if not isinstance(manifest, dict):
+            raise ConfigError(f"{path / MANIFEST}: not a JSON object")
+        version = manifest.get("schema_version")
+        if version is None and (path / "requests.jsonl").exists():
+            manifest = {**manifest, "schema_version": 0, "kind": "bench"}  # before run dirs had one
+        elif version not in (SCHEMA_VERSION,):
+            raise ConfigError(f"{path}: run directory schema_version {version!r} is not one this "
+                              f"latscope ({SCHEMA_VERSION}) can read")
+        return cls(path, manifest)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def save_manifest(self) -> None:
+        write_json(self.path / MANIFEST, self.manifest)
+
+    def update(self, **fields: Any) -> None:
+        self.manifest.update(fields)
+        self.save_manifest()
+
+    def write(self, name: str, data: Any) -> Path:
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_json(target, data)
+        return target
+
+    def read(self, name: str, default: Any = None) -> Any:
+        target = self.path / name
+        return read_json(target) if target.is_file() else default
+
+    def write_findings(self, findings: Iterable[Finding]) -> Path:
+        return self.write(FINDINGS, {"schema_version": SCHEMA_VERSION,
+                                     "findings": [f.to_dict() for f in findings]})
+
+    def read_findings(self) -> list[Finding]:
+        data = self.read(FINDINGS, {"findings": []})
+        try:
+            return [Finding.from_dict(f) for f in data.get("findings", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{self.path / FINDINGS}: not a findings file ({exc})") from None
+
+    def finish(self, status: str = "ok", **fields: Any) -> None:
+        """Record the end: status is "ok", "failed: why", or "interrupted"."""
+        self.update(ended=_utc_now(), status=status, **fields)
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

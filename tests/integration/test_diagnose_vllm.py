@@ -1,0 +1,127 @@
+"""`diagnose` end to end against real local vLLM servers, one planted fault per server: the top
+finding must name it, a healthy server must get no false alarm, and a fix latscope can apply must
+be proven (or refuted) by an A/B with an interval."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from latscope.campaign.diagnose import DiagnoseOptions, diagnose
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _acting(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["severity"] in ("critical", "warning")]
+
+
+def _top_cause(report: dict) -> dict:
+    return next(f for f in _acting(report) if f.get("role", "cause") == "cause"
+                and f["layer"] != "client")
+
+
+def _check_run_dir(report: dict) -> None:
+    run = Path(report["run_dir"])
+    for name in ("manifest.json", "findings.json", "report.json", "report.html", "report.md",
+                 "doctor.json", "net.json", "sweep.json", "stages.json"):
+        assert (run / name).is_file(), name
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["kind"] == "diagnose" and manifest["schema_version"] == 1
+    assert manifest["status"] == "ok"
+    for f in report["findings"]:  # impossible shares are refused, never written
+        share = (f.get("impact") or {}).get("share")
+        assert share is None or 0.0 <= share <= 1.0
+
+
+def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=200,
+                                      max_load=16, output_dir=str(tmp_path / "run"),
+                                      max_proofs=1, pairs=3))
+    _check_run_dir(report)
+    top = _top_cause(report)
+    assert top["id"] == "server.queue_max_num_seqs", [f["id"] for f in _acting(report)]
+    assert top["severity"] == "critical" and top["impact"]["target"] == "ttft_mean"
+    assert top["impact"]["share"] >= 0.5
+    assert report["verdict"]["finding_id"] == top["id"] and not report["verdict"]["healthy"]
+    assert "queueing" in report["verdict"]["text"] and "max_num_seqs" in report["verdict"]["text"]
+    [exp] = [e for e in report["experiments"] if e["finding_id"] == top["id"]]
+    assert exp["change"].startswith("--max-num-seqs") and exp["arms"][:4] == ["A", "B", "A", "B"]
+    assert exp["helped"] is True and exp["ci95_pct"][1] < 0, exp  # an interval below zero
+    assert all(r is None or r < 0.5 for r in exp["prefix_cache_hit_rate"]["B"])
+
+
+def test_a_kv_cache_too_small_for_the_load_is_named_first(tmp_path):
+    # 17 blocks of 128 tokens: 5-block requests (512 + 32 tokens) fit three at a time
+    report = diagnose(DiagnoseOptions(serve_args=("--num-gpu-blocks-override", "17"),
+                                      input_len="512", budget_s=150, max_load=16, prove=False,
+                                      output_dir=str(tmp_path / "run")))
+    _check_run_dir(report)
+    top = _top_cause(report)
+    assert top["id"] in ("server.preemptions", "server.kv_saturation"), \
+        [f["id"] for f in _acting(report)]
+    ids = {f["id"] for f in report["findings"]}
+    assert "server.preemptions" in ids
+    assert any("--num-gpu-blocks-override" in p["change"] for p in report["proposals"])
+
+
+def test_debug_and_request_logging_are_named_and_launch_blocking_is_listed(tmp_path):
+    report = diagnose(DiagnoseOptions(
+        serve_args=("--enable-log-requests",),
+        serve_env={"VLLM_LOGGING_LEVEL": "DEBUG", "CUDA_LAUNCH_BLOCKING": "1"},
+        budget_s=90, max_load=4, prove=False, output_dir=str(tmp_path / "run")))
+    _check_run_dir(report)
+    top = _top_cause(report)
+    assert top["id"] in ("server.debug_logging", "server.request_logging"), \
+        [f["id"] for f in _acting(report)]
+    by_id = {f["id"]: f for f in report["findings"]}
+    blocking = by_id["gpu.launch_blocking"]
+    assert any(e["name"] == "CUDA_LAUNCH_BLOCKING" and "/proc/" in e["source"]
+               for e in blocking["evidence"])
+    [proposal] = [p for p in report["proposals"] if p["finding_id"] == "gpu.launch_blocking"]
+    assert "cannot be measured on this host" in proposal["note"]
+
+
+@pytest.fixture(scope="module")
+def healthy_target(tmp_path_factory):
+    from latscope.server.target import LocalTarget
+
+    target = LocalTarget(log_dir=tmp_path_factory.mktemp("healthy")).start()
+    try:
+        yield target
+    finally:
+        target.stop()
+
+
+def test_a_healthy_server_gets_no_false_alarm(healthy_target, tmp_path):
+    report = diagnose(DiagnoseOptions(url=healthy_target.url, log=str(healthy_target.log_path),
+                                      budget_s=90, max_load=8,
+                                      output_dir=str(tmp_path / "run")))
+    _check_run_dir(report)
+    assert report["verdict"]["healthy"] is True, report["verdict"]
+    assert not [f for f in report["findings"] if f["severity"] == "critical"]
+    network = [f for f in _acting(report) if f["layer"] == "network"]
+    assert network == [], network
+    assert report["target"]["same_host"] is True
+    assert report["proposals"] == [] and report["experiments"] == []
+
+
+def test_a_20ms_round_trip_on_the_path_is_named_first(healthy_target, tmp_path):
+    from delay_proxy import DelayProxy
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(healthy_target.url)
+    with DelayProxy((parts.hostname, parts.port), 10.0) as proxy:
+        report = diagnose(DiagnoseOptions(url=proxy.url, budget_s=60, max_load=2,
+                                          output_dir=str(tmp_path / "run")))
+    _check_run_dir(report)
+    top = _top_cause(report)
+    assert top["id"] == "latency.network", [f["id"] for f in _acting(report)]
+    rtt = next(e["value"] for e in top["evidence"] if "round trip" in e["name"])
+    assert 19.0 <= rtt <= 30.0
+    assert "co-locate" not in top["fix"].lower() and "proxy" in top["fix"]
+    assert "network" in report["verdict"]["text"]

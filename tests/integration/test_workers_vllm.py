@@ -1,0 +1,33 @@
+"""bench --workers 2 against the real local vLLM: records merge with no loss or duplication, and
+the merged summary is what the same records give in one process."""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.analysis.stats import summarize
+from latscope.load import BenchConfig, read_run
+from latscope.load.workers import run_workers
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_workers_on_vllm_merge_every_record_once(vllm_target, tmp_path):
+    config = BenchConfig(url=vllm_target.url, num_requests=16, concurrency=4, warmup=2,
+                         tokenizer=str(vllm_target.tokenizer_dir), output_dir=tmp_path / "run")
+    config.workload.input_len, config.workload.output_len = "32", "8"
+    result = run_workers(config, 2)
+    manifest, records, summary = read_run(result.run_dir)
+    measured = [r for r in records if not r.warmup]
+    ids = [r.request_id for r in records]
+    assert len(ids) == len(set(ids)) == 18  # 16 measured + 2 warm-up, each once
+    assert len(measured) == 16 and all(r.ok for r in measured)
+    assert sorted(r.index for r in measured) == list(range(2, 18))
+    assert {w["requests"] for w in summary["workers"]} == {8}
+    again = summarize(records, percentiles=config.percentiles)
+    for key in ("requests", "errors", "duration_s", "throughput", "tokens", "ttft_ms", "tpot_ms",
+                "itl_ms", "e2e_ms"):
+        assert summary[key] == again[key], key
+    # ignore_eos: exactly 8 tokens a request, as the server counted them (usage), all merged
+    assert summary["tokens"]["output_total"] == 16 * 8
+    assert manifest["workers"]["count"] == 2 and not summary["workers_failed"]

@@ -1,0 +1,175 @@
+"""bench --workers: the split is exact, the merge loses and duplicates nothing, clocks line up,
+and a worker that dies is named while its finished records stay in the run.
+
+The end-to-end cases run real worker processes against the fake server, whose truth timestamps
+share CLOCK_MONOTONIC with every process on the host: a merged record whose first token came
+before the server wrote it would mean the clock merge is wrong.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import numpy as np
+import pytest
+from fakeserver import FakeServer
+
+from latscope.analysis.stats import summarize
+from latscope.errors import ConfigError
+from latscope.load import BenchConfig, read_run
+from latscope.load.arrival import arrival_offsets_ns
+from latscope.load.workers import (measure_offset, plan_shares, run_workers, shift_record,
+                                   split_evenly, split_proportionally)
+from latscope.model import RequestRecord
+
+
+@pytest.mark.parametrize("total,parts", [(7, 3), (4096, 16), (3, 3), (0, 2)])
+def test_split_evenly_sums_and_differs_by_at_most_one(total, parts):
+    out = split_evenly(total, parts)
+    assert sum(out) == total and len(out) == parts and max(out) - min(out) <= 1
+
+
+def test_split_proportionally_follows_weights_and_sums():
+    assert split_proportionally(10, [1, 1]) == [5, 5]
+    assert split_proportionally(10, [3, 1]) == [8, 2]  # 7.5 / 2.5: a remainder goes to one
+    assert sum(split_proportionally(1001, [3, 3, 2])) == 1001
+
+
+def test_closed_loop_shares_cover_the_requests_once():
+    config = BenchConfig(url="http://127.0.0.1:1", num_requests=101, concurrency=10, warmup=4)
+    shares = plan_shares(config, 3, 105)
+    indices = [i for s in shares for i in s.indices]
+    assert sorted(indices) == list(range(4, 105))  # every measured index once, warm-up excluded
+    assert [s.concurrency for s in shares] == [4, 3, 3]
+    assert [len(s.indices) for s in shares] == split_proportionally(101, [4, 3, 3])
+
+
+def test_closed_loop_duration_shares_are_disjoint():
+    config = BenchConfig(url="http://127.0.0.1:1", num_requests=None, duration_s=5, concurrency=4)
+    shares = plan_shares(config, 2, 4096)
+    a, b = (set(s.indices[:1000]) for s in shares)
+    assert not a & b and shares[0].size is None
+
+
+def test_open_loop_thinning_keeps_the_global_schedule_exactly():
+    config = BenchConfig(url="http://127.0.0.1:1", num_requests=500, rate=50.0, seed=3)
+    shares = plan_shares(config, 4, 500)
+    merged = sorted(zip((o for s in shares for o in s.offsets_ns),
+                        (i for s in shares for i in s.indices)))
+    expected = arrival_offsets_ns(50.0, 500, seed=3)
+    assert [o for o, _ in merged] == sorted(expected.tolist())
+    assert sorted(i for _, i in merged) == list(range(500))
+    for s in shares:  # each index keeps its own arrival time
+        assert all(expected[i] == o for i, o in zip(s.indices, s.offsets_ns))
+        assert 60 < len(s.indices) < 190  # thinned at random: about 125 each
+
+
+def test_too_few_slots_for_the_workers_is_refused():
+    config = BenchConfig(url="http://127.0.0.1:1", num_requests=10, concurrency=2)
+    with pytest.raises(ConfigError, match="at least one slot"):
+        plan_shares(config, 3, 10)
+
+
+def test_shift_record_moves_every_timestamp():
+    rec = RequestRecord(index=0, request_id="x", scheduled_ns=1000, sent_ns=1100,
+                        headers_ns=1200, first_token_ns=1300, end_ns=1500,
+                        chunk_ns=[1300, 1400])
+    shift_record(rec, 100)
+    assert (rec.scheduled_ns, rec.sent_ns, rec.headers_ns, rec.first_token_ns, rec.end_ns) == \
+        (900, 1000, 1100, 1200, 1400)
+    assert rec.chunk_ns == [1200, 1300]
+
+
+def test_measure_offset_finds_a_known_offset_within_its_bound():
+    import time
+
+    true_offset = 5_000_000_000
+
+    def ping() -> int:
+        time.sleep(0.0005)  # a one-way delay
+        return time.perf_counter_ns() + true_offset
+
+    clock = measure_offset(ping, pings=5)
+    assert abs(clock.offset_ns - true_offset) <= clock.bound_ns
+    assert 0 < clock.bound_ns < 50_000_000
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer(ttft_ms=20, itl_ms=5) as srv:
+        yield srv
+
+
+def _config(server, tmp_path, **kw) -> BenchConfig:
+    config = BenchConfig(url=server.url, model="fake-model", output_dir=tmp_path / "run", **kw)
+    config.workload.input_len, config.workload.output_len = "8", "6"
+    return config
+
+
+def _check_merged(result, truth, sent: int) -> None:
+    _, records, summary = read_run(result.run_dir)
+    measured = [r for r in records if not r.warmup]
+    ids = [r.request_id for r in records]
+    assert len(ids) == len(set(ids))  # no duplicates
+    assert len(measured) == sent  # no loss
+    for rec in measured:
+        t = truth[rec.request_id]
+        assert rec.scheduled_ns <= rec.sent_ns <= t.recv_ns  # causality on one clock
+        assert rec.first_token_ns >= t.chunk_ns[0]
+    # the merged summary is what the same records give in one process
+    again = summarize(records, percentiles=result.config.percentiles)
+    for key in ("requests", "errors", "duration_s", "throughput", "tokens", "ttft_ms", "itl_ms",
+                "e2e_ms"):
+        assert summary[key] == again[key], key
+
+
+def test_two_workers_closed_loop_merge_everything_once(server, tmp_path):
+    server.reset()
+    result = run_workers(_config(server, tmp_path, num_requests=60, concurrency=6, warmup=2), 2)
+    _check_merged(result, server.truth(), 60)
+    workers = result.summary["workers"]
+    assert [w["requests"] for w in workers] == [30, 30]
+    assert len({w["pid"] for w in workers}) == 2 and os.getpid() not in {w["pid"] for w in workers}
+    for w in workers:  # each worker's own cost and clock are reported
+        assert w["cpu_s"] > 0 and w["loop_lag_ms"]["count"] > 0
+        assert w["clock"]["applied_ns"] == 0  # same kernel: one CLOCK_MONOTONIC
+        assert abs(w["clock"]["offset_ns"]) <= w["clock"]["bound_ns"]
+    assert not result.summary["workers_failed"]
+
+
+def test_two_workers_open_loop_send_the_global_schedule(server, tmp_path):
+    server.reset()
+    config = _config(server, tmp_path, num_requests=80, rate=100.0, seed=5)
+    result = run_workers(config, 2)
+    _check_merged(result, server.truth(), 80)
+    start = result.manifest["start_ns"]
+    scheduled = sorted(r.scheduled_ns - start for r in result.records)
+    assert scheduled == sorted(arrival_offsets_ns(100.0, 80, seed=5).tolist())
+
+
+def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_path):
+    server.reset()
+    killed: list[int] = []
+
+    def kill_worker_1(record: RequestRecord) -> None:
+        if killed:
+            return
+        for child in multiprocessing.active_children():
+            if child.name == "latscope-bench-worker-1":
+                killed.append(child.pid)
+                os.kill(child.pid, signal.SIGKILL)  # a process this test's run started
+
+    config = _config(server, tmp_path, num_requests=200, concurrency=4)
+    config.workload.output_len = "30"  # ~170 ms a request: the kill lands mid-run
+    result = run_workers(config, 2, on_record=kill_worker_1)
+    failed = result.summary["workers_failed"]
+    assert len(failed) == 1 and "worker 1" in failed[0] and "SIGKILL" in failed[0]
+    _, records, summary = read_run(result.run_dir)
+    by_worker = {w["worker"]: w for w in summary["workers"]}
+    assert by_worker[0]["requests"] == 100 and by_worker[0]["error"] is None
+    assert by_worker[1]["requests"] < 100 and by_worker[1]["requests_not_returned"] > 0
+    assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
+    assert len({r.request_id for r in records}) == len(records)
+    assert np.all([r.ok for r in records])

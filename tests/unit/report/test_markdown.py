@@ -1,0 +1,107 @@
+"""report.md: verdict first, ranked findings, intervals, tables and tree, 100 columns."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from latscope.report.markdown import WIDTH, render_markdown
+from latscope.report.schema import ReportError
+from report_samples import (bare_report, full_report, healthy_report, hostile_report,
+                            unreliable_client_report)
+
+
+def _too_wide(md: str) -> list[str]:
+    """Lines over 100 columns, except table rows and commands (kept whole to be copied)."""
+    out, in_sh = [], False
+    for line in md.splitlines():
+        if line.strip().startswith("```"):
+            in_sh = line.strip() == "```sh"
+            continue
+        if len(line) > WIDTH and not line.startswith("|") and not in_sh:
+            out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("build", [full_report, bare_report, healthy_report, hostile_report,
+                                   unreliable_client_report])
+def test_lines_fit_100_columns(build):
+    assert _too_wide(render_markdown(build())) == []
+
+
+def test_verdict_first_then_ranked_findings():
+    md = render_markdown(full_report())
+    body = [line for line in md.splitlines()[1:] if line.strip()]
+    assert body[0].startswith("**VERDICT:** At the knee (c=16), 81% of mean TTFT")
+    heads = re.findall(r"^### (\d+)\. \[(\w+)\] (.*)$", md, re.M)
+    assert [(n, s) for n, s, _ in heads] == [("1", "CRITICAL"), ("2", "WARNING"), ("3", "INFO")]
+    assert "- **Impact:** 81% of ttft_mean (512 ms), measured at knee (c=16)" in md
+    assert "  - `vllm:num_requests_waiting` = 14 reqs (/metrics at 12.0 s)" in md
+    assert "- skipped: no GPU on this host (`gpu.clocks`)" in md
+    assert md.index("## Findings") < md.index("## Experiments") < md.index("## Sweep")
+
+
+def test_experiments_with_interval_and_did_not_help():
+    md = render_markdown(full_report())
+    assert "1. `--max-num-seqs 16 (was 2)`: **helped**" in md
+    assert "ttft_mean_ms 504 -> 59.7: -88.2%, 95% interval [-90.1%, -86.0%]" in md
+    assert "2. `--enable-chunked-prefill`: **did not help**" in md
+    assert "  sudo sysctl kernel.numa_balancing=0 && latscope diagnose" in md
+
+
+def test_sweep_table_marks_the_knee():
+    md = render_markdown(full_report())
+    row = next(line for line in md.splitlines() if line.startswith("| c=16 "))
+    assert row.rstrip(" |").endswith("knee") and "474 ms" in row
+    assert "Knee at c=16 (confidence 80%). Recommended load: c=14 (10% left of the knee)." in md
+
+
+def test_decomposition_is_an_indented_tree_with_ms_and_share():
+    md = render_markdown(full_report())
+    block = md[md.index("knee (c=16):"):]
+    lines = {line.strip().split("  ")[0]: line for line in block.splitlines()[1:12]}
+    server = lines["server TTFT (arrival -> first token)"]
+    queue = lines["queue (QUEUED -> SCHEDULED)"]
+    indent = lambda s: len(s) - len(s.lstrip())  # noqa: E731
+    assert indent(queue) == indent(server) + 2
+    assert re.search(r"512 ms\s+81%$", queue)
+
+
+def test_untrusted_text_cannot_become_markup_or_break_tables():
+    r = hostile_report()
+    r["findings"][1]["title"] = "two\nlines | with a pipe"
+    r["stages"][0]["note"] = "a | b"
+    md = render_markdown(r)
+    prose = re.sub(r"`[^`]*`", "", md)  # inside code spans markup is shown as it is
+    assert not re.search(r"(?<!\\)<(script|img)", prose) and "\\<script>" in prose
+    assert "`<script>" in md  # the kernel name, in a code span
+    assert "### 2. [WARNING] two lines | with a pipe" in md
+    assert "| a \\| b" in md
+
+
+def test_long_kernel_names_shortened_with_a_pointer_to_json():
+    md = render_markdown(full_report())
+    assert "`void at::native::vectorized_elementwise_kernel<4, at::native::BinaryF…`" in md
+    assert "full names in report.json" in md
+
+
+def test_missing_sections_and_healthy_verdict():
+    md = render_markdown(bare_report())
+    assert md.count("not measured in this run") == 3
+    assert "No trace analysed in this run." in md and "No fix was tried in this run." in md
+    healthy = render_markdown(healthy_report())
+    assert "**HEALTHY:**" in healthy and "Nothing found that costs latency." in healthy
+
+
+def test_unreliable_client_warned_before_findings():
+    md = render_markdown(unreliable_client_report())
+    assert md.index("**WARNING:** the load generator was not reliable") < md.index("## Findings")
+
+
+def test_share_above_100_percent_refused():
+    r = full_report()
+    r["verdict"]["share"] = 1.2
+    with pytest.raises(ReportError, match="above 100%"):
+        render_markdown(r)
+
