@@ -196,21 +196,11 @@ class SloTerm:
 
 
 def parse_slo(text: str | None) -> list[SloTerm]:
-    """Parse ``"ttft_p99_ms<=500,itl_p99_ms<=50"`` into terms; empty text means no SLO."""
-    if not text:
-        return []
-    terms = []
-    for part in text.split(","):
-        match = _SLO_TERM.match(part)
-        try:
-            limit = float(match[3]) if match else math.nan  # the regex admits "1.2.3", "e"
-        except ValueError:
-            limit = math.nan
-        if not match or not math.isfinite(limit):
-            raise ConfigError(f"bad --slo term {part.strip()!r}: expected METRIC<=NUMBER, "
-                              "e.g. ttft_p99_ms<=500")
-        terms.append(SloTerm(match[1], match[2], limit))
-    return terms
+    """Step terms of an SLO in latscope's one grammar (``latscope.slo``): ``ttft_p99<=500`` is
+    judged on the step's p99; a per-request term (``ttft<=500``) on its worst request."""
+    from latscope.slo import parse
+
+    return [SloTerm(t.step_key, t.op, t.limit) for t in parse(text)]
 
 
 def meets_slo(metrics: dict[str, Any], slo: Sequence[SloTerm]) -> bool:

@@ -48,6 +48,10 @@ CAUSES_OF = {
 SWEEP_SHARE = 0.6
 
 
+class DiagnoseFailed(LatscopeError):
+    """The run could not reach a verdict (the report holds what was gathered)."""
+
+
 @dataclass
 class DiagnoseOptions:
     url: str | None = None
@@ -140,6 +144,8 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
     _stage(state, "doctor", lambda: _doctor(state, running))
     _stage(state, "net", lambda: _net(state, base))
     _stage(state, "sweep", lambda: _sweep(state, base, budget))
+    if not state.steps:  # nothing measured: no verdict can be given, the run failed
+        raise DiagnoseFailed(f"no load could be measured: {state.stages[-1].note}")
     _stage(state, "log", lambda: _log(state, running))
     if state.opts.trace or state.opts.profile:
         _stage(state, "trace", lambda: _trace(state, base, running))
@@ -549,8 +555,8 @@ def _healthy_verdict(state: Diagnosis) -> dict[str, Any]:
     load = state.levels.get("knee") or state.levels.get("top") or state.levels.get("light")
     obs = state.observations.get(load) if load is not None else None
     if obs is None or obs.decomposition is None:
-        return {"text": "No fault found, but no load was measured: see the stages for why",
-                "healthy": True, "finding_id": None}
+        return {"text": "No verdict: no load was measured (see the stages for why)",
+                "healthy": False, "finding_id": None}
     d = obs.decomposition
     parts = sorted((c for c in d.components if c.key in _TTFT_LEAVES and c.mean_ms
                     and c.mean_ms > 0), key=lambda c: -(c.mean_ms or 0))

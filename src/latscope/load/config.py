@@ -155,18 +155,21 @@ class BenchConfig:
 
 
 def parse_slo(text: str | None) -> dict[str, float] | None:
-    if not text:
+    """bench's goodput SLO: the per-request terms of latscope's one grammar (``latscope.slo``),
+    ``ttft<=200,tpot<=50`` (the older ``ttft=200`` still reads the same), in ms."""
+    from latscope.slo import parse
+
+    terms = parse(text)
+    if not terms:
         return None
     slo = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in SLO_KEYS:
-            raise ConfigError(f"bad SLO {part!r}: use ttft=MS,tpot=MS,itl=MS,e2e=MS")
-        try:
-            slo[key] = float(value)
-        except ValueError:
-            raise ConfigError(f"bad SLO value {value!r} (milliseconds)") from None
+    for term in terms:
+        if not term.per_request or term.op not in ("<=", "<"):
+            raise ConfigError(f"--slo {term}: bench's goodput counts requests that meet "
+                              "per-request limits (ttft<=MS, tpot<=MS, itl<=MS, e2e<=MS); "
+                              "percentile terms such as ttft_p99<=MS are judged per step by "
+                              "sweep, tune and diagnose")
+        slo[term.metric] = term.limit
     return slo
 
 

@@ -101,9 +101,11 @@ def test_noise_larger_than_the_curve_lowers_stability():
 
 
 def test_parse_slo_and_reject_bad_terms():
-    terms = parse_slo("ttft_p99_ms<=500, itl_p99_ms < 50")
-    assert [(t.metric, t.op, t.limit) for t in terms] == [("ttft_p99_ms", "<=", 500.0),
-                                                            ("itl_p99_ms", "<", 50.0)]
+    terms = parse_slo("ttft_p99_ms<=500, itl_p99 < 50, e2e<=9000, ttft=700, requests_per_s>=2")
+    assert [(t.metric, t.op, t.limit) for t in terms] == [
+        ("ttft_p99_ms", "<=", 500.0), ("itl_p99_ms", "<", 50.0),
+        ("e2e_max_ms", "<=", 9000.0),  # a per-request term judges a step by its worst request
+        ("ttft_max_ms", "<=", 700.0), ("requests_per_s", ">=", 2.0)]
     assert parse_slo("") == []
     with pytest.raises(ConfigError, match="bad --slo term"):
         parse_slo("ttft_p99_ms=500")
