@@ -111,6 +111,7 @@ class Diagnosis:
     ranked: list[Finding] = field(default_factory=list)
     verdict: dict[str, Any] = field(default_factory=dict)
     client: dict[str, Any] = field(default_factory=dict)
+    collector: Any = None  # the local server's OTLP receiver: per-request spans (docs/observe.md)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -141,6 +142,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
                      running: Running | None) -> None:
     budget = Budget(state.opts.budget_s)
     base = _bench_base(state, running)
+    state.collector = running.collector if running else None
     _stage(state, "doctor", lambda: _doctor(state, running))
     _stage(state, "net", lambda: _net(state, base))
     _stage(state, "sweep", lambda: _sweep(state, base, budget))
@@ -295,7 +297,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         t0 = time.monotonic()
         cfg = with_load(base, concurrency=c, num_requests=max(16, 3 * c),
                         output_dir=out / f"step-{i:02d}-c{c}", warmup=min(c, 16), seed=100 + i)
-        obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms)
+        obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms,
+                      collector=state.collector)
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs
         step = step_of(load, obs)
