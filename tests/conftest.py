@@ -1,4 +1,11 @@
-"""Shared test fixtures: where the real fixtures live (../shared/fixtures beside the repo)."""
+"""Shared test fixtures: where the real fixtures live.
+
+Looked for in ``$LATSCOPE_FIXTURES`` when it is set (and only there: an explicit setting is never
+silently replaced), else in ``../shared/fixtures`` beside the repo. Tests
+that need them skip, with one line saying how to get them, on a clone that has neither: the trace
+fixtures are public files that ``scripts/fetch-fixtures.sh`` downloads and checks (sources and
+pinned commits in its manifest); the vLLM server recordings under ``vllm/`` are the project's own.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +22,32 @@ SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)
 
+_HOW = {
+    "traces": "run `bash scripts/fetch-fixtures.sh DIR` (public traces, sha256-checked), then "
+              "set LATSCOPE_FIXTURES=DIR",
+    "vllm": "set LATSCOPE_FIXTURES to a copy of the project's fixtures folder (the vLLM "
+            "recordings are not published)",
+}
+
+
+def fixture_root() -> Path:
+    return Path(os.environ.get("LATSCOPE_FIXTURES") or SHARED_FIXTURES)
+
+
+def _need(part: str) -> Path:
+    root = fixture_root()
+    if not (root / part).is_dir():
+        pytest.skip(f"real fixtures not found ({root / part} is no folder): {_HOW[part]}")
+    return root
+
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    if not SHARED_FIXTURES.is_dir():
-        pytest.fail(f"real fixtures not found at {SHARED_FIXTURES} (shared/ must sit beside the repo)")
-    return SHARED_FIXTURES
+    """The fixtures root; the tests that use it read the vLLM recordings under vllm/."""
+    return _need("vllm")
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    """The real trace files (fixtures root / traces)."""
+    return _need("traces") / "traces"

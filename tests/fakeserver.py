@@ -41,6 +41,8 @@ class Truth:
     read_ns: int = 0  # when this server parsed it (later under a burst)
     chunk_ns: list[int] = field(default_factory=list)
     end_ns: int = 0
+    authorization: str = ""  # the request's Authorization header, to check what was sent
+    path: str = ""  # the request target as received
 
 
 @dataclass
@@ -49,8 +51,13 @@ class ServerConfig:
     itl_ms: float = 10.0
     output_tokens: int | None = None  # None: honour max_tokens from the request
     fail_every: int = 0  # every Nth request (1-based) fails in fail_mode; 0: never
-    fail_mode: str = "http500"  # http500 | http400 | reset | malformed | hang
+    # http500 | http400 | reset | malformed | hang | stall (headers, then nothing) |
+    # badlength (Content-Length: abc) | longhead (a header line that never ends) |
+    # huge (a stream of 1 MiB text chunks)
+    fail_mode: str = "http500"
     continuous_usage: bool = True  # honour stream_options.continuous_usage_stats
+    # "longhead": /tokenize answers a header line that never ends; "off": it answers 404
+    tokenize_mode: str = ""
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -229,10 +236,12 @@ class App:
         self.truth: dict[str, Truth] = {}
         self.vocab: dict[str, int] = {}  # /tokenize: one token per whitespace-separated word
         self.count = 0
+        self.last_path = ""
         self.loop = asyncio.get_event_loop()
 
     def handle(self, conn: Handler, method: str, path: str, headers: dict[str, str],
                body: bytes, recv_ns: int) -> None:
+        self.last_path = path
         path = path.split("?", 1)[0]
         if method == "GET" and path == "/v1/models":
             conn.respond(200, json.dumps({"object": "list", "data": [
@@ -242,6 +251,10 @@ class App:
         elif method == "POST" and path == "/truth/reset":
             self.truth.clear()
             conn.respond(200, b"{}")
+        elif method == "POST" and path == "/tokenize" and self.config.tokenize_mode == "longhead":
+            conn.write(b"HTTP/1.1 200 OK\r\nx-junk: " + b"a" * 200_000)
+        elif path in ("/tokenize", "/detokenize") and self.config.tokenize_mode == "off":
+            conn.respond(404, b'{"error":"not found"}')
         elif method == "POST" and path == "/tokenize":
             req = json.loads(body)
             text = req.get("prompt") or " ".join(m["content"] for m in req.get("messages", []))
@@ -261,7 +274,9 @@ class App:
                  recv_ns: int) -> None:
         self.count += 1
         rid = headers.get("x-request-id") or f"fake-{self.count}"
-        truth = self.truth[rid] = Truth(recv_ns=recv_ns, read_ns=time.perf_counter_ns())
+        truth = self.truth[rid] = Truth(recv_ns=recv_ns, read_ns=time.perf_counter_ns(),
+                                        authorization=headers.get("authorization", ""),
+                                        path=self.last_path)
         cfg = self.config
         if cfg.fail_every and self.count % cfg.fail_every == 0:
             if self.fail(conn, cfg.fail_mode):
@@ -307,6 +322,22 @@ class App:
             conn.done()
         elif mode == "hang":
             pass  # never answer: the client's timeout must fire
+        elif mode == "stall":  # the head, then silence: only a timeout or --duration ends it
+            conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                       b"transfer-encoding: chunked\r\n\r\n")
+        elif mode == "badlength":
+            conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                       b"Content-Length: abc\r\n\r\n{}")
+            conn.done()
+        elif mode == "longhead":
+            conn.write(b"HTTP/1.1 200 OK\r\nx-junk: " + b"a" * 200_000)
+        elif mode == "huge":
+            text = "x" * (1 << 20)
+            chunk = _chunk(_event({"choices": [{"index": 0, "text": text}]}))
+            conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                       b"transfer-encoding: chunked\r\n\r\n" + chunk * 8
+                       + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            conn.done()
         else:
             return False
         return True
@@ -403,12 +434,13 @@ def main() -> None:
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--fail-mode", default="http500")
     parser.add_argument("--continuous-usage", type=lambda s: s == "True", default=True)
+    parser.add_argument("--tokenize-mode", default="")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--reuse-port", action="store_true",
                         help="share the port with other server processes (SO_REUSEPORT)")
     args = parser.parse_args()
     config = ServerConfig(args.ttft_ms, args.itl_ms, args.output_tokens, args.fail_every,
-                          args.fail_mode, args.continuous_usage)
+                          args.fail_mode, args.continuous_usage, args.tokenize_mode)
     if not args.no_uvloop:
         try:
             import uvloop

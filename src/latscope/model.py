@@ -35,8 +35,10 @@ class RequestRecord:
     """One request, client side. Timestamps are ``time.perf_counter_ns()`` values of one process.
 
     ``scheduled_ns`` is when the arrival process wanted the request sent (open loop) or when a
-    concurrency slot became free (closed loop); latencies are measured from it so that client lag
-    is never hidden. ``sent_ns`` is when the request bytes were handed to the socket.
+    concurrency slot became free (closed loop). ``sent_ns`` is when the request bytes were handed
+    to the socket. Latencies start at ``scheduled_ns`` in an open loop (client lag is counted,
+    never hidden) and at ``sent_ns`` in a closed loop (``open_loop`` says which; the one
+    definition is ``latscope.analysis.stats.origin_ns``).
     """
 
     index: int
@@ -58,6 +60,7 @@ class RequestRecord:
     error_kind: str | None = None
     error: str | None = None
     warmup: bool = False
+    open_loop: bool = False  # sent on an arrival schedule (--rate), not by a closed loop
     # W3C trace id (32 hex) sent in this request's ``traceparent`` header, when tracing requests:
     # the key that joins it with the server's own span of it (latscope.analysis.join).
     trace_id: str | None = None

@@ -39,9 +39,9 @@ def _check_run_dir(report: dict) -> None:
 
 
 def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
-    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=200,
-                                      max_load=16, output_dir=str(tmp_path / "run"),
-                                      max_proofs=1, pairs=3))
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=240,
+                                      loads=(1, 4, 16), output_dir=str(tmp_path / "run"),
+                                      max_proofs=1))
     _check_run_dir(report)
     top = _top_cause(report)
     assert top["id"] == "server.queue_max_num_seqs", [f["id"] for f in _acting(report)]
@@ -51,14 +51,16 @@ def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
     assert "queueing" in report["verdict"]["text"] and "max_num_seqs" in report["verdict"]["text"]
     [exp] = [e for e in report["experiments"] if e["finding_id"] == top["id"]]
     assert exp["change"].startswith("--max-num-seqs") and exp["arms"][:4] == ["A", "B", "A", "B"]
+    assert exp["load"] == 4  # the lowest load where queueing is half of TTFT
     assert exp["helped"] is True and exp["ci95_pct"][1] < 0, exp  # an interval below zero
     assert all(r is None or r < 0.5 for r in exp["prefix_cache_hit_rate"]["B"])
 
 
 def test_a_kv_cache_too_small_for_the_load_is_named_first(tmp_path):
-    # 17 blocks of 128 tokens: 5-block requests (512 + 32 tokens) fit three at a time
+    # 17 blocks of 128 tokens: 2-block requests (128 + 64 tokens) fit eight at a time, so 16
+    # in flight are admitted on their first block and preempted when they need the second
     report = diagnose(DiagnoseOptions(serve_args=("--num-gpu-blocks-override", "17"),
-                                      input_len="512", budget_s=150, max_load=16, prove=False,
+                                      loads=(1, 16), budget_s=150, prove=False,
                                       output_dir=str(tmp_path / "run")))
     _check_run_dir(report)
     top = _top_cause(report)
@@ -73,7 +75,7 @@ def test_debug_and_request_logging_are_named_and_launch_blocking_is_listed(tmp_p
     report = diagnose(DiagnoseOptions(
         serve_args=("--enable-log-requests",),
         serve_env={"VLLM_LOGGING_LEVEL": "DEBUG", "CUDA_LAUNCH_BLOCKING": "1"},
-        budget_s=90, max_load=4, prove=False, output_dir=str(tmp_path / "run")))
+        budget_s=90, loads=(1, 4), prove=False, output_dir=str(tmp_path / "run")))
     _check_run_dir(report)
     top = _top_cause(report)
     assert top["id"] in ("server.debug_logging", "server.request_logging"), \
@@ -116,7 +118,7 @@ def test_a_20ms_round_trip_on_the_path_is_named_first(healthy_target, tmp_path):
 
     parts = urlsplit(healthy_target.url)
     with DelayProxy((parts.hostname, parts.port), 10.0) as proxy:
-        report = diagnose(DiagnoseOptions(url=proxy.url, budget_s=60, max_load=2,
+        report = diagnose(DiagnoseOptions(url=proxy.url, budget_s=60, loads=(1, 2),
                                           output_dir=str(tmp_path / "run")))
     _check_run_dir(report)
     top = _top_cause(report)

@@ -73,7 +73,25 @@ def test_serves_the_tiny_model_with_its_own_tokenizer(vllm_target):
     assert group_members(vllm_target.pid)  # its own process group, leader alive
 
 
+def _queue_counters(base_url: str) -> tuple[float, float]:
+    """(sum of seconds, count) of vLLM's request queue-time histogram, over all label sets."""
+    text = _get(f"{base_url}/metrics").decode()
+    total = {"vllm:request_queue_time_seconds_sum": 0.0,
+             "vllm:request_queue_time_seconds_count": 0.0}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name in total:
+                total[sample.name] += sample.value
+    return (total["vllm:request_queue_time_seconds_sum"],
+            total["vllm:request_queue_time_seconds_count"])
+
+
 def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constrained):
+    # What must hold is asserted on what cannot be missed: the server's own queue-time counters
+    # (six requests at once on two slots: four of them queue at least one whole request long)
+    # and its logged configuration. The running gauge is polled too, but it only bounds the
+    # batch from above: on a fast box short requests can finish between two polls (it was once
+    # seen to peak at 0).
     target = vllm_target_constrained
     body = {"model": target.model_name, "prompt": "hello", "max_tokens": 48, "ignore_eos": True}
     peaks = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
@@ -85,22 +103,34 @@ def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constra
                 peaks[name] = max(peaks[name], value)
             time.sleep(0.05)
 
+    def timed_post(_: int) -> tuple[dict, float]:
+        t0 = time.perf_counter()
+        out = _post(f"{target.url}/v1/completions", body)
+        return out, time.perf_counter() - t0
+
+    queue_sum0, queue_n0 = _queue_counters(target.url)
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: _post(f"{target.url}/v1/completions", body),
-                                    range(6)))
+            results = list(pool.map(timed_post, range(6)))
     finally:
         done.set()
         watcher.join()
-    assert all(r["usage"]["completion_tokens"] == 48 for r in results)
-    assert peaks["vllm:num_requests_running"] == 2  # --max-num-seqs 2 took effect
-    assert peaks["vllm:num_requests_waiting"] >= 1  # and six requests had to queue
+    queue_sum1, queue_n1 = _queue_counters(target.url)
+    assert all(r["usage"]["completion_tokens"] == 48 for r, _ in results)
+    shortest = min(seconds for _, seconds in results)  # >= one request's own run time
+    assert queue_n1 - queue_n0 == 6
+    # with two slots, requests 3-4 wait one round and 5-6 two: >= 6 rounds of queueing in all
+    # (a round lasts about `shortest`); without the cap there would be next to none. Asserting a
+    # third of that leaves room for a noisy box.
+    assert queue_sum1 - queue_sum0 >= 2 * shortest * 0.9, (queue_sum1 - queue_sum0, shortest)
+    assert peaks["vllm:num_requests_running"] <= 2  # never more than --max-num-seqs 2
 
     log = target.log_path.read_text(errors="replace")
+    assert "'max_num_seqs': 2" in log  # vLLM's own "non-default args" line
     assert " DEBUG " in log  # VLLM_LOGGING_LEVEL=DEBUG reached the server
-    assert "'enable_log_requests': True" in log  # vLLM's own "non-default args" line
+    assert "'enable_log_requests': True" in log
     assert "Received request" in log or "Added request" in log
 
 

@@ -34,7 +34,7 @@ import orjson
 
 from latscope.analysis.join import SOURCE as SPAN_SOURCE
 from latscope.analysis.join import PerRequestSplit, join_spans
-from latscope.analysis.stats import e2e_ms, ttft_ms
+from latscope.analysis.stats import e2e_ms, latency_origin, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
                                      histogram_delta)
@@ -216,7 +216,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         rows.append(comp)
         return comp
 
-    add("ttft", "TTFT (client)", None, "client records: first chunk - scheduled", client["ttft"],
+    origin = "+".join(sorted({latency_origin(r.open_loop) for r in recs})) or "sent"
+    add("ttft", "TTFT (client)", None, f"client records: first chunk - {origin}", client["ttft"],
         ttft_total)
     client_part = _client_part(client["lag"], client_loop_lag_ms)
     add("ttft.client", "latscope client (send + receive delay)", "ttft",
@@ -260,7 +261,7 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     add("ttft.server.other", "tokenization + IPC + output processing", "ttft.server",
         rest_src, rest, ttft_total, note=_negative_note(rest))
 
-    add("e2e", "E2E (client)", None, "client records: end - scheduled", client["e2e"], e2e_total)
+    add("e2e", "E2E (client)", None, f"client records: end - {origin}", client["e2e"], e2e_total)
     add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], e2e_total)
     add("e2e.decode", "decode (client: first chunk -> end)", "e2e", "client records",
         client["decode"], e2e_total)

@@ -1,20 +1,31 @@
 """Summary statistics of a load run: latency percentiles, throughput, goodput, errors.
 
-``summarize`` is a pure function of ``RequestRecord``s, shared by ``bench``, ``sweep``, ``tune`` and
-the latency decomposition. Every figure it returns is defined in ``docs/metrics.md``:
+The latency of a request is defined here, once, for every verb (``bench``, ``sweep``, ``tune``,
+the decomposition, the progress bar); every figure is defined in ``docs/metrics.md``:
 
-- TTFT  = first content chunk arrival - scheduled send time (so client lag is never hidden);
+- origin = where a request's latency starts: the *scheduled* send time in an open loop (a late
+  client is then counted, never hidden: coordinated omission), the actual *send* in a closed
+  loop (there "scheduled" is only when the client got round to a free slot, so its own dispatch
+  delay is not the server's latency; it is reported beside, as send lag);
+- TTFT  = first content chunk arrival - origin;
 - ITL   = every gap between consecutive content chunks of a request, pooled over requests;
 - TPOT  = (end - first content chunk) / (output tokens - 1), one value per request;
-- E2E   = end (last byte) - scheduled send time;
+- E2E   = end (last byte) - origin;
 - send lag = actual send - scheduled send (the client's own delay).
 
-Latencies are in milliseconds (keys end in ``_ms``), throughputs per second, durations in seconds.
-Failed and warm-up requests are kept out of every latency figure; failures are counted by kind.
+``RunStats`` accumulates a run one record at a time in constant-size state per request (4 bytes
+per metric per request, float32, so percentiles stay exact; ITL gaps, one per token, are kept
+exact up to ``ITL_EXACT_MAX`` values and then folded into a log histogram whose error is stated
+in the summary), so a run never needs its records in memory. ``summarize`` is the same over an
+iterable of ``RequestRecord``s. Latencies are in milliseconds (keys end in ``_ms``), throughputs
+per second, durations in seconds. Failed and warm-up requests are kept out of every latency
+figure; failures are counted by kind.
 """
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
@@ -25,6 +36,9 @@ from latscope.model import RequestRecord
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "tpot", "itl", "e2e")
 _NS_PER_MS = 1e6
+ITL_EXACT_MAX = 1 << 22  # 16 MiB of float32 gaps (32k requests of 128 tokens), then a histogram
+_HIST_LO_MS, _HIST_STEP = 1e-4, 2e-3  # log bins: 0.1 us upwards, 0.2% wide (+-0.1% error)
+_ERROR_EXAMPLE_MAX = 200
 
 
 def distribution(values_ms: Sequence[float] | np.ndarray,
@@ -48,14 +62,36 @@ def _pkey(p: float) -> str:
     return f"p{p:g}"
 
 
+def origin_ns(r: RequestRecord) -> int:
+    """Where the latency of ``r`` starts: scheduled (open loop) or sent (closed loop)."""
+    if r.open_loop or not r.sent_ns:
+        return r.scheduled_ns
+    return r.sent_ns
+
+
+def latency_origin(open_loop: bool) -> str:
+    return "scheduled" if open_loop else "sent"
+
+
 def ttft_ms(r: RequestRecord) -> float | None:
     if r.first_token_ns is None:
         return None
-    return (r.first_token_ns - r.scheduled_ns) / _NS_PER_MS
+    return (r.first_token_ns - origin_ns(r)) / _NS_PER_MS
 
 
 def e2e_ms(r: RequestRecord) -> float | None:
-    return None if r.end_ns is None else (r.end_ns - r.scheduled_ns) / _NS_PER_MS
+    return None if r.end_ns is None else (r.end_ns - origin_ns(r)) / _NS_PER_MS
+
+
+def send_lag_ms(r: RequestRecord) -> float | None:
+    return (r.sent_ns - r.scheduled_ns) / _NS_PER_MS if r.sent_ns else None
+
+
+def lag_in_latency_ms(r: RequestRecord) -> float | None:
+    """The part of the send lag inside TTFT/E2E: all of it in an open loop, none in a closed
+    one (there it is reported beside the latency, not in it)."""
+    lag = send_lag_ms(r)
+    return None if lag is None else (lag if r.open_loop else 0.0)
 
 
 def tpot_ms(r: RequestRecord) -> float | None:
@@ -82,6 +118,164 @@ def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
     return all(checks[k] is None or checks[k] <= limit for k, limit in slo.items())
 
 
+class _Pooled:
+    """One pooled metric (ITL): exact float32 values up to ``cap``, then a log histogram.
+
+    Count, mean, std, min and max stay exact (running float64 sums); only percentiles of a
+    folded metric carry the histogram's +-0.1% relative error, and the summary says so.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.values = array("f")
+        self.hist: np.ndarray | None = None
+        self.zeros = 0  # exact zero gaps (chunks of one read) in the histogram
+        self.n = 0
+        self.total = self.total_sq = 0.0
+        self.lo, self.hi = math.inf, -math.inf
+
+    def extend(self, gaps: np.ndarray) -> None:
+        if not gaps.size:
+            return
+        self.n += int(gaps.size)
+        self.total += float(gaps.sum())
+        self.total_sq += float(np.square(gaps).sum())
+        self.lo, self.hi = min(self.lo, float(gaps.min())), max(self.hi, float(gaps.max()))
+        if self.hist is None and len(self.values) + gaps.size <= self.cap:
+            self.values.frombytes(gaps.astype(np.float32).tobytes())
+            return
+        if self.hist is None:
+            self.hist = np.zeros(_bin(np.float64(1e9)) + 2, dtype=np.int64)
+            self._fold(np.frombuffer(self.values, dtype=np.float32).astype(np.float64))
+            self.values = array("f")
+        self._fold(gaps)
+
+    def _fold(self, gaps: np.ndarray) -> None:
+        assert self.hist is not None
+        positive = gaps[gaps > 0]
+        self.zeros += int(gaps.size - positive.size)
+        np.add.at(self.hist, np.minimum(_bin(positive), self.hist.size - 1), 1)
+
+    def distribution(self, percentiles: Sequence[float]) -> dict[str, Any]:
+        if self.hist is None:
+            return distribution(np.frombuffer(self.values, dtype=np.float32), percentiles)
+        mean = self.total / self.n
+        out: dict[str, Any] = {"count": self.n, "mean": mean,
+                               "std": math.sqrt(max(self.total_sq / self.n - mean * mean, 0.0)),
+                               "min": self.lo, "max": self.hi}
+        cum = np.cumsum(self.hist) + self.zeros
+        for p in percentiles:
+            rank = p / 100 * (self.n - 1)  # numpy's linear rank between two order statistics
+            lo, hi = self._at(cum, math.floor(rank)), self._at(cum, math.ceil(rank))
+            out[_pkey(p)] = lo + (hi - lo) * (rank - math.floor(rank))
+        out["percentile_rel_error"] = _HIST_STEP / 2
+        return out
+
+    def _at(self, cum: np.ndarray, k: int) -> float:
+        """The k-th smallest value (0-based), to within half a bin: its bin's geometric middle."""
+        if k < self.zeros:
+            return 0.0
+        b = int(np.searchsorted(cum, k, side="right"))
+        mid = _HIST_LO_MS * (1 + _HIST_STEP) ** (b + 0.5)
+        return float(min(max(mid, self.lo), self.hi))
+
+
+def _bin(v: np.ndarray) -> np.ndarray:
+    return np.maximum(np.floor(np.log(v / _HIST_LO_MS) / math.log1p(_HIST_STEP)), 0).astype(
+        np.int64)
+
+
+class RunStats:
+    """The statistics of one run, accumulated record by record (see the module docstring)."""
+
+    _METRICS = ("ttft", "tpot", "e2e", "send_lag")
+
+    def __init__(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+                 slo: dict[str, float] | None = None, itl_cap: int = ITL_EXACT_MAX) -> None:
+        self.percentiles, self.slo = tuple(percentiles), slo
+        self.cols = {m: array("f") for m in self._METRICS}
+        self.itl = _Pooled(itl_cap)
+        self.total = self.completed = self.warmup = self.good = 0
+        self.errors: Counter[str] = Counter()
+        self.error_examples: dict[str, str] = {}
+        self.out_tokens = self.in_tokens = 0
+        self.output_source: Counter[str] = Counter()
+        self.loops: Counter[str] = Counter()
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+
+    def add(self, r: RequestRecord) -> None:
+        if r.warmup:
+            self.warmup += 1
+            return
+        self.total += 1
+        self.loops[latency_origin(r.open_loop)] += 1
+        if (lag := send_lag_ms(r)) is not None:
+            self.cols["send_lag"].append(lag)
+        start = origin_ns(r)
+        self.first_ns = start if self.first_ns is None else min(self.first_ns, start)
+        if r.end_ns is not None:
+            self.last_ns = r.end_ns if self.last_ns is None else max(self.last_ns, r.end_ns)
+        if not r.ok:
+            kind = r.error_kind or "incomplete"
+            self.errors[kind] += 1
+            if kind not in self.error_examples:
+                self.error_examples[kind] = (r.error or "")[:_ERROR_EXAMPLE_MAX]
+            return
+        self.completed += 1
+        for name, value in (("ttft", ttft_ms(r)), ("tpot", tpot_ms(r)), ("e2e", e2e_ms(r))):
+            if value is not None:
+                self.cols[name].append(value)
+        self.itl.extend(itls_ms(r))
+        self.out_tokens += r.output_tokens or 0
+        self.in_tokens += r.prompt_tokens or 0
+        self.output_source[r.output_tokens_source] += 1
+        if self.slo and meets_slo(r, self.slo):
+            self.good += 1
+
+    def span_s(self) -> float | None:
+        """From the earliest latency origin to the latest end among the measured requests: in a
+        closed loop from the first *send*, so the client's start-up is not counted as traffic."""
+        if self.first_ns is None or self.last_ns is None:
+            return None
+        return (self.last_ns - self.first_ns) / 1e9
+
+    def values_ms(self, metric: str) -> np.ndarray:
+        return np.frombuffer(self.cols[metric], dtype=np.float32)
+
+    def summary(self, duration_s: float | None = None) -> dict[str, Any]:
+        if duration_s is None:
+            duration_s = self.span_s()
+        per_s = (lambda x: x / duration_s) if duration_s else (lambda x: None)
+        pct = self.percentiles
+        summary: dict[str, Any] = {
+            "requests": {"total": self.total, "completed": self.completed,
+                         "failed": self.total - self.completed, "warmup_excluded": self.warmup},
+            "errors": dict(self.errors),
+            "error_examples": dict(self.error_examples),
+            "duration_s": duration_s,
+            "latency_origin": "+".join(sorted(self.loops)) or None,
+            "throughput": {
+                "requests_per_s": per_s(self.completed),
+                "output_tokens_per_s": per_s(self.out_tokens),
+                "total_tokens_per_s": per_s(self.out_tokens + self.in_tokens),
+            },
+            "tokens": {"input_total": self.in_tokens, "output_total": self.out_tokens,
+                       "output_source": dict(self.output_source)},
+            "ttft_ms": distribution(self.values_ms("ttft"), pct),
+            "tpot_ms": distribution(self.values_ms("tpot"), pct),
+            "itl_ms": self.itl.distribution(pct),
+            "e2e_ms": distribution(self.values_ms("e2e"), pct),
+            "send_lag_ms": distribution(self.values_ms("send_lag"), pct),
+            "percentiles": list(pct),
+        }
+        if self.slo:
+            summary["goodput"] = {"slo_ms": dict(self.slo), "good_requests": self.good,
+                                  "requests_per_s": per_s(self.good),
+                                  "attainment": self.good / self.total if self.total else None}
+        return summary
+
+
 def summarize(records: Iterable[RequestRecord], *,
               percentiles: Sequence[float] = DEFAULT_PERCENTILES,
               slo: dict[str, float] | None = None,
@@ -89,53 +283,9 @@ def summarize(records: Iterable[RequestRecord], *,
     """Summary of the measured (non-warm-up) requests.
 
     ``duration_s`` is the measurement window used for rates; when omitted it is the span from the
-    earliest scheduled send to the latest end among the measured requests.
+    earliest latency origin (see ``origin_ns``) to the latest end among the measured requests.
     """
-    records = list(records)
-    measured = [r for r in records if not r.warmup]
-    ok = [r for r in measured if r.ok]
-    failed = [r for r in measured if not r.ok]
-    if duration_s is None:
-        duration_s = _span_s(measured)
-    per_s = (lambda x: x / duration_s) if duration_s else (lambda x: None)
-
-    ttfts = [v for v in map(ttft_ms, ok) if v is not None]
-    tpots = [v for v in map(tpot_ms, ok) if v is not None]
-    e2es = [v for v in map(e2e_ms, ok) if v is not None]
-    itl_all = np.concatenate([itls_ms(r) for r in ok]) if ok else np.empty(0)
-    send_lag = [(r.sent_ns - r.scheduled_ns) / _NS_PER_MS for r in measured if r.sent_ns]
-    out_tokens = sum(r.output_tokens or 0 for r in ok)
-    in_tokens = sum(r.prompt_tokens or 0 for r in ok)
-
-    summary: dict[str, Any] = {
-        "requests": {"total": len(measured), "completed": len(ok), "failed": len(failed),
-                     "warmup_excluded": len(records) - len(measured)},
-        "errors": dict(Counter(r.error_kind or "incomplete" for r in failed)),
-        "duration_s": duration_s,
-        "throughput": {
-            "requests_per_s": per_s(len(ok)),
-            "output_tokens_per_s": per_s(out_tokens),
-            "total_tokens_per_s": per_s(out_tokens + in_tokens),
-        },
-        "tokens": {"input_total": in_tokens, "output_total": out_tokens,
-                   "output_source": dict(Counter(r.output_tokens_source for r in ok))},
-        "ttft_ms": distribution(ttfts, percentiles),
-        "tpot_ms": distribution(tpots, percentiles),
-        "itl_ms": distribution(itl_all, percentiles),
-        "e2e_ms": distribution(e2es, percentiles),
-        "send_lag_ms": distribution(send_lag, percentiles),
-        "percentiles": list(percentiles),
-    }
-    if slo:
-        good = sum(1 for r in ok if meets_slo(r, slo))
-        summary["goodput"] = {"slo_ms": dict(slo), "good_requests": good,
-                              "requests_per_s": per_s(good),
-                              "attainment": good / len(measured) if measured else None}
-    return summary
-
-
-def _span_s(records: Sequence[RequestRecord]) -> float | None:
-    ends = [r.end_ns for r in records if r.end_ns is not None]
-    if not records or not ends:
-        return None
-    return (max(ends) - min(r.scheduled_ns for r in records)) / 1e9
+    stats = RunStats(percentiles, slo)
+    for r in records:
+        stats.add(r)
+    return stats.summary(duration_s)

@@ -68,11 +68,12 @@ class DiagnoseOptions:
     api_key: str | None = None
     model: str | None = None
     input_len: str = "128"
-    output_len: str = "32"
+    output_len: str = "64"
     max_load: int = 64
+    loads: tuple[int, ...] | None = None  # explicit concurrencies to measure (default: auto)
     prove: bool = True
     max_proofs: int = 2
-    pairs: int = 3
+    pairs: int = 4
     argv: list[str] | None = None
 
 
@@ -102,6 +103,7 @@ class Diagnosis:
     observations: dict[float, Observation] = field(default_factory=dict)
     analysis: Any = None
     levels: dict[str, float] = field(default_factory=dict)  # light / knee / top -> load
+    log: Any = None  # the parsed server log (latscope.server.logs.ServerLog)
     log_findings: list[Finding] = field(default_factory=list)
     trace: dict[str, Any] | None = None
     trace_findings: list[Finding] = field(default_factory=list)
@@ -166,6 +168,7 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
 
         state.target = {"url": redact_url_password(opts.url), "local": False,
                         "controlled": False}
+        state.run.update(target=state.target)
         yield None, None
         return
     if opts.serve_cmd:
@@ -182,6 +185,7 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
                         "controlled": True, "model": running.model, "same_host": True,
                         "start_s": round(running.start_s, 1),
                         "server_args": running.argv, "log": str(running.log_path or "")}
+        state.run.update(target=state.target)
         yield control, running
 
 
@@ -286,7 +290,8 @@ def _same_host(url: str) -> bool:
 
 def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     opts = state.opts
-    sweep_s = max(30.0, budget.left() * SWEEP_SHARE) if opts.prove else budget.left()
+    can_prove = opts.prove and (opts.serve_cmd is not None or not opts.url)
+    sweep_s = max(30.0, budget.left() * SWEEP_SHARE) if can_prove else budget.left()
     deadline = time.monotonic() + sweep_s
     step_times: list[float] = []
     out = state.run.path / "sweep"
@@ -321,7 +326,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
                                        "analysis": state.analysis.to_dict()})
 
     rules = StopRules(max_load=opts.max_load)
-    steps = run_sweep(measure, None, start=1, factor=2.0, refine=1, integer=True, rules=rules,
+    loads = [float(c) for c in opts.loads] if opts.loads else None
+    steps = run_sweep(measure, loads, start=1, factor=2.0, refine=1, integer=True, rules=rules,
                       on_step=on_step, budget=over_budget)
     state.steps = sorted(steps, key=lambda s: s.load)
     state.analysis = analyse(state.steps, _slo(opts.slo))
@@ -329,6 +335,9 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     reason = next((s.stop_reason for s in steps if s.stop_reason), "")
     if reason.startswith("cut"):
         state.notes.append(f"sweep {reason}; highest load measured c={state.steps[-1].load:g}")
+    if loads is None and not any(s.phase == "refine" for s in steps):
+        why = over_budget(state.steps) or "no unmeasured load between the knee and its neighbours"
+        state.notes.append(f"sweep: no bisection step around the knee ({why})")
     knee = state.levels.get("knee")
     return (f"{len(steps)} steps, knee at c={knee:g}" if knee is not None
             else f"{len(steps)} steps, no knee found") + (f"; stopped: {reason}" if reason else "")
@@ -376,6 +385,7 @@ def _log(state: Diagnosis, running: Running | None) -> str:
     if not path:
         return "skipped: no server log (use --log FILE for a remote server)"
     log = parse_log(path)
+    state.log = log
     state.log_findings = findings_from_log(log)
     state.run.write("log.json", {"source": path, "stats_lines": len(log.stats),
                                  "config": log.config,
@@ -438,10 +448,28 @@ def _stable(path: Path) -> bool:
 
 # --- findings, ranking, verdict --------------------------------------------------------------
 
+def _server_limits(state: Diagnosis) -> tuple[int | None, str, int | None]:
+    """max_num_seqs (and its source) and max_num_batched_tokens: the server's command line,
+    else its log (with vLLM's documented defaults by device when the log does not say)."""
+    seqs, seqs_src = state.max_num_seqs
+    mbt = None
+    if state.log is not None:
+        from latscope.findings.server import effective_max_num_seqs
+
+        if seqs is None:
+            seqs, seqs_src = effective_max_num_seqs(state.log)
+        mbt = state.log.config.get("max_num_batched_tokens")
+    if mbt is None and state.doctor is not None:
+        settings = (state.doctor.facts.get("server") or {}).get("settings") or {}
+        value = (settings.get("max_num_batched_tokens") or {}).get("value")
+        mbt = value if isinstance(value, int) else None
+    return seqs, seqs_src, mbt
+
+
 def _level_findings(state: Diagnosis) -> list[Finding]:
     """Latency and /metrics findings at each named level, labelled with where they were measured."""
     out: list[Finding] = []
-    seqs, seqs_src = state.max_num_seqs
+    seqs, seqs_src, mbt = _server_limits(state)
     for load in dict.fromkeys(state.levels.values()):
         obs = state.observations.get(load)
         if obs is None:
@@ -452,16 +480,38 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
         if obs.decomposition is not None:
             out += findings_from_decomposition(obs.decomposition, ctx)
         out += findings_from_metrics(obs.snapshots, source=f"/metrics at {label}",
-                                     max_num_seqs=seqs, max_num_seqs_source=seqs_src)
+                                     max_num_seqs=seqs, max_num_seqs_source=seqs_src,
+                                     max_num_batched_tokens=mbt)
     return out
 
 
 def _all_findings(state: Diagnosis) -> list[Finding]:
     doctor = [f for f in (state.doctor.findings if state.doctor else [])
               if f.severity not in (Severity.OK, Severity.SKIPPED)]
-    net = [f for f in (state.net.findings if state.net else [])
-           if f.id != "net.verdict"]  # the measured run's split (latency.network) replaces it
-    return doctor + net + _level_findings(state) + state.log_findings + state.trace_findings
+    if state.doctor is not None and not (state.doctor.facts.get("gpu") or {}).get("vendor"):
+        doctor = [_no_gpu_here(f) if f.layer == "gpu" else f for f in doctor]
+    # The probe's own observations are information here: the measured run's split
+    # (latency.network) says what the network costs the load; net.verdict is that, for the probe.
+    net = [dataclasses.replace(f, severity=min(f.severity, Severity.INFO, key=lambda v: -v.rank))
+           for f in (state.net.findings if state.net else [])
+           if f.id != "net.verdict" and f.severity not in (Severity.OK, Severity.SKIPPED)]
+    log = state.log_findings
+    if any(o.snapshots for o in state.observations.values()):
+        # The log's stats lines span the whole run (warm-up, ramps between steps); the scrapes
+        # of each measured step are the evidence for queueing, so the log's queue rules yield.
+        log = [f for f in log if f.layer != "queue"]
+    return doctor + net + _level_findings(state) + log + state.trace_findings
+
+
+def _no_gpu_here(f: Finding) -> Finding:
+    """A GPU setting on a host without a GPU (the CPU build) costs nothing that can be measured
+    here: kept, with that said, as information."""
+    if f.severity.rank >= Severity.INFO.rank:
+        return f
+    return dataclasses.replace(
+        f, severity=Severity.INFO,
+        why=(f.why + " " if f.why else "") + "This host has no GPU, so its cost could not be "
+        "measured here; on a GPU server it applies as stated.")
 
 
 def join_causes(findings: list[Finding]) -> list[Finding]:
@@ -769,15 +819,19 @@ def _last(points: list[tuple[Any, float]]) -> float | None:
 
 
 def _trace_section(trace: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The first device's breakdown, kernel categories and top kernels (``trace.analyze``'s
+    result after ``to_json_units``: every ``*_ns`` is ``*_ms``)."""
     if not trace or not trace.get("devices"):
         return None
     dev = trace["devices"][0]
     b = dev.get("breakdown") or {}
-    window = b.get("window_ms") or b.get("window") or None
+    kernels = dev.get("kernels") or {}
     shares = {k: b.get(f"{k}_share") for k in ("compute", "exposed_comm", "exposed_copy", "idle")}
-    cats = [{"name": c.get("category") or c.get("name"), "ms": c.get("time_ms") or c.get("ms"),
-             "share": c.get("share")} for c in dev.get("categories", [])]
-    kernels = [{"name": k.get("name"), "ms": k.get("time_ms") or k.get("total_ms"),
-                "count": k.get("count")} for k in dev.get("top_kernels", [])[:15]]
-    return {"source": (trace.get("source") or {}).get("path"), "window_ms": window,
-            "breakdown": shares, "categories": cats, "top_kernels": kernels}
+    cats = [{"name": c.get("category"), "ms": c.get("union_ms"), "share": c.get("share_of_busy")}
+            for c in kernels.get("categories", [])]
+    top = [{"name": k.get("name"), "ms": k.get("total_ms"), "count": k.get("count"),
+            "share": k.get("share_of_busy"), "category": k.get("category")}
+           for k in kernels.get("top", [])[:15]]
+    return {"source": (trace.get("source") or {}).get("path"), "device": dev.get("device"),
+            "window_ms": b.get("window_ms"), "breakdown": shares, "categories": cats,
+            "top_kernels": top}

@@ -184,7 +184,6 @@ _FIXES: dict[str, Callable[[Finding, ServerControl, int], Proposal | None]] = {
     "server.preemptions": _more_kv,
     "server.debug_logging": _no_debug,
     "server.request_logging": _no_request_log,
-    "server.logging_level": _no_debug,
     "server.trace_function": _unset_env_fix,
     "gpu.launch_blocking": _unset_env_fix,
     "gpu.serialize": _unset_env_fix,

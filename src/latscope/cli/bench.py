@@ -92,9 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from rich.console import Console
 
     from latscope.load import run_bench
+    from latscope.load.runner import RunInterrupted, run_failure
     from latscope.load.rundir import default_run_dir
     from latscope.report.bench import print_bench
 
@@ -110,19 +113,28 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[dim]writing to {config.output_dir}[/dim]")
         observers = _observers(args)
         recorder = _recorder(collector)
-        with _Progress(console, config, enabled=not args.no_progress) as progress:
-            watchers = observers + ([recorder] if recorder else [])
-            on_record = _on_record(progress, recorder)
-            if args.workers is None and args.ray is None:
-                result = run_bench(config, watchers, on_record=on_record)
-            else:
-                result = _run_workers(args, config, watchers, on_record)
+        try:
+            with _Progress(console, config, enabled=not args.no_progress) as progress:
+                watchers = observers + ([recorder] if recorder else [])
+                on_record = _on_record(progress, recorder)
+                if args.workers is None and args.ray is None:
+                    result = run_bench(config, watchers, on_record=on_record)
+                else:
+                    result = _run_workers(args, config, watchers, on_record)
+        except RunInterrupted as exc:  # SIGTERM: handled as Ctrl-C, with its own exit status
+            print(f"stopped by {exc}: finished requests, the in-flight ones as cancelled and "
+                  f"the summary are in {config.output_dir}", file=sys.stderr)
+            return 128 + exc.signum
     print_bench(result.summary, console)
     console.print(f"run directory: {result.run_dir}")
     if observers or recorder:
         _print_decomposition(result.run_dir, console)
     for failure in result.summary.get("workers_failed", []):
         console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
+    failure = run_failure(result.summary)
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 1
     return 1 if result.summary.get("workers_failed") else 0
 
 
@@ -281,12 +293,15 @@ def _print_decomposition(run_dir: Any, console: Any) -> None:
 
 
 class _Progress:
-    """A rich progress bar: done/total, req/s and p50 TTFT (recomputed at most 4 times/s)."""
+    """A rich progress bar: done/total, req/s and p50 TTFT of the last 1024 requests
+    (recomputed at most 4 times/s; a bounded window, so a long run does not grow it)."""
 
     def __init__(self, console: Any, config: Any, enabled: bool) -> None:
+        from collections import deque
+
         self.console, self.enabled = console, enabled
         self.total = (config.num_requests + config.warmup) if config.num_requests else None
-        self.ttfts: list[float] = []
+        self.ttfts: deque[float] = deque(maxlen=1024)
         self.done = 0
         self.t0 = time.perf_counter()
         self.last = 0.0
@@ -309,7 +324,9 @@ class _Progress:
             return
         self.done += 1
         if record.ok and record.first_token_ns is not None and not record.warmup:
-            self.ttfts.append((record.first_token_ns - record.scheduled_ns) / 1e6)
+            from latscope.analysis.stats import ttft_ms
+
+            self.ttfts.append(ttft_ms(record))
         now = time.perf_counter()
         if now - self.last < 0.25 and self.done != self.total:
             return

@@ -34,14 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(needed with --profile and --url)")
     work = parser.add_argument_group("load")
     work.add_argument("--input-len", default="128", help="prompt tokens (bench's syntax)")
-    work.add_argument("--output-len", default="32", help="output tokens (bench's syntax)")
+    work.add_argument("--output-len", default="64", help="output tokens (bench's syntax)")
     work.add_argument("--max-load", type=int, default=64, help="highest concurrency to sweep")
+    work.add_argument("-c", "--concurrency", help="concurrencies to measure instead of the "
+                      "automatic sweep, e.g. 1,4,16")
     work.add_argument("--slo", help="percentile SLOs of a step, e.g. ttft_p99_ms<=500")
     run = parser.add_argument_group("run")
     run.add_argument("--budget", default="4m", help="time for the measuring stages after the "
                      "server is up, e.g. 240, 90s, 4m (default 4m)")
     run.add_argument("--no-prove", action="store_true", help="propose fixes, do not A/B them")
-    run.add_argument("--pairs", type=int, default=3, help="A/B pairs per fix (default 3)")
+    run.add_argument("--pairs", type=int, default=4, help="A/B pairs per fix (default 4)")
     run.add_argument("-o", "--output-dir", help="run directory (default: "
                      "./latscope-runs/diagnose-TIME)")
     run.add_argument("--json", action="store_true", help="the report as JSON on stdout, only")
@@ -86,12 +88,21 @@ def build_options(args: argparse.Namespace) -> object:
         raise ConfigError("--url and --serve-cmd exclude each other")
     if (args.url or args.serve_cmd) and (server_args or args.env):
         raise ConfigError("extra vLLM flags (after --) and --env are for the local target only")
+    loads = None
+    if args.concurrency:
+        from latscope.cli.common import parse_loads
+
+        values = parse_loads(args.concurrency) or []
+        if any(v != int(v) for v in values):
+            raise ConfigError(f"--concurrency {args.concurrency}: whole numbers")
+        loads = tuple(sorted(int(v) for v in values))
     return DiagnoseOptions(
         url=args.url, serve_cmd=args.serve_cmd, serve_args=tuple(server_args),
         serve_env=_env(args.env), log=args.log, trace=args.trace, profile=args.profile,
         trace_dir=args.trace_dir, slo=args.slo, budget_s=parse_duration(args.budget),
         output_dir=args.output_dir, api_key=args.api_key, model=args.model,
         input_len=args.input_len, output_len=args.output_len, max_load=args.max_load,
+        loads=loads,
         prove=not args.no_prove, pairs=args.pairs, argv=sys.argv[1:])
 
 

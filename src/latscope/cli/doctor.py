@@ -33,14 +33,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
 
+    from latscope.cli.output import check_writable, write_atomic
     from latscope.env.collect import collect
     from latscope.env.doctor import run_doctor
-    from latscope.errors import ConfigError
     from latscope.model import Severity
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
 
     console = make_console()
+    for flag, value in (("--json", args.json), ("--collect", args.collect)):
+        if value:
+            check_writable(value, flag)  # before the probes, not after them
     if args.collect:
         out = collect(Path(args.collect), url=args.url, pid=args.pid, log=args.log)
         console.print(f"wrote {out.path} ({out.files} files; tools: {', '.join(out.tools) or 'none'}"
@@ -51,10 +54,7 @@ def run(args: argparse.Namespace) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     report = run_doctor(url=args.url, pid=args.pid, log=args.log, root=args.root, headers=headers)
     if args.json:
-        try:
-            Path(args.json).write_bytes(report.to_json())
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: {exc.strerror or exc}") from None
+        write_atomic(args.json, report.to_json(), "--json")
     facts = report.facts
     where = f"captured tree {args.root}" if args.root else "this host"
     console.print(f"[bold]latscope doctor[/bold] on {where}; server pid: "

@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from latscope.findings.server import findings_from_log
+    from latscope.cli.output import check_writable, write_atomic
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
     from latscope.report.text import make_console
@@ -31,10 +32,14 @@ def run(args: argparse.Namespace) -> int:
     from latscope.server.logs import parse_log
 
     to_stdout = args.json == "-"
+    if args.json and not to_stdout:
+        check_writable(args.json, "--json")  # before the report, not after it
     console = make_console(stderr=to_stdout)
     results = []
     for name in args.files:
         path = Path(name)
+        if path.is_dir():
+            raise ConfigError(f"{name}: is a folder, not a log file")
         if not path.is_file():
             raise ConfigError(f"{name}: no such log file")
         log = parse_log(path)
@@ -54,5 +59,5 @@ def run(args: argparse.Namespace) -> int:
         if to_stdout:
             sys.stdout.buffer.write(data + b"\n")
         else:
-            Path(args.json).write_bytes(data)
+            write_atomic(args.json, data, "--json")
     return 0

@@ -29,14 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     import orjson
 
+    from latscope.cli.output import check_writable, write_atomic
     from latscope.env.net import probe
-    from latscope.errors import ConfigError
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
+
+    if args.json:
+        check_writable(args.json, "--json")  # before the probes, not after them
 
     key = os.environ.get(args.api_key_env)
     report = probe(args.url, args.probes, timeout_s=args.timeout,
@@ -44,10 +46,8 @@ def run(args: argparse.Namespace) -> int:
                    verify_tls=not args.insecure, stream_requests=args.stream_requests,
                    iperf3_server=args.iperf3, path=args.path)
     if args.json:
-        try:
-            Path(args.json).write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: {exc.strerror or exc}") from None
+        write_atomic(args.json, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2),
+                     "--json")
     console = make_console()
     print_findings(report.findings, console, title=f"net: {report.url}", show_ok=True)
     return 1 if report.error else 0

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import orjson
 
+    from latscope.cli.output import check_writable
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
     from latscope.report.text import make_console
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top {args.top}: must be at least 1")
     if args.step_pattern:
         _check_regex(args.step_pattern, ConfigError)
-    _check_writable(args.output, ConfigError)  # fail before the slow work, clobbering nothing
+    check_writable(args.output, "-o")  # fail before the slow work, clobbering nothing
     options = AnalysisOptions(window=args.window, top_n=max(args.top, 15),
                               clamp_queues=False if args.no_clamp else None)
     if args.step_pattern:
@@ -98,14 +99,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_writable(path: Path, error: type[Exception]) -> None:
-    import os
-
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise error(f"cannot write {path}: not a writable file path")
-
-
 def _check_regex(pattern: str, error: type[Exception]) -> None:
     import re
 
@@ -116,10 +109,7 @@ def _check_regex(pattern: str, error: type[Exception]) -> None:
 
 
 def _write(path: Path, data: dict, orjson) -> None:
-    from latscope.errors import ConfigError
+    from latscope.cli.output import write_atomic
 
-    try:
-        path.write_bytes(orjson.dumps(data,
-                                      option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
+                 "-o")

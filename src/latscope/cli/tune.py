@@ -197,6 +197,13 @@ def run(args: argparse.Namespace) -> int:
 
     tuner = Tuner(state, _launch(spec), _measure(spec, api_key(args)), on_trial=on_trial)
     result = tuner.search()
+    searched = state.search_trials()
+    if searched and not any(t.status == "done" for t in searched):
+        # no configuration was measured: there is no "best", only the reason
+        first = next((t.error for t in searched if t.error), "")
+        print(f"error: every trial failed ({len(searched)}); first: {first}; state: {state.path}",
+              file=sys.stderr)
+        return 1
     validation = None
     if args.validate and result.best == result.order[0]:
         console.print("validation skipped: the search kept the starting configuration")

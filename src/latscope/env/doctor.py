@@ -124,7 +124,8 @@ def _run_check(check: Check, facts: Facts) -> list[Finding]:
         # One unreadable or malformed input must not lose every other check's result.
         name = check.__name__.removeprefix("check_")
         return [Finding(f"doctor.{name}", Severity.SKIPPED,
-                        f"skipped: {name} failed on its input: {type(exc).__name__}: {exc}")]
+                        f"skipped: {name} failed on its input: {type(exc).__name__}: {exc}",
+                        reference="docs/findings.md#doctor")]
 
 
 def merge_findings(findings: list[Finding]) -> list[Finding]:

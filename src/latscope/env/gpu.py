@@ -1,7 +1,7 @@
 """GPU facts and checks: which GPUs (by ``nvidia-smi``, ``amd-smi``, ``rocm-smi``, ``rocminfo``
-and sysfs), their topology, other processes on them, the vLLM/torch build, and the ROCm items of
-vllm-facts.md section 6 that need the detected GPU (#24 AITER, #26 visible devices, #27 arch,
-#28 NCCL channels, #29 topology, #35 tenants).
+and sysfs), their topology, other processes on them, the vLLM/torch build, and the checks that
+need the detected GPU (AITER, visible devices, gfx arch, NCCL channels, topology, other
+tenants); each id is documented in docs/findings.md.
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ from latscope.env.host import pci_gpus
 from latscope.env.hostview import HostView
 from latscope.model import Finding, Severity
 
-AMD_VLLM_DOC = "AMD vLLM V1 performance optimization guide (vllm-facts.md section 4)"
+REF = "docs/findings.md"
+AMD_VLLM_DOC = ("https://rocm.docs.amd.com/en/docs-7.2.0/how-to/rocm-for-ai/"
+                "inference-optimization/vllm-optimization.html")
+AMD_GPU_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
+HIP_ENV_DOC = "https://rocm.docs.amd.com/projects/HIP/en/latest/reference/env_variables.html"
+
+
+def _ref(check_id: str, public: str) -> str:
+    return f"{REF}#{check_id}; {public}"
 GOOD_LINK = {"nvidia": re.compile(r"NV\d+"), "amd": re.compile(r"XGMI")}
 
 
@@ -117,8 +125,7 @@ def check_rocm_arch(facts: Facts) -> list[Finding]:
             f"PYTORCH_ROCM_ARCH does not include the GPU's {', '.join(missing)}", evidence,
             why="Kernels built (or JIT-compiled) for another gfx target are missing or fall back.",
             fix=f"rebuild with PYTORCH_ROCM_ARCH={';'.join(detected)} or use the matching image",
-            reference="ROCm GPU specs: gfx90a MI210/250, gfx942 MI300X/325X, gfx950 MI350X/355X; "
-                      "checklist #27", layer="gpu")]
+            reference=_ref("gpu.rocm_arch", AMD_GPU_SPECS), layer="gpu")]
     return [Finding("gpu.rocm_arch", Severity.OK, "PYTORCH_ROCM_ARCH matches the GPU (or is unset)",
                     evidence, layer="gpu")]
 
@@ -136,7 +143,7 @@ def check_aiter(facts: Facts) -> list[Finding]:
         "gpu.rocm_aiter", Severity.WARNING, "AITER kernels are off on an MI300/MI350-class GPU",
         evidence, why="Without VLLM_ROCM_USE_AITER=1 vLLM uses generic Triton kernels.",
         fix="VLLM_ROCM_USE_AITER=1 (measure: latscope bench before and after)",
-        reference=f"{AMD_VLLM_DOC}; checklist #24", layer="gpu")]
+        reference=_ref("gpu.rocm_aiter", AMD_VLLM_DOC), layer="gpu")]
 
 
 def check_visible_devices(facts: Facts) -> list[Finding]:
@@ -149,7 +156,7 @@ def check_visible_devices(facts: Facts) -> list[Finding]:
             "CUDA_VISIBLE_DEVICES", evidence,
             why="Both apply on ROCm, so the process may see another GPU set than intended; vLLM "
                 "0.33 refuses to start.", fix="use CUDA_VISIBLE_DEVICES only",
-            reference="vllm-facts.md section 4; checklist #26", layer="gpu")]
+            reference=_ref("gpu.visible_devices", HIP_ENV_DOC), layer="gpu")]
     return [Finding("gpu.visible_devices", Severity.OK, "no conflicting *_VISIBLE_DEVICES", evidence,
                     layer="gpu")]
 
@@ -174,7 +181,8 @@ def check_nccl_channels(facts: Facts) -> list[Finding]:
                         layer="gpu")]
     return [Finding("gpu.nccl_min_nchannels", Severity.INFO, "NCCL_MIN_NCHANNELS is not 112 on "
                     "MI300X with TP>1", evidence, why="Fewer RCCL channels slow the all-reduce.",
-                    fix="NCCL_MIN_NCHANNELS=112; measure ITL", reference=f"{AMD_VLLM_DOC}; #28",
+                    fix="NCCL_MIN_NCHANNELS=112; measure ITL",
+                    reference=_ref("gpu.nccl_min_nchannels", AMD_VLLM_DOC),
                     layer="gpu")]
 
 
@@ -207,7 +215,7 @@ def check_topology(facts: Facts) -> list[Finding]:
         "gpu.topology", severity, f"{len(slow)} GPU pair(s) linked over PCIe/host, not NVLink/XGMI",
         evidence, why="Tensor-parallel all-reduce across such pairs adds latency to every layer.",
         fix="place TP ranks on GPUs of one NVLink/XGMI island (CUDA_VISIBLE_DEVICES)",
-        reference="vllm-facts.md section 4; checklist #29", layer="gpu")]
+        reference=_ref("gpu.topology", AMD_VLLM_DOC), layer="gpu")]
 
 
 def _descendants(facts: Facts, pid: int) -> set[int]:
@@ -248,7 +256,7 @@ def check_gpu_tenants(facts: Facts) -> list[Finding]:
         "gpu.tenants", Severity.WARNING, f"{len(others)} other process(es) share the GPUs",
         [ev(f"pid {p.pid}", f"{p.name} {p.used_mib or '?'} MiB", src) for p in others],
         why="Other tenants take SMs, memory bandwidth and memory the server counted on.",
-        fix="isolate the server's GPUs", reference="checklist #35", layer="gpu")]
+        fix="isolate the server's GPUs", reference=f"{REF}#gpu.tenants", layer="gpu")]
 
 
 GPU_CHECKS = (check_gpu_inventory, check_rocm_arch, check_aiter, check_visible_devices,

@@ -1,5 +1,6 @@
-"""Host checks (vllm-facts.md section 6, items 30-34): NUMA balancing, IOMMU mode, CPU governor
-and idle states, each GPU's PCIe link (current vs max) and NUMA node vs the server's CPU affinity.
+"""Host checks (each id is documented in docs/findings.md): NUMA balancing, IOMMU mode, CPU
+governor and idle states, each GPU's PCIe link (current vs max) and NUMA node vs the server's CPU
+affinity.
 
 All values come from ``/proc`` and ``/sys`` through a ``HostView``; files are as documented in
 proc(5) and the kernel's ABI docs (``Documentation/ABI/testing/sysfs-bus-pci`` for
@@ -15,7 +16,15 @@ from latscope.env.facts import Facts, PciGpu, ev, skipped
 from latscope.env.hostview import HostView, format_cpulist, parse_cpulist
 from latscope.model import Finding, Severity
 
-AMD_MI300X_DOC = "ROCm docs, system-optimization/mi300x.rst (vllm-facts.md section 4)"
+REF = "docs/findings.md"
+AMD_MI300X_DOC = "https://rocm.docs.amd.com/en/latest/how-to/system-optimization/mi300x.html"
+PCI_ABI_DOC = "https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-bus-pci"
+CPUFREQ_DOC = "https://docs.kernel.org/admin-guide/pm/cpufreq.html"
+NUMACTL_DOC = "https://man7.org/linux/man-pages/man8/numactl.8.html"
+
+
+def _ref(check_id: str, public: str) -> str:
+    return f"{REF}#{check_id}; {public}"
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
 # Display/3D controllers and "processing accelerators" (MI300X enumerates as class 0x1200).
 GPU_CLASS_PREFIXES = ("0x0300", "0x0302", "0x0380", "0x1200")
@@ -57,7 +66,7 @@ def check_numa_balancing(facts: Facts) -> list[Finding]:
         why="The kernel periodically unmaps pages to migrate them between NUMA nodes; AMD reports GPU "
             "hangs and run-to-run variance with it on.",
         fix="sysctl kernel.numa_balancing=0 (persist in /etc/sysctl.d/)",
-        reference=AMD_MI300X_DOC, layer="host")]
+        reference=_ref("host.numa_balancing", AMD_MI300X_DOC), layer="host")]
 
 
 def check_iommu(facts: Facts) -> list[Finding]:
@@ -78,7 +87,7 @@ def check_iommu(facts: Facts) -> list[Finding]:
             "MI300X guide requires passthrough mode.",
         fix="add iommu=pt (Intel hosts: intel_iommu=on iommu=pt) to the kernel command line, reboot, "
             "check with dmesg | grep iommu",
-        reference=AMD_MI300X_DOC, layer="host")]
+        reference=_ref("host.iommu", AMD_MI300X_DOC), layer="host")]
 
 
 def check_cpu_governor(facts: Facts) -> list[Finding]:
@@ -102,7 +111,7 @@ def check_cpu_governor(facts: Facts) -> list[Finding]:
         why="The CPU side of serving (scheduling, sampling, detokenizing, kernel launches) runs "
             "between GPU steps; a clock that ramps up late stretches every step.",
         fix="cpupower frequency-set -g performance; measure TPOT before and after",
-        reference="general Linux practice; AMD's vLLM docs do not prescribe it (vllm-facts.md s4)",
+        reference=_ref("host.cpu_governor", CPUFREQ_DOC),
         layer="host")]
 
 
@@ -129,7 +138,7 @@ def check_cstates(facts: Facts) -> list[Finding]:
         why="A core waking from a deep C-state adds its exit latency to the next GPU launch or "
             "request it handles.",
         fix="cpupower idle-set -d 2 (disables C2 and deeper); measure ITL before and after",
-        reference=AMD_MI300X_DOC, layer="host")]
+        reference=_ref("host.cstates", AMD_MI300X_DOC), layer="host")]
 
 
 def _gts(speed: str) -> float | None:
@@ -160,7 +169,7 @@ def check_pcie_links(facts: Facts) -> list[Finding]:
                 why="A narrower link divides host-device bandwidth (weights loading, KV offload, "
                     "sampling copies); width does not drop for power saving.",
                 fix="reseat the card or riser, check BIOS lane bifurcation",
-                reference="vllm-facts.md s6 #33; sysfs-bus-pci ABI", layer="host"))
+                reference=_ref("host.pcie_link", PCI_ABI_DOC), layer="host"))
         elif cur < top:
             findings.append(Finding(
                 check_id, Severity.INFO,
@@ -169,7 +178,7 @@ def check_pcie_links(facts: Facts) -> list[Finding]:
                     "if it persists while the server is busy.",
                 fix="read again under load (latscope doctor during a bench run); if still low, "
                     "check BIOS PCIe generation and reseat",
-                reference="vllm-facts.md s6 #33", layer="host"))
+                reference=_ref("host.pcie_link", PCI_ABI_DOC), layer="host"))
         else:
             findings.append(Finding(check_id, Severity.OK, f"GPU {gpu.bdf} PCIe link at full speed "
                                     "and width", evidence, layer="host"))
@@ -222,13 +231,13 @@ def check_gpu_numa_affinity(facts: Facts) -> list[Finding]:
             f"server process may not run on the NUMA node of GPU(s) {', '.join(far)}", evidence,
             why="Host-side buffers and launches then cross the socket interconnect.",
             fix="pin each rank with numactl --cpunodebind/--membind to its GPU's node",
-            reference="vllm-facts.md s6 #34", layer="host")]
+            reference=_ref(check_id, NUMACTL_DOC), layer="host")]
     if len(process_nodes) > 1:
         return [Finding(
             check_id, Severity.INFO, "server process is not pinned to its GPUs' NUMA node(s)", evidence,
             why="The scheduler may run its threads on any socket.",
             fix="numactl --cpunodebind=<gpu node> (measure the difference)",
-            reference="vllm-facts.md s6 #34", layer="host")]
+            reference=_ref(check_id, NUMACTL_DOC), layer="host")]
     return [Finding(check_id, Severity.OK, "server process runs on its GPUs' NUMA node", evidence,
                     layer="host")]
 

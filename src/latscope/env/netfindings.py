@@ -1,6 +1,11 @@
 """Findings from a ``NetReport``: each measured layer as evidence, and a verdict that puts the
 network next to the server's measured TTFT ("network is 0.4 ms of a 62 ms TTFT").
 
+Two diagnoses, each with its own id (docs/findings.md): ``net.verdict`` is the time spent
+outside the engine (client TTFT - the server's own TTFT, a warning above 10 ms), and the round
+trip's share of TTFT is ``latency.network``, made by the same rule (``findings.latency``) as in a
+measured run, so its advice knows when client and server share a host.
+
 Definitions (ms; percentiles with numpy's linear interpolation via ``analysis.stats``):
 - HTTP round trip = GET ``/health`` over a kept-alive connection, request sent -> headers received
   (network both ways + the server's HTTP handling of /health);
@@ -12,18 +17,25 @@ Definitions (ms; percentiles with numpy's linear interpolation via ``analysis.st
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from typing import Any
 
 import numpy as np
 
 from latscope.analysis.stats import distribution
+from latscope.findings.latency import Context, network_fix, share_finding
 from latscope.model import Evidence, Finding, Severity
 
-# Above this share of TTFT the network is worth acting on (a quarter of the wait).
-NETWORK_SHARE_WARN = 0.25
-# vllm-facts.md s6 #1: client TTFT - server TTFT above this on a LAN points at network or proxy.
+# Client TTFT - server TTFT above this on a LAN points at the network or a proxy: a LAN round
+# trip is well under a millisecond, so 10 ms is time something on the path holds the request.
 OUTSIDE_ENGINE_WARN_MS = 10.0
-REF = "vllm-facts.md section 6 #1; docs/doctor.md (latscope net)"
+REF = "docs/findings.md"
+MEASURED_AT = "latscope net probe"
+
+
+def _ref(finding_id: str) -> str:
+    return f"{REF}#{finding_id}"
 
 
 def _p50(values: list[float]) -> float | None:
@@ -44,9 +56,10 @@ def _dist_evidence(name: str, values: list[float], source: str) -> list[Evidence
 
 def net_findings(r: Any) -> list[Finding]:
     out = [_connect_finding(r), _http_finding(r), _reuse_finding(r), _stream_finding(r),
-           _iperf3_finding(r), _verdict(r)]
+           _iperf3_finding(r), *_verdict(r)]  # the verdict, and the network's share of TTFT
     if r.error:
-        out.append(Finding("net.error", Severity.CRITICAL, r.error, layer="network"))
+        out.append(Finding("net.error", Severity.CRITICAL, r.error, layer="network",
+                           reference=_ref("net.error")))
     return [f for f in out if f is not None]
 
 
@@ -59,7 +72,7 @@ def _connect_finding(r: Any) -> Finding:
     return Finding("net.connect", Severity.INFO,
                    f"TCP connect {_p50(r.tcp_connect_ms):.2f} ms to {r.address} (reaches the first "
                    "TCP endpoint: a proxy or load balancer if there is one)", evidence,
-                   layer="network", reference=REF)
+                   layer="network", reference=_ref("net.connect"))
 
 
 def _http_finding(r: Any) -> Finding | None:
@@ -79,7 +92,7 @@ def _http_finding(r: Any) -> Finding | None:
                "intermediary (proxy, load balancer, mesh sidecar) terminates TCP closer than the "
                "server, or the server takes the difference to answer /health.")
     return Finding("net.http_rtt", Severity.INFO, title, evidence, why=why, layer="network",
-                   reference=REF)
+                   reference=_ref("net.http_rtt"))
 
 
 def _reuse_finding(r: Any) -> Finding | None:
@@ -95,7 +108,7 @@ def _reuse_finding(r: Any) -> Finding | None:
                    evidence, why="A client that does not keep connections alive pays it on every "
                    "request, TTFT included.",
                    fix="reuse connections (HTTP keep-alive / a shared client session)",
-                   layer="network", reference=REF)
+                   layer="network", reference=_ref("net.connection_reuse"))
 
 
 def _stream_finding(r: Any) -> Finding | None:
@@ -107,52 +120,81 @@ def _stream_finding(r: Any) -> Finding | None:
     return Finding("net.stream_gaps", Severity.INFO,
                    f"streamed chunks arrive {_p50(s.gaps_ms):.2f} ms apart (p50)", evidence,
                    why="Gaps much larger than the server's inter-token latency mean buffering on "
-                       "the path (proxy SSE buffering, Nagle).", layer="network", reference=REF)
+                       "the path (proxy SSE buffering, Nagle).", layer="network",
+                   reference=_ref("net.stream_gaps"))
 
 
 def _iperf3_finding(r: Any) -> Finding:
     if r.iperf3 is None:
         return Finding("net.iperf3", Severity.SKIPPED, f"skipped: {r.iperf3_reason}",
-                       layer="network")
+                       layer="network", reference=_ref("net.iperf3"))
     return Finding("net.iperf3", Severity.INFO,
                    f"iperf3: {r.iperf3['received_mbit_s']:.0f} Mbit/s",
                    [Evidence("received", round(r.iperf3["received_mbit_s"], 1), "Mbit/s",
                              r.iperf3["command"]),
                     Evidence("retransmits", r.iperf3["retransmits"], "", r.iperf3["command"])],
-                   layer="network")
+                   layer="network", reference=_ref("net.iperf3"))
 
 
-def _verdict(r: Any) -> Finding | None:
+def same_host(address: str) -> bool | None:
+    """Whether ``address`` (``IP:port`` connected to) is this host: loopback or one of its own
+    addresses. None when it cannot be told (no address)."""
+    ip = address.rsplit(":", 1)[0].strip("[]") if address else ""
+    try:
+        parsed = ipaddress.ip_address(ip.split("%")[0])
+    except ValueError:
+        return None
+    if parsed.is_loopback:
+        return True
+    try:
+        own = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return False
+    return ip in own
+
+
+def _verdict(r: Any) -> list[Finding | None]:
     network = _p50(r.keepalive_ms)
     if network is None:
-        return None
+        return []
     ttft = _p50(r.stream.ttft_ms)
     net_ev = Evidence("network (HTTP round trip p50)", round(network, 3), "ms", f"GET {r.health_path}")
     if ttft is None:
-        return Finding("net.verdict", Severity.INFO,
-                       f"network round trip {network:.2f} ms; no TTFT to compare it with",
-                       [net_ev, Evidence("no streamed completion", r.stream.reason or "no text "
-                                         "chunk received", "", f"{r.url}/v1/models")],
-                       layer="network", reference=REF)
+        return [Finding("net.verdict", Severity.INFO,
+                        f"network round trip {network:.2f} ms; no TTFT to compare it with",
+                        [net_ev, Evidence("no streamed completion", r.stream.reason or "no text "
+                                          "chunk received", "", f"{r.url}/v1/models")],
+                        layer="network", reference=_ref("net.verdict"))]
     share = network / ttft
+    local = same_host(r.address)
     evidence = [net_ev, Evidence("TCP connect p50 (handshake only: lower bound)",
                                  round(_p50(r.tcp_connect_ms), 3), "ms", f"connect() to {r.address}"),
                 Evidence("client TTFT p50", round(ttft, 3), "ms",
-                         f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})")]
-    severity = Severity.WARNING if share >= NETWORK_SHARE_WARN else Severity.OK
-    outside = None
+                         f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})"),
+                Evidence("client and server on one host", local, "",
+                         f"{r.address}: loopback or this host's own address")]
+    severity, why, fix = Severity.INFO, "", ""
     if r.stream.server_ttft_mean_ms is not None:
         outside = float(np.mean(r.stream.ttft_ms)) - r.stream.server_ttft_mean_ms
         evidence.append(Evidence("server TTFT mean (same requests)", round(
             r.stream.server_ttft_mean_ms, 3), "ms", "vllm:time_to_first_token_seconds sum/count delta"))
         evidence.append(Evidence("client mean - server mean TTFT", round(outside, 3), "ms", "measured"))
+        severity = Severity.OK
         if outside > OUTSIDE_ENGINE_WARN_MS:
             severity = Severity.WARNING
-    return Finding("net.verdict", severity,
-                   f"network is {network:.1f} ms of a {ttft:.0f} ms TTFT ({share:.0%})", evidence,
-                   why="The round trip is paid once before the first token and again by every "
-                       "chunk's delivery." if severity == Severity.WARNING else "",
-                   fix="co-locate client and server, remove buffering proxies"
-                   if severity == Severity.WARNING else "", layer="network", reference=REF,
-                   impact={"metric": "ttft_p50_ms", "value": round(network, 3),
-                           "share": round(share, 4)})
+            why = (f"The client waits {outside:.1f} ms longer for the first token than the engine "
+                   "takes to produce it: that time is spent on the path (network, a proxy, the "
+                   "HTTP frontend), not in the engine.")
+            fix = network_fix(local)
+    verdict = Finding("net.verdict", severity,
+                      f"network is {network:.1f} ms of a {ttft:.0f} ms TTFT ({share:.0%})", evidence,
+                      why=why, fix=fix, layer="network", reference=_ref("net.verdict"))
+    # The round trip's share of mean TTFT: the one rule for latency.network, with the round trip
+    # estimated as in a run's decomposition (kept-alive p50: robust to one slow probe).
+    src = f"GET {r.health_path} p50, kept-alive, n={len(r.keepalive_ms)}"
+    ttft_src = f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})"
+    share_of_ttft = share_finding("ttft.network", "network round trip (HTTP, kept-alive)",
+                                  network, src,
+                                  float(np.mean(r.stream.ttft_ms)), ttft_src,
+                                  Context(measured_at=MEASURED_AT, same_host=local))
+    return [verdict, share_of_ttft]

@@ -1,5 +1,6 @@
-"""Server-config checks (vllm-facts.md section 6, items 5, 7, 9-10, 13-14, 16, 18-20, 25): what the
-server's endpoints, startup log and command line say about settings that cost latency.
+"""Server-config checks (each id is documented in docs/findings.md): what the server's
+endpoints, startup log and command line say about settings that cost latency. Logging checks
+share their rule with the log reader (``latscope.findings.server``): one id, one wording.
 
 Settings were gathered by ``latscope.env.serverfacts`` with their sources; a check whose input was
 not available (no --url, no --log, no pid) says so as a skipped finding.
@@ -11,9 +12,21 @@ import re
 from typing import Any
 
 from latscope.env.facts import Facts, ev, skipped
+from latscope.findings import server as server_rules
 from latscope.model import Finding, Severity
 
-FACTS = "vllm-facts.md"
+REF = "docs/findings.md"
+VLLM_ENGINE_ARGS = "https://docs.vllm.ai/en/stable/configuration/engine_args/"
+VLLM_OPTIMIZATION = "https://docs.vllm.ai/en/stable/configuration/optimization/"
+VLLM_CUDA_GRAPHS = "https://docs.vllm.ai/en/stable/design/cuda_graphs/"
+VLLM_PROFILING = "https://docs.vllm.ai/en/stable/contributing/profiling/"
+VLLM_ENVS = "https://github.com/vllm-project/vllm/blob/main/vllm/envs.py"
+AMD_VLLM_DOC = ("https://rocm.docs.amd.com/en/docs-7.2.0/how-to/rocm-for-ai/"
+                "inference-optimization/vllm-optimization.html")
+
+
+def _ref(check_id: str, public: str) -> str:
+    return f"{REF}#{check_id}; {public}"
 STALE_FROM_020 = ("VLLM_ATTENTION_BACKEND", "VLLM_TORCH_PROFILER_DIR")
 
 
@@ -38,7 +51,7 @@ def check_reachable(facts: Facts) -> list[Finding]:
     if all(not isinstance(v, int) for v in s.endpoints.values()):
         return [Finding("server.endpoints", Severity.CRITICAL, f"server at {s.url} is unreachable",
                         evidence, fix="check the URL, and that the server is up (GET /health)",
-                        layer="network")]
+                        reference=f"{REF}#server.endpoints", layer="network")]
     title = f"server answers (vLLM {s.version})" if s.version else "server answers (not vLLM: no /version)"
     evidence += [ev("model", m.get("id"), f"{s.url}/v1/models") for m in s.models[:4]]
     evidence += [ev(f"{m.get('id')} max_model_len", m["max_model_len"], f"{s.url}/v1/models")
@@ -66,7 +79,8 @@ def check_eager_and_graphs(facts: Facts) -> list[Finding]:
     eager = _flag(facts, "server.enforce_eager", "enforce_eager", True, severity,
                   "CUDA graphs disabled (--enforce-eager)" + (" on a CPU build" if on_cpu else ""),
                   "Every decode step launches each kernel from Python: launch overhead per token.",
-                  "remove --enforce-eager", f"{FACTS} section 6 #9", "not in eager mode")
+                  "remove --enforce-eager", _ref("server.enforce_eager", VLLM_CUDA_GRAPHS),
+                  "not in eager mode")
     if eager[0].severity not in (Severity.OK, Severity.SKIPPED):
         return eager
     version = version_tuple(facts.vllm_version()[0])
@@ -76,7 +90,8 @@ def check_eager_and_graphs(facts: Facts) -> list[Finding]:
                    Severity.WARNING, "CUDA graphs not captured for full decode batches",
                    "With NONE/PIECEWISE, attention runs outside graphs: slower decode steps.",
                    "--compilation-config '{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}' (0.11+ default)",
-                   f"{FACTS} section 6 #10", "CUDA-graph mode FULL_AND_PIECEWISE or FULL")
+                   _ref("server.cudagraph_mode", VLLM_CUDA_GRAPHS),
+                   "CUDA-graph mode FULL_AND_PIECEWISE or FULL")
     return eager + graphs
 
 
@@ -84,28 +99,32 @@ def check_chunked_prefill(facts: Facts) -> list[Finding]:
     return _flag(facts, "server.chunked_prefill", "chunked_prefill", False, Severity.WARNING,
                  "chunked prefill is disabled",
                  "A long prompt's prefill then runs as one step and stalls every decode behind it.",
-                 "--enable-chunked-prefill", f"{FACTS} section 6 #13", "chunked prefill is on",
+                 "--enable-chunked-prefill", _ref("server.chunked_prefill", VLLM_OPTIMIZATION),
+                 "chunked prefill is on",
                  layer="prefill")
 
 
 def check_request_logging(facts: Facts) -> list[Finding]:
-    found = _flag(facts, "server.request_logging", "request_logging", True, Severity.WARNING,
-                  "per-request logging is on (--enable-log-requests)",
-                  "Each request is logged from the serving process (0.10: the whole prompt).",
-                  "drop --enable-log-requests, or cap it with --max-log-len",
-                  f"{FACTS} section 6 #18", "request logging is off")
-    max_len = _setting(facts, "max_log_len")
-    if found[0].severity == Severity.WARNING:
-        found[0].evidence.append(ev("max_log_len", max_len[0] if max_len[0] is not None
-                                    else "unlimited (not set)", max_len[1] or "vLLM default"))
-    return found
+    value, source = _setting(facts, "request_logging")
+    if value is None:
+        return [skipped("server.request_logging", "request_logging not known (give --log, or "
+                        "--pid/--url of a local server)", "frontend")]
+    evidence = [ev("request_logging", value, source)]
+    if value is True:
+        max_len = _setting(facts, "max_log_len")
+        evidence.append(ev("max_log_len", max_len[0] if max_len[0] is not None
+                           else "unlimited (not set)", max_len[1] or "vLLM default"))
+    return [server_rules.request_logging_finding(evidence, flag=value is True,
+                                                 logging_on=value is True)]
 
 
 def check_log_level(facts: Facts) -> list[Finding]:
-    return _flag(facts, "server.logging_level", "log_level", "DEBUG", Severity.WARNING,
-                 "vLLM logs at DEBUG level", "DEBUG writes lines per engine step and per request.",
-                 "unset VLLM_LOGGING_LEVEL (default INFO)", f"{FACTS} section 6 #19",
-                 "log level INFO")
+    value, source = _setting(facts, "log_level")
+    if value is None:
+        return [skipped("server.debug_logging", "log_level not known (give --log, or "
+                        "--pid/--url of a local server)", "config")]
+    return [server_rules.debug_logging_finding([ev("log_level", value, source)],
+                                               debug=server_rules.is_debug_level(value))]
 
 
 def check_profiler(facts: Facts) -> list[Finding]:
@@ -129,7 +148,8 @@ def check_profiler(facts: Facts) -> list[Finding]:
     return [Finding("server.profiler", Severity.WARNING, "the torch profiler is enabled", evidence,
                     why="vLLM warns it 'should ONLY be used for local development'; profiling hooks "
                         "and /start_profile can stall serving.",
-                    fix="drop --profiler-config in production", reference=f"{FACTS} section 6 #20",
+                    fix="drop --profiler-config in production",
+                    reference=_ref("server.profiler", VLLM_PROFILING),
                     layer="config")]
 
 
@@ -153,7 +173,8 @@ def check_stale_env(facts: Facts) -> list[Finding]:
         f"environment variables this vLLM ignores: {', '.join(sorted(set(bad + unknown)))}", evidence,
         why="They no longer do anything (0.20+ reads --attention-backend / --profiler-config), so "
             "the setting you think is active is not.",
-        fix="use the CLI flag instead and unset the variable", reference=f"{FACTS} section 6 #25",
+        fix="use the CLI flag instead and unset the variable",
+        reference=_ref("server.stale_env", VLLM_ENVS),
         layer="config")]
 
 
@@ -168,14 +189,15 @@ def check_log_warnings(facts: Facts) -> list[Finding]:
                 "server.block_size_backend", Severity.WARNING,
                 "--block-size ruled out a faster attention backend",
                 [ev("log warning", w["text"], f"{log.path}:{w['line']}")],
-                fix="unset --block-size (AITER MLA: 1)", reference=f"{FACTS} section 6 #16"))
+                fix="unset --block-size (AITER MLA: 1)",
+                reference=_ref("server.block_size_backend", VLLM_ENGINE_ARGS)))
         elif w["kind"] == "async_scheduling_disabled":
             findings.append(Finding(
                 "server.async_scheduling", Severity.INFO, "async scheduling is disabled",
                 [ev("log warning", w["text"], f"{log.path}:{w['line']}")],
                 why="The GPU waits for the scheduler between steps; AMD prefers it off for TTFT.",
                 fix="fix the cause the warning names, then measure both",
-                reference=f"{FACTS} section 6 #14"))
+                reference=_ref("server.async_scheduling", AMD_VLLM_DOC)))
     return findings
 
 
@@ -193,7 +215,7 @@ def check_kv_capacity(facts: Facts) -> list[Finding]:
             f"KV cache fits {float(conc):g} max-length requests, fewer than max_num_seqs={seqs}",
             evidence, why="Near that concurrency with long requests, requests wait or are preempted.",
             fix="if your target concurrency is above it: more KV memory, FP8 KV, or TP",
-            reference=f"{FACTS} section 6 #7", layer="queue")]
+            reference=_ref("server.kv_capacity", VLLM_OPTIMIZATION), layer="queue")]
     return [Finding("server.kv_capacity", Severity.OK, "KV cache capacity reported", evidence,
                     layer="queue")]
 

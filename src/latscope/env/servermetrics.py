@@ -46,7 +46,8 @@ def _cache_config(page, source: str) -> list[Finding]:
     keep = ("block_size", "gpu_memory_utilization", "enable_prefix_caching", "num_gpu_blocks",
             "cache_dtype")
     return [Finding("server.cache_config", Severity.INFO, "KV cache configuration",
-                    [ev(k, labels[k], source) for k in keep if k in labels], layer="config")]
+                    [ev(k, labels[k], source) for k in keep if k in labels], layer="config",
+                    reference=f"{REF}#server.cache_config")]
 
 
 def _preemptions(page, source: str) -> list[Finding]:

@@ -118,19 +118,20 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
         severity = Severity.INFO  # a starved client stamps chunks late: not the network's time
         why += f" Not blamed: the client's own timing is unreliable in this run ({ctx.client_why})."
     if rule.id == "latency.network":
-        fix = _network_fix(ctx)
+        fix = network_fix(ctx.same_host)
     where = f" at {ctx.measured_at}" if ctx.measured_at else ""
     return Finding(
         id=rule.id, severity=severity, layer=rule.layer,
         title=f"{label}: {part_ms:.1f} ms of a {total_ms:.1f} ms mean {total_label} "
               f"({impact['share']:.0%}){where}",
-        evidence=[Evidence(f"{label} mean", round(part_ms, 3), "ms", part_source),
-                  Evidence(f"{total_label} mean", round(total_ms, 3), "ms", total_source)],
+        evidence=[Evidence(f"{label} mean{where}", round(part_ms, 3), "ms", part_source),
+                  Evidence(f"{total_label} mean{where}", round(total_ms, 3), "ms", total_source)],
         why=why, fix=fix, reference=f"{REF}#{rule.id}", impact=impact, role=rule.role)
 
 
-def _network_fix(ctx: Context) -> str:
-    if ctx.same_host:
+def network_fix(same_host: bool | None) -> str:
+    """Advice for time lost between client and server; never "move closer" on one host."""
+    if same_host:
         return ("Client and server share this host, so the round trip is not distance: look for "
                 "a proxy, a gateway or traffic shaping on the path (TCP connect reaches only the "
                 "first endpoint; compare with `latscope net` against the server's own port).")

@@ -18,11 +18,17 @@ def merge(findings: Iterable[Finding]) -> list[Finding]:
         if kept is None:
             by_id[f.id] = dataclasses.replace(f, evidence=list(f.evidence))
             continue
-        best, other = (f, kept) if f.severity.rank < kept.severity.rank else (kept, f)
+        best, other = (f, kept) if _order(f) < _order(kept) else (kept, f)
         joined = dataclasses.replace(best, evidence=_union(best.evidence, other.evidence))
         joined.impact = _larger_impact(best.impact, other.impact)
         by_id[f.id] = joined
     return list(by_id.values())
+
+
+def _order(f: Finding) -> tuple[int, int, float]:
+    """The version of a finding to keep: the most severe, then the one with the larger impact
+    (its title and evidence then describe the same measurement as the impact)."""
+    return (f.severity.rank, *_impact_key(f.impact))
 
 
 def _union(first: list[Evidence], second: list[Evidence]) -> list[Evidence]:

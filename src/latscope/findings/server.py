@@ -76,17 +76,25 @@ def _queue_finding(log: ServerLog) -> Finding | None:
                              log.source("max_num_batched_tokens") if mbt else "not in the log"))
     evidence.append(Evidence("stats intervals with this pattern", len(budget_bound),
                              f"of {len(log.stats)}", log.name))
+    return token_budget_finding(worst.running, worst.waiting, worst.kv_usage_pct, max_seqs, mbt,
+                                evidence, sustained=len(budget_bound) >= 2)
+
+
+def token_budget_finding(running: float, waiting: float, kv_pct: float | None,
+                         max_seqs: int | None, mbt: int | None, evidence: list[Evidence], *,
+                         sustained: bool) -> Finding:
+    """The one rule for "requests queue while the batch has room", from a log or /metrics."""
     known = max_seqs is not None
+    kv = f"{kv_pct:.1f}%" if isinstance(kv_pct, (int, float)) else "unknown"
     return Finding(
         id="server.queue_token_budget",
-        severity=Severity.WARNING if len(budget_bound) >= 2 and known else Severity.INFO,
-        title=(f"Requests queue while the batch is below max_num_seqs (Running {worst.running}, "
-               f"Waiting {worst.waiting}, KV {worst.kv_usage_pct}%): the per-step token budget "
+        severity=Severity.WARNING if sustained and known else Severity.INFO,
+        title=(f"Requests queue while the batch is below max_num_seqs (Running {running:g}, "
+               f"Waiting {waiting:g}, KV {kv}): the per-step token budget "
                f"(max_num_batched_tokens={mbt}) admits prompts too slowly"
                if known else
-               f"Requests queue (Running {worst.running}, Waiting {worst.waiting}) with KV cache "
-               f"at {worst.kv_usage_pct}%; max_num_seqs is not in the log, so the bound is "
-               "unknown"),
+               f"Requests queue (Running {running:g}, Waiting {waiting:g}) with KV cache at "
+               f"{kv}; max_num_seqs is not known, so the bound is unknown"),
         evidence=evidence,
         why=("Each engine step schedules at most max_num_batched_tokens tokens; long prompts use "
              "the budget up, so new requests wait in the queue although batch slots and KV cache "
@@ -96,6 +104,32 @@ def _queue_finding(log: ServerLog) -> Finding | None:
              "max_num_batched_tokens rather than assuming."),
         reference=f"{REF}#server.queue_token_budget",
         layer="queue")
+
+
+def _token_budget_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | None,
+                               mbt: int | None, source: str) -> Finding | None:
+    """Scrapes where requests waited while fewer than max_num_seqs ran and the KV cache had
+    room. Needs max_num_seqs (else a full batch looks the same); a queue seen in one scrape
+    only (the ramp of a closed loop's first wave) is not a pattern."""
+    if max_seqs is None:
+        return None
+    running = dict(gauge_series(snapshots, "vllm:num_requests_running", combine=sum))
+    waiting = dict(gauge_series(snapshots, "vllm:num_requests_waiting", combine=sum))
+    kv = dict(gauge_series(snapshots, "vllm:kv_cache_usage_perc", combine=max))
+    queued = [t for t, w in waiting.items() if w > 0 and t in running]
+    below = [t for t in queued if running[t] < max_seqs and kv.get(t, 0.0) < KV_SATURATED]
+    if len(below) < 2 or len(below) * 2 < len(queued):
+        return None
+    worst = max(below, key=lambda t: waiting[t])
+    evidence = [Evidence("vllm:num_requests_running", running[worst], "reqs", source),
+                Evidence("vllm:num_requests_waiting", waiting[worst], "reqs", source),
+                Evidence("max_num_seqs", max_seqs, "", "server command line or log"),
+                Evidence("max_num_batched_tokens", mbt, "tokens", "server command line or log"),
+                Evidence("scrapes with a queue below max_num_seqs", len(below),
+                         f"of {len(snapshots)}", source)]
+    kv_pct = kv[worst] * 100 if worst in kv else None
+    return token_budget_finding(running[worst], waiting[worst], kv_pct, max_seqs, mbt, evidence,
+                                sustained=True)
 
 
 def _queue_full_batch_finding(log: ServerLog) -> Finding | None:
@@ -224,7 +258,7 @@ def preemption_finding(evidence: list[Evidence], count: float) -> Finding:
 
 
 def _debug_logging_finding(log: ServerLog) -> Finding | None:
-    if log.config.get("log_level") != "DEBUG":
+    if not is_debug_level(log.config.get("log_level")):
         return None
     rate = log.line_rate
     debug_lines = rate.by_level.get("DEBUG", 0)
@@ -235,6 +269,21 @@ def _debug_logging_finding(log: ServerLog) -> Finding | None:
                 Evidence("per-step 'Running batch with' lines", rate.step_lines, "", log.name)]
     if rate.lines_per_request is not None:
         evidence.append(Evidence("lines per request", rate.lines_per_request, "", log.name))
+    return debug_logging_finding(evidence)
+
+
+def is_debug_level(value: object) -> bool:
+    """``VLLM_LOGGING_LEVEL`` (or the level read from a log) names DEBUG."""
+    return str(value).strip().upper() == "DEBUG"
+
+
+def debug_logging_finding(evidence: list[Evidence], *, debug: bool = True) -> Finding:
+    """The one rule for "the server logs at DEBUG", whatever it was read from: the server's log
+    (``findings_from_log``), its environment (``env.envrules``) or its command line
+    (``env.server``). ``debug=False`` is the passed check."""
+    if not debug:
+        return Finding("server.debug_logging", Severity.OK, "log level is not DEBUG", evidence,
+                       layer="config")
     return Finding(
         id="server.debug_logging", severity=Severity.WARNING,
         title="The server logs at DEBUG level (VLLM_LOGGING_LEVEL=DEBUG): lines every engine step",
@@ -260,11 +309,25 @@ def _request_logging_finding(log: ServerLog) -> Finding | None:
     if "enable_log_requests" in cfg:
         evidence.append(Evidence("enable_log_requests", cfg["enable_log_requests"], "",
                                  log.source("enable_log_requests")))
+    return request_logging_finding(evidence, flag=bool(cfg.get("request_logging")),
+                                   lines_per_request=per_request)
+
+
+def request_logging_finding(evidence: list[Evidence], *, flag: bool,
+                            lines_per_request: float | None = None,
+                            logging_on: bool = True) -> Finding:
+    """The one rule for "every request is logged", from the log's line counts
+    (``findings_from_log``) or the server's settings (``env.server``). ``flag``: the server was
+    started with --enable-log-requests (a warning); without it, only the log's line count says
+    so (information). ``logging_on=False`` is the passed check."""
+    if not logging_on:
+        return Finding("server.request_logging", Severity.OK, "request logging is off", evidence,
+                       layer="frontend")
     return Finding(
         id="server.request_logging",
-        severity=Severity.WARNING if cfg.get("request_logging") else Severity.INFO,
-        title=(f"Per-request logging is on: {per_request:.1f} log lines per request"
-               if per_request else "Per-request logging is on"),
+        severity=Severity.WARNING if flag else Severity.INFO,
+        title=(f"Per-request logging is on: {lines_per_request:.1f} log lines per request"
+               if lines_per_request else "Per-request logging is on (--enable-log-requests)"),
         evidence=evidence,
         why="--enable-log-requests logs every request's parameters (and, before 0.20, its whole "
             "prompt) on the API server's event loop, which also streams every response.",
@@ -275,13 +338,14 @@ def _request_logging_finding(log: ServerLog) -> Finding | None:
 
 
 def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/metrics",
-                          max_num_seqs: int | None = None, max_num_seqs_source: str = ""
-                          ) -> list[Finding]:
+                          max_num_seqs: int | None = None, max_num_seqs_source: str = "",
+                          max_num_batched_tokens: int | None = None) -> list[Finding]:
     """Findings from the scrapes of one run (first and last bound the window). ``max_num_seqs``
     (from the server's command line or log) lets the full-batch rule name the cap."""
     if not snapshots:
         return [Finding("server.metrics_missing", Severity.SKIPPED,
-                        "No /metrics snapshot was taken: server-side checks did not run")]
+                        "No /metrics snapshot was taken: server-side checks did not run",
+                        reference=f"{REF}#server.metrics_missing")]
     if not any(has_vllm_series(s) for s in snapshots):
         return [stats_disabled_finding(source)]
     first, last = snapshots[0], snapshots[-1]
@@ -302,6 +366,9 @@ def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/me
     full = _full_batch_from_metrics(snapshots, max_num_seqs, max_num_seqs_source, source)
     if full is not None:
         out.append(full)
+    budget = _token_budget_from_metrics(snapshots, max_num_seqs, max_num_batched_tokens, source)
+    if budget is not None and full is None:
+        out.append(budget)
     out.extend(_waiting_reason_findings(snapshots, source))
     return out
 
@@ -341,5 +408,7 @@ def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, Any]:
                                ("vllm:kv_cache_usage_perc", max))} if snapshots else {}
 
 
-__all__ = ["effective_max_num_seqs", "findings_from_log", "findings_from_metrics",
-           "full_batch_finding", "kv_finding", "metrics_overview", "preemption_finding"]
+__all__ = ["debug_logging_finding", "effective_max_num_seqs", "findings_from_log",
+           "findings_from_metrics", "full_batch_finding", "is_debug_level", "kv_finding",
+           "metrics_overview", "preemption_finding", "request_logging_finding",
+           "stats_disabled_finding"]

@@ -11,7 +11,11 @@ byte searches and regexes, never a full JSON decode per chunk.
 Connections are kept alive and reused (one per in-flight request); a reused connection that the
 server closed while idle is retried once on a fresh one, as HTTP clients do, and never counted as
 a failure. A response is judged: HTTP >= 400, a connection lost mid-response, a timeout, bad SSE
-framing, non-JSON data, a stream without ``[DONE]`` or an error event all set ``error_kind``.
+framing, non-JSON data, a stream without ``[DONE]`` or an error event all set ``error_kind``, as
+do a response head that is not HTTP (a bad ``Content-Length``, a head over 64 KiB) and a response
+over ``max_response_bytes`` (cut there). Header values are checked once (no CR, LF or NUL: they
+would split the request) and the request head is joined from bytes, never %-formatted, so a
+``%`` in a path or a header is sent as it is.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import asyncio
 import time
 from urllib.parse import urlsplit
 
+from latscope.errors import ConfigError
 from latscope.load.response import dechunk
 from latscope.model import ErrorKind, RequestRecord
 
 _perf_ns = time.perf_counter_ns
 _LAST_CHUNK = b"0\r\n\r\n"
+_MAX_HEAD = 64 << 10  # a response head longer than this is not HTTP we can use
+_NO_LIMIT = 1 << 62
 
 
 class _Exchange:
@@ -37,9 +44,10 @@ class _Exchange:
     """
 
     __slots__ = ("future", "head", "status", "headers_ns", "mode", "reads", "remaining",
-                 "end_ns", "error_kind", "error", "keep_alive", "received")
+                 "end_ns", "error_kind", "error", "keep_alive", "received", "left",
+                 "max_bytes")
 
-    def __init__(self, future: asyncio.Future[None]) -> None:
+    def __init__(self, future: asyncio.Future[None], max_bytes: int = _NO_LIMIT) -> None:
         self.future = future
         self.head = b""
         self.status = 0
@@ -52,23 +60,36 @@ class _Exchange:
         self.error: str | None = None
         self.keep_alive = True
         self.received = False
+        self.max_bytes = self.left = max_bytes  # body bytes allowed, still allowed
 
     def feed(self, ns: int, data: bytes) -> None:
+        if self.future.done():
+            return  # failed (or ended) already: the connection is dropped, the rest ignored
         if not self.mode:
             self.received = True
             self.head += data
             cut = self.head.find(b"\r\n\r\n")
             if cut < 0:
+                if len(self.head) > _MAX_HEAD:
+                    self.fail(ErrorKind.MALFORMED, f"HTTP response head over {_MAX_HEAD >> 10} "
+                              "KiB without an end")
                 return
             self.headers_ns = ns
             data = self.head[cut + 4:]
             self._read_head(self.head[:cut])
             self.head = b""
+            if self.future.done():
+                return
             if self.mode == "length" and self.remaining <= 0:
                 self.finish(ns)
                 return
             if not data:
                 return
+        self.left -= len(data)
+        if self.left < 0:
+            self.fail(ErrorKind.MALFORMED, "response larger than the limit "
+                      "(max_response_bytes): cut there")
+            return
         self.reads.append((ns, data))
         if self.mode == "chunked":
             if data.endswith(_LAST_CHUNK) or (len(data) < 5 and self._tail().endswith(_LAST_CHUNK)):
@@ -97,6 +118,11 @@ class _Exchange:
             if name == b"transfer-encoding" and b"chunked" in value:
                 self.mode = "chunked"
             elif name == b"content-length" and self.mode != "chunked":
+                if not value.isdigit():
+                    self.mode = ""
+                    self.fail(ErrorKind.MALFORMED, "bad Content-Length header "
+                              f"{value[:40].decode('latin-1')!r}")
+                    return
                 self.mode, self.remaining = "length", int(value)
             elif name == b"connection" and value == b"close":
                 self.keep_alive = False
@@ -113,6 +139,11 @@ class _Exchange:
             self.error_kind, self.error = kind.value, message
             self.keep_alive = False
             self.future.set_result(None)
+
+    @property
+    def size(self) -> int:
+        """Body bytes received (what this exchange holds in memory)."""
+        return self.max_bytes - self.left
 
     def body_pieces(self) -> list[tuple[int, bytes]]:
         """(arrival ns, payload) per piece of the body, de-chunked; the ns is that of the read
@@ -150,34 +181,72 @@ class _Connection(asyncio.Protocol):
                 exchange.fail(ErrorKind.CONNECTION, f"connection closed mid-response{reason}")
 
 
+def check_headers(headers: dict[str, str]) -> None:
+    """Refuses a header that would split the request (CR, LF or NUL; a colon in a name)."""
+    for name, value in headers.items():
+        if any(c in f"{name}{value}" for c in "\r\n\0") or ":" in name:
+            # the value is not shown: it may be a secret (an API key)
+            raise ConfigError(f"header {name[:40]!r}: a CR, LF or NUL in a header would "
+                              "split the request")
+
+
 class StreamingClient:
     """Sends prepared OpenAI-style requests and fills in ``RequestRecord``s."""
 
     def __init__(self, base_url: str, path: str, headers: dict[str, str],
-                 timeout_s: float, *, trace: bool = False) -> None:
+                 timeout_s: float, max_response_bytes: int = _NO_LIMIT, *,
+                 trace: bool = False) -> None:
         parts = urlsplit(base_url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         prefix = parts.path.rstrip("/")
         if prefix.endswith("/v1") and path.startswith("/v1/"):
             prefix = prefix[:-3]
+        target = f"{prefix}{path}"
+        if any(c in target for c in " \r\n\0"):
+            raise ConfigError(f"URL path {target[:80]!r} has a space, CR, LF or NUL")
+        check_headers(headers)
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        # traceparent: version 00, the record's trace id, a parent id (its first 16 hex digits:
-        # random, so unique enough) and flags 01 = sampled. Without "sampled" vLLM's
-        # ParentBased sampler drops the span.
-        self._trace = trace
-        trace_line = "traceparent: 00-%s-%s-01\r\n" if trace else ""
-        self._head = (f"POST {prefix}{path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+        # joined, never %-formatted: a % in the path or a header value is sent as it is
+        self._head = (f"POST {target} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
                       f"content-type: application/json\r\naccept: text/event-stream\r\n"
-                      f"{extra}x-request-id: %s\r\n{trace_line}content-length: %d\r\n\r\n"
-                      ).encode()
+                      f"{extra}x-request-id: ").encode("utf-8")
         self.timeout_ns = int(timeout_s * 1e9)
+        self.max_response_bytes = max_response_bytes
+        self._trace = trace
         self._idle: list[_Connection] = []
+
+    def request_bytes(self, request_id: str, body: bytes, trace_id: str | None = None) -> bytes:
+        # traceparent: version 00, the record's trace id, a parent id (its first 16 hex digits:
+        # random, so unique enough) and flags 01 = sampled: without "sampled" vLLM's
+        # parent-based sampler drops the span.
+        trace = (b"\r\ntraceparent: 00-%s-%s-01" % (trace_id.encode(), trace_id[:16].encode())
+                 if self._trace and trace_id else b"")
+        return b"".join((self._head, request_id.encode(), trace, b"\r\ncontent-length: ",
+                         str(len(body)).encode(), b"\r\n\r\n", body))
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(_Connection, self.host, self.port)
         return conn
+
+    async def preconnect(self, count: int, parallel: int = 64) -> int:
+        """Opens ``count`` keep-alive connections before a run, ``parallel`` at a time, so that
+        its first wave is not a storm of TCP connects (the server's accept queue, SYN retries)
+        on top of a burst of requests. Returns how many opened; a failure is left for the
+        requests themselves to report."""
+        gate = asyncio.Semaphore(parallel)
+
+        async def one() -> _Connection | None:
+            async with gate:
+                try:
+                    return await self._connect()
+                except OSError:
+                    return None
+
+        opened = [c for c in await asyncio.gather(*(one() for _ in range(count))) if c]
+        self._idle.extend(opened)
+        return len(opened)
 
     def _take_idle(self) -> _Connection | None:
         while self._idle:
@@ -189,11 +258,7 @@ class StreamingClient:
     async def execute(self, body: bytes, record: RequestRecord) -> _Exchange:
         """Send one request and wait for its end; never raises for a failed request. The record
         gets ``sent_ns``; ``finalize(record, exchange, stream)`` fills in the rest later."""
-        if self._trace and record.trace_id:
-            tid = record.trace_id.encode()
-            request = self._head % (record.request_id.encode(), tid, tid[:16], len(body)) + body
-        else:
-            request = self._head % (record.request_id.encode(), len(body)) + body
+        request = self.request_bytes(record.request_id, body, record.trace_id)
         for attempt in (0, 1):
             conn = self._take_idle() if attempt == 0 else None
             reused = conn is not None
@@ -205,7 +270,13 @@ class StreamingClient:
                     exchange.fail(ErrorKind.CONNECTION, f"connect failed: {exc}")
                     record.sent_ns = _perf_ns()
                     return exchange
-            exchange = await self._exchange(conn, request, record)
+            try:
+                exchange = await self._exchange(conn, request, record)
+            except asyncio.CancelledError:  # the run stopped: drop the half-done exchange
+                conn.exchange = None
+                if conn.transport is not None:
+                    conn.transport.abort()
+                raise
             if reused and exchange.error_kind == "connection" and not exchange.received:
                 continue  # the server closed an idle keep-alive connection: retry fresh
             break
@@ -219,7 +290,7 @@ class StreamingClient:
     async def _exchange(self, conn: _Connection, request: bytes,
                         record: RequestRecord) -> _Exchange:
         loop = asyncio.get_running_loop()
-        exchange = _Exchange(loop.create_future())
+        exchange = _Exchange(loop.create_future(), self.max_response_bytes)
         conn.exchange = exchange
         record.sent_ns = _perf_ns()
         assert conn.transport is not None

@@ -112,6 +112,9 @@ class BenchConfig:
     trace_requests: bool = False  # send a fresh W3C traceparent per request (its trace id joins
     # the request with the server's OTLP span of it)
     use_uvloop: bool = True
+    # A response larger than this is cut and counted as an error (a runaway or hostile server
+    # must not take the client's memory): 64 MiB is ~300k streamed tokens of vLLM's SSE.
+    max_response_bytes: int = 64 << 20
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -130,6 +133,8 @@ class BenchConfig:
             raise ConfigError("give num_requests or duration_s")
         if (self.num_requests or 0) < 0 or (self.duration_s or 0) < 0 or self.warmup < 0:
             raise ConfigError("num_requests, duration and warmup must not be negative")
+        if self.max_response_bytes <= 0:
+            raise ConfigError("max response size must be > 0 bytes")
         if self.request_timeout_s <= 0:
             raise ConfigError("request timeout must be > 0 s")
         if self.slo:
@@ -193,9 +198,12 @@ def load_workload_file(path: str | Path) -> dict[str, Any]:
     (``name``, ``weight``, ``input_len``, ``output_len``)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read workload file {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read workload file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"workload file {path}: not UTF-8 text (byte {exc.start}); expected "
+                          "TOML or YAML") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml

@@ -7,48 +7,135 @@ thread from the runner.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
 import json
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import orjson
 
-from latscope.errors import TargetError
-from latscope.load.config import BenchConfig
+from latscope.errors import ConfigError, TargetError
+from latscope.load.config import BenchConfig, LengthDist
 from latscope.load.rundir import host_info
 from latscope.load.workload import (LocalTokenizer, Prompt, ServerTokenizer, Tokenizer,
                                     WordTokenizer, Workload)
 
 _DURATION_POOL = 4096  # distinct prompts prepared for a closed-loop --duration run (then reused)
+# Longest prompt built when the server does not state its context length: beyond any served
+# model's, and already ~1 GB and minutes of tokenizer time (100M tokens once took 10 GB).
+_MAX_PROMPT_TOKENS = 10_000_000
 
 
 def base_url_of(url: str) -> str:
-    url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
+    return split_url(url)[0]
+
+
+def split_url(url: str) -> tuple[str, tuple[str, str] | None]:
+    """(base URL without ``user:password@`` and without a trailing ``/v1``, the credentials).
+
+    The credentials never go into a message, a log or the run directory: only the base URL
+    does; they are sent as HTTP Basic auth (``request_headers``)."""
+    parts = urlsplit(url.rstrip("/"))
+    credentials = None
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, netloc = netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        credentials = (unquote(user), unquote(password))
+    base = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return (base[:-3] if base.endswith("/v1") else base), credentials
+
+
+def request_headers(api_key: str | None, credentials: tuple[str, str] | None) -> dict[str, str]:
+    """The auth header: a bearer API key, or the URL's user:password as Basic auth."""
+    if api_key and credentials:
+        raise ConfigError("the URL has a user:password and --api-key is set too: give one of "
+                          "them (the URL's is sent as Basic auth, the key as a bearer token)")
+    if api_key:
+        return {"authorization": f"Bearer {api_key}"}
+    if credentials:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        return {"authorization": f"Basic {token}"}
+    return {}
+
+
+def _get_json(base_url: str, path: str, headers: dict[str, str]) -> Any:
+    req = urllib.request.Request(base_url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise TargetError(f"{base_url}{path} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TargetError(f"cannot reach {base_url}: {reason}") from None
+    except http.client.HTTPException as exc:  # LineTooLong, BadStatusLine, IncompleteRead
+        raise TargetError(f"{base_url}{path}: not a valid HTTP response "
+                          f"({type(exc).__name__}: {str(exc)[:80]})") from None
+    except ValueError:
+        raise TargetError(f"{base_url}{path} did not return JSON") from None
 
 
 def discover_model(base_url: str, headers: dict[str, str]) -> str:
     """The first model the server lists; a clear TargetError when the server is not there."""
-    req = urllib.request.Request(base_url + "/v1/models", headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            data = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        raise TargetError(f"{base_url}/v1/models answered HTTP {exc.code}; "
-                          "pass --model to skip model discovery") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise TargetError(f"cannot reach {base_url}: {reason}") from None
-    except ValueError:
-        raise TargetError(f"{base_url}/v1/models did not return JSON") from None
-    models = data.get("data") or []
-    if not models:
+        data = _get_json(base_url, "/v1/models", headers)
+    except TargetError as exc:
+        if "answered HTTP" in str(exc):
+            raise TargetError(f"{exc}; pass --model to skip model discovery") from None
+        raise
+    models = data.get("data") if isinstance(data, dict) else None
+    if not models or not isinstance(models, list):
         raise TargetError(f"{base_url}/v1/models lists no model; pass --model")
-    return str(models[0]["id"])
+    first = models[0]
+    if not isinstance(first, dict) or "id" not in first:
+        raise TargetError(f"{base_url}/v1/models: a model entry without an id; pass --model")
+    return str(first["id"])
+
+
+def _max_model_len(base_url: str, headers: dict[str, str]) -> int | None:
+    """The context length the server states (vLLM: ``max_model_len`` in /v1/models)."""
+    try:
+        data = _get_json(base_url, "/v1/models", headers)
+        value = data["data"][0]["max_model_len"]
+        return int(value) if value else None
+    except (TargetError, KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _longest(dist: LengthDist) -> int:
+    if dist.kind == "fixed":
+        return int(dist.a)
+    if dist.kind == "uniform":
+        return int(dist.b)
+    return int(dist.a + 6 * dist.b)  # a normal length is clipped only at 1: take mean + 6 sd
+
+
+def check_lengths(config: BenchConfig, base_url: str, headers: dict[str, str]) -> None:
+    """Refuses prompts longer than the model's context (or, unknown, than _MAX_PROMPT_TOKENS)
+    before any is built: building them would take minutes and gigabytes for nothing."""
+    spec = config.workload
+    if spec.dataset:
+        return
+    inputs = [m.input_len for m in spec.mix] or [LengthDist.parse(spec.input_len)]
+    longest = max([_longest(d) for d in inputs] + [spec.prefix_len])
+    if longest <= 4096:
+        return  # every served model takes that: skip the extra request
+    limit = _max_model_len(base_url, headers)
+    if limit is not None:
+        if longest > limit:
+            raise ConfigError(f"input length up to {longest} tokens, but the model's context "
+                              f"(max_model_len) is {limit}")
+        return
+    if longest > _MAX_PROMPT_TOKENS:
+        raise ConfigError(f"input length up to {longest} tokens: more than latscope builds "
+                          f"({_MAX_PROMPT_TOKENS:,}) when the server states no context length")
 
 
 def pick_tokenizer(config: BenchConfig, base_url: str, model: str,
@@ -56,7 +143,7 @@ def pick_tokenizer(config: BenchConfig, base_url: str, model: str,
     if config.tokenizer:
         return LocalTokenizer(config.tokenizer)
     server = ServerTokenizer(base_url, model, headers)
-    return server if server.works() else WordTokenizer()
+    return server if server.works() else WordTokenizer(server.problem)
 
 
 def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:

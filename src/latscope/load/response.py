@@ -136,6 +136,8 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
             or raw.count(b"\r\n") != 2 * raw.count(b"\n\n\r\n") + 2
             or b'"error"' in raw):
         return False
+    if not _chunk_sizes_match(raw):
+        return False  # damaged chunk framing: the exact reader says what is wrong
     marks = [m for m in _FAST_MARKS if m in raw]
     role_marks = 0  # token marks inside a chat role announcement: its first event, if any
     if b'"role"' in raw:
@@ -170,6 +172,17 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
     record.first_token_ns = chunk_ns[0] if chunk_ns else None
     _set_tokens(record, completion, _last_int(tail, b'"prompt_tokens"'), len(chunk_ns))
     return True
+
+
+def _chunk_sizes_match(raw: bytes) -> bool:
+    """Every chunk's size line is hex and equals its data's length. The caller has checked that
+    CR LF occurs only in the framing, so splitting on it gives size, data, size, data ... (one
+    C-level split; a cheap comparison per chunk)."""
+    parts = raw.split(b"\r\n")
+    try:
+        return [int(size, 16) for size in parts[0:-3:2]] == [len(d) for d in parts[1:-3:2]]
+    except ValueError:
+        return False
 
 
 def _count_marks(data: bytes, marks: list[bytes]) -> int:

@@ -62,5 +62,13 @@ def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[RequestRecord], 
     return manifest, records, summary
 
 
+def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
+    """The summary of a run that ended without one (SIGKILL, a crash), recomputed from
+    ``requests.jsonl`` and the manifest: ``latscope.load.runner.rebuild_summary``."""
+    from latscope.load.runner import rebuild_summary as rebuild  # runner imports this module
+
+    return rebuild(run_dir)
+
+
 __all__ = ["MANIFEST", "REQUESTS", "SUMMARY", "RunWriter", "default_run_dir", "host_info",
-           "read_run"]
+           "read_run", "rebuild_summary"]

@@ -1,75 +1,143 @@
 """Drives one load run: prepare, warm up, measure, write everything as it happens, summarise.
 
-Everything that costs CPU (prompt building, request bodies, the arrival schedule) is done before
-the first measured request. A closed loop keeps ``concurrency`` requests in flight, each scheduled
-the moment a slot frees; an open loop sends on a precomputed Poisson/gamma schedule and measures
-every latency from the *scheduled* time, so the client's own lag is counted, then reported
-separately (send lag, event-loop lag, client CPU) with a warning when the client is the bottleneck.
+Prompts and the arrival schedule are prepared before the first measured request; each request
+body is built from its prompt just before it is sent (a few microseconds; keeping every record
+and pre-built body cost ~6 KB a request). A closed loop keeps ``concurrency`` requests in flight, each
+scheduled the moment a slot frees, and measures latency from the actual send; an open loop sends
+on a precomputed Poisson/gamma schedule and measures every latency from the *scheduled* time, so
+the client's own lag is counted (``latscope.analysis.stats.origin_ns`` is the one definition).
+Either way the send lag is reported separately (with event-loop lag and client CPU), with a
+warning when the client is the bottleneck. Finished records go to ``requests.jsonl`` and into
+constant-size accumulators (``RunStats``), never into a list, so memory grows with the run's
+length by 16 bytes a request plus 4 per ITL gap (capped, ``docs/metrics.md``). SIGTERM stops a
+run as Ctrl-C does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
+import signal
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from latscope.analysis.stats import distribution, summarize
+from latscope.analysis.stats import RunStats, distribution
 from latscope.load.arrival import arrival_offsets_ns
-from latscope.load.client import StreamingClient
+from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
-from latscope.load.prepare import (base_url_of, discover_model, make_manifest, pick_tokenizer,
-                                   prompt_count, request_body)
+from latscope.load.prepare import (check_lengths, discover_model, make_manifest, pick_tokenizer,
+                                   prompt_count, request_body, request_headers, split_url)
 from latscope.load.response import finalize
-from latscope.load.rundir import RunWriter, default_run_dir
+from latscope.load.rundir import RunWriter, default_run_dir, read_run
 from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
 
 _LAG_INTERVAL_S = 0.01
+# Finished responses wait to be parsed a few per loop turn, so a burst of them never delays the
+# timestamps of the others. When responses end faster than loop turns come (a zero-delay server)
+# that queue grew without bound (10,000 unparsed bodies, 22 MB, at concurrency 64): now a turn
+# parses 1 + 1/64 of the queue, and past 16 MiB of unparsed bytes the client parses at once (it
+# is the bottleneck then anyway, and says so in its CPU warning).
+_FINALIZE_SHARE = 64
+_FINALIZE_BACKLOG_BYTES = 16 << 20
+_DURATION_GRACE_MAX_S = 30.0  # in-flight requests may finish this long after --duration (k6's)
 OnRecord = Callable[[RequestRecord], None]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal (SIGTERM) stopped the run; everything gathered so far is on disk."""
+
+    def __init__(self, signum: int, run_dir: Path | None) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.run_dir = signum, run_dir
 
 
 @dataclass
 class BenchResult:
     run_dir: Path
-    records: list[RequestRecord]
     summary: dict[str, Any]
     config: BenchConfig
     manifest: dict[str, Any]
 
+    @property
+    def records(self) -> list[RequestRecord]:
+        """The run's records, read back from ``requests.jsonl`` (the run keeps none in memory)."""
+        return read_run(self.run_dir)[1]
+
 
 def run_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
               on_record: OnRecord | None = None) -> BenchResult:
-    """Synchronous entry point: owns its event loop (uvloop when installed and enabled)."""
+    """Synchronous entry point: owns its event loop (uvloop when installed and enabled).
+    Raises ``RunInterrupted`` after SIGTERM and KeyboardInterrupt after Ctrl-C, in both cases
+    with every finished request, the in-flight ones as cancelled and the summary on disk."""
     factory = None
     if config.use_uvloop:
         with contextlib.suppress(ImportError):
             import uvloop
             factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(arun_bench(config, observers, on_record))
+        result, signum = runner.run(_stoppable(arun_bench(config, observers, on_record)))
+    if signum:
+        raise RunInterrupted(signum, config.output_dir)
+    return result
+
+
+async def _stoppable(coro: Any) -> tuple[Any, int]:
+    """Runs ``coro``; SIGTERM cancels it as asyncio.Runner does on SIGINT, so its ``finally``
+    writes the summary. A second SIGTERM gets the default action (ends the process)."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    got: list[int] = []
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term() -> None:
+        got.append(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGTERM)  # a second SIGTERM: the default action
+        task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_term)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread: no handler
+        return await coro, 0
+    try:
+        return await coro, 0
+    except asyncio.CancelledError:
+        if got:
+            task.uncancel()
+            return None, got[0]
+        raise
+    finally:
+        if not got:
+            loop.remove_signal_handler(signal.SIGTERM)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)  # whatever the caller had installed
 
 
 async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
                      on_record: OnRecord | None = None) -> BenchResult:
     config.validate()
-    base_url = base_url_of(config.url)
-    headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    base_url, credentials = split_url(config.url)
+    headers = request_headers(config.api_key, credentials)
+    check_headers(headers)  # before any request, setup ones included
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
+    await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
                                        tokenizer, config.seed)
-    bodies = [request_body(config, model, p) for p in workload.prompts]
-    run = _Run(config, base_url, headers, bodies, workload, on_record)
+    run = _Run(config, base_url, headers, model, workload, on_record)
     manifest = make_manifest(config, base_url, model, workload, run.tag)
     run.writer.write_manifest(manifest)
     observers = list(observers)
     try:
+        # the connections the load will hold, opened before it starts (not measured)
+        await run.client.preconnect(min(config.concurrency or 0, 4096))
         if config.warmup:
             await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
                                                              config.warmup), warmup=True)
@@ -90,46 +158,59 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
                     await obs.stop(ctx)
     finally:
         run.cancel_in_flight()
-        summary = run.summary(model)
+        summary = run.summary()
         run.writer.write_summary(summary)
         run.writer.close()
         run.client.close()
-    return BenchResult(run.writer.run_dir, run.records, summary, config, manifest)
+    return BenchResult(run.writer.run_dir, summary, config, manifest)
 
 
 class _Run:
     """The mutable state of one run."""
 
-    def __init__(self, config: BenchConfig, base_url: str, headers: dict[str, str],
-                 bodies: list[bytes], workload: Workload, on_record: OnRecord | None) -> None:
-        self.config, self.bodies, self.workload, self.on_record = config, bodies, workload, on_record
+    def __init__(self, config: BenchConfig, base_url: str, headers: dict[str, str], model: str,
+                 workload: Workload, on_record: OnRecord | None) -> None:
+        self.config, self.model, self.workload, self.on_record = config, model, workload, on_record
         path = "/v1/chat/completions" if config.endpoint == "chat" else "/v1/completions"
         self.client = StreamingClient(base_url, path, headers, config.request_timeout_s,
+                                      max_response_bytes=config.max_response_bytes,
                                       trace=config.trace_requests)
         # Trace ids drawn before the run, so none of that work lands in a send.
-        self.trace_ids = ([os.urandom(16).hex() for _ in bodies] if config.trace_requests
-                          else [])
+        self.trace_ids = ([os.urandom(16).hex() for _ in workload.prompts]
+                          if config.trace_requests else [])
         self.writer = RunWriter(config.output_dir or default_run_dir())
         self.tag = f"{time.time_ns():x}"[-8:]
-        self.records: list[RequestRecord] = []
+        self.stats = RunStats(config.percentiles, config.slo)
+        # per mix entry / shared-prefix group, kept only when the workload has more than one
+        self.groups: dict[str, RunStats] | None = (
+            {} if len({p.group for p in workload.prompts}) > 1 else None)
         self.in_flight: dict[int, RequestRecord] = {}
         self.to_finalize: deque[tuple[RequestRecord, Any]] = deque()
+        self.backlog_bytes = 0  # body bytes in to_finalize
         self.finalizing = False
-        self.lag_ms: list[float] = []
+        self.lag_ms = array("f")
         self.cpu0 = self.wall0 = 0.0
         self.cpu_s = self.wall_s = 0.0
 
-    async def one(self, index: int, scheduled_ns: int, warmup: bool) -> None:
+    def body(self, index: int) -> bytes:
+        prompts = self.workload.prompts
+        return request_body(self.config, self.model, prompts[index % len(prompts)])
+
+    async def one(self, index: int, scheduled_ns: int, warmup: bool,
+                  body: bytes | None = None, open_loop: bool = False) -> None:
         prompt = self.workload.prompts[index % len(self.workload.prompts)]
         record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
-                               scheduled_ns=scheduled_ns, warmup=warmup,
+                               scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
                                prompt_tokens=prompt.prompt_tokens,
                                expected_output_tokens=prompt.output_tokens, group=prompt.group,
                                trace_id=self._trace_id(index))
         self.in_flight[index] = record
-        exchange = await self.client.execute(self.bodies[index % len(self.bodies)], record)
+        exchange = await self.client.execute(body or self.body(index), record)
         del self.in_flight[index]
         self.to_finalize.append((record, exchange))
+        self.backlog_bytes += exchange.size
+        while self.backlog_bytes > _FINALIZE_BACKLOG_BYTES:
+            self._finalize_next()
         if not self.finalizing:
             self.finalizing = True
             asyncio.get_running_loop().call_soon(self._finalize_one)
@@ -142,25 +223,35 @@ class _Run:
         return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
 
     def _finalize_one(self) -> None:
-        """Parse one finished response per event-loop turn, so that parsing a burst of finished
-        responses never holds back the receive timestamps of the requests still streaming."""
-        if self.to_finalize:  # (finalize_all may have emptied it meanwhile)
-            record, exchange = self.to_finalize.popleft()
-            finalize(record, exchange, self.config.stream)
-            self._finished(record)
+        """Parse a few finished responses per event-loop turn, so that parsing a burst of them
+        never holds back the receive timestamps of the requests still streaming."""
+        for _ in range(1 + len(self.to_finalize) // _FINALIZE_SHARE):
+            if not self.to_finalize:  # (finalize_all may have emptied it meanwhile)
+                break
+            self._finalize_next()
         if self.to_finalize:
             asyncio.get_running_loop().call_soon(self._finalize_one)
         else:
             self.finalizing = False
 
+    def _finalize_next(self) -> None:
+        record, exchange = self.to_finalize.popleft()
+        self.backlog_bytes -= exchange.size
+        finalize(record, exchange, self.config.stream)
+        self._finished(record)
+
     def finalize_all(self) -> None:
         while self.to_finalize:
-            record, exchange = self.to_finalize.popleft()
-            finalize(record, exchange, self.config.stream)
-            self._finished(record)
+            self._finalize_next()
 
     def _finished(self, record: RequestRecord) -> None:
-        self.records.append(record)
+        self.stats.add(record)
+        if self.groups is not None:
+            prompts = self.workload.prompts
+            group = prompts[record.index % len(prompts)].group
+            if group not in self.groups:
+                self.groups[group] = RunStats(self.config.percentiles)
+            self.groups[group].add(record)
         self.writer.append(record)
         if self.on_record is not None:
             self.on_record(record)
@@ -184,41 +275,79 @@ class _Run:
                                      burstiness=self.config.burstiness, seed=self.config.seed)
         cap = asyncio.Semaphore(self.config.concurrency) if self.config.concurrency else None
 
-        async def capped(index: int, scheduled: int) -> None:
+        async def capped(index: int, scheduled: int, body: bytes) -> None:
             if cap is None:
-                return await self.one(index, scheduled, False)
+                return await self.one(index, scheduled, False, body, open_loop=True)
             async with cap:  # the wait for a slot stays inside the measured latency
-                await self.one(index, scheduled, False)
+                await self.one(index, scheduled, False, body, open_loop=True)
 
-        tasks = []
+        tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []
         t0 = time.perf_counter_ns()
         for index, offset in zip(indices, offsets.tolist()):
             scheduled = t0 + offset
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
+            body = self.body(index)  # built before its time comes, not inside its send lag
             delay = scheduled - time.perf_counter_ns()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
-            tasks.append(asyncio.create_task(capped(index, scheduled)))
-        await asyncio.gather(*tasks)
+            task = asyncio.create_task(capped(index, scheduled, body))
+            tasks.add(task)  # finished tasks leave the set: memory stays with what is in flight
+            task.add_done_callback(functools.partial(_forget, tasks, failures))
+        try:
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
+        if failures:
+            raise failures[0]
         self.finalize_all()
 
     async def measure(self) -> None:
         cfg = self.config
         start = cfg.warmup
         stop = start + cfg.num_requests if cfg.num_requests else (
-            start + 10**9 if cfg.rate is None else start + len(self.bodies))
+            start + 10**9 if cfg.rate is None else start + len(self.workload.prompts))
         deadline = (time.perf_counter_ns() + int(cfg.duration_s * 1e9)) if cfg.duration_s else None
         monitor = asyncio.create_task(self._watch_lag())
         self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        if cfg.rate is None:
+            load = self.closed_loop(range(start, stop), cfg.concurrency or 1, False, deadline)
+        else:
+            load = self.open_loop(range(start, stop), deadline)
+        task = asyncio.ensure_future(load)
         try:
-            if cfg.rate is None:
-                await self.closed_loop(range(start, stop), cfg.concurrency or 1, False, deadline)
+            if deadline is None:
+                await task
             else:
-                await self.open_loop(range(start, stop), deadline)
+                await self._until(task, deadline + int(self.grace_s() * 1e9))
         finally:
             monitor.cancel()
             self.stop_clock()
+
+    def grace_s(self) -> float:
+        """How long requests in flight at the end of --duration may still finish."""
+        cfg = self.config
+        return min(cfg.duration_s or 0.0, _DURATION_GRACE_MAX_S, cfg.request_timeout_s)
+
+    async def _until(self, task: asyncio.Future[None], stop_ns: int) -> None:
+        """Waits for ``task`` until ``stop_ns``, then cancels it: --duration bounds the run even
+        when the server stalls (the requests still in flight are then written as cancelled)."""
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(stop_ns - time.perf_counter_ns(),
+                                                             0) / 1e9)
+        except asyncio.CancelledError:  # Ctrl-C / SIGTERM: stop the load too
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        for record in self.in_flight.values():
+            record.error = f"still in flight {self.grace_s():g} s after --duration ended"
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     def stop_clock(self) -> None:
         if self.cpu0 and not self.cpu_s:
@@ -236,64 +365,111 @@ class _Run:
         self.finalize_all()
         for record in list(self.in_flight.values()):
             record.error_kind = ErrorKind.CANCELLED.value
-            record.error = "run stopped while the request was in flight"
+            record.error = record.error or "run stopped while the request was in flight"
             self._finished(record)
         self.in_flight.clear()
 
-    def summary(self, model: str) -> dict[str, Any]:
-        cfg = self.config
-        summary = summarize(self.records, percentiles=cfg.percentiles, slo=cfg.slo)
-        summary["model"], summary["endpoint"], summary["stream"] = model, cfg.endpoint, cfg.stream
-        summary["load"] = {"mode": "closed" if cfg.rate is None else "open",
-                           "concurrency": cfg.concurrency, "rate": cfg.rate,
-                           "burstiness": cfg.burstiness if cfg.rate else None}
-        summary["workload"] = {"tokenizer": self.workload.tokenizer,
-                               "exact_lengths": self.workload.exact, "notes": self.workload.notes}
-        summary["by_group"] = self._by_group(summary["duration_s"])
-        summary["client"] = self._client_figures(summary)
-        return summary
-
-    def _by_group(self, duration_s: float | None) -> dict[str, Any]:
-        """Per mix entry / shared-prefix group, when the workload has more than one."""
-        prompts = self.workload.prompts
-        groups: dict[str, list[RequestRecord]] = {}
-        for r in self.records:
-            groups.setdefault(prompts[r.index % len(prompts)].group, []).append(r)
-        if len(groups) < 2:
-            return {}
-        keys = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
-        return {name: {k: v for k, v in summarize(recs, percentiles=self.config.percentiles,
-                                                  duration_s=duration_s).items() if k in keys}
-                for name, recs in sorted(groups.items())}
-
-    def _client_figures(self, summary: dict[str, Any]) -> dict[str, Any]:
-        out_tokens = summary["tokens"]["output_total"]
-        lag = distribution(self.lag_ms, (50, 99))
-        # p99 of send lag for the warning, whatever --percentiles the summary was asked for
-        send_lag = distribution([(r.sent_ns - r.scheduled_ns) / 1e6 for r in self.records
-                                 if r.sent_ns and not r.warmup], (99,))
-        figures = {
-            "cpu_s": self.cpu_s, "wall_s": self.wall_s,
-            "cpu_utilization": self.cpu_s / self.wall_s if self.wall_s else None,
-            "cpu_us_per_output_token": self.cpu_s / out_tokens * 1e6 if out_tokens else None,
-            "loop_lag_ms": lag,
-            "send_lag_p99_ms": send_lag["p99"],
-            "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0],
-        }
-        figures["warnings"] = _client_warnings(figures, summary)
-        return figures
+    def summary(self) -> dict[str, Any]:
+        summary = self.stats.summary()
+        by_group = {name: s.summary(summary["duration_s"]) for name, s in
+                    sorted((self.groups or {}).items())}
+        client = {"cpu_s": self.cpu_s, "wall_s": self.wall_s,
+                  "cpu_utilization": self.cpu_s / self.wall_s if self.wall_s else None,
+                  "loop_lag_ms": distribution(self.lag_ms, (50, 99)),
+                  "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0]}
+        return compose_summary(summary, self.config.public_dict(), self.model,
+                               {"tokenizer": self.workload.tokenizer,
+                                "exact_lengths": self.workload.exact,
+                                "notes": self.workload.notes},
+                               by_group, client, self.stats)
 
 
-def _client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+def _forget(tasks: set[asyncio.Task[None]], failures: list[BaseException],
+            task: asyncio.Task[None]) -> None:
+    tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        failures.append(task.exception())  # type: ignore[arg-type]
+
+
+_GROUP_KEYS = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def compose_summary(summary: dict[str, Any], config: dict[str, Any], model: str | None,
+                    workload: dict[str, Any], by_group: dict[str, dict[str, Any]],
+                    client: dict[str, Any], stats: RunStats) -> dict[str, Any]:
+    """The RunStats summary plus what a bench run adds: load, workload, groups, the client."""
+    rate = config.get("rate")
+    summary["model"], summary["endpoint"] = model, config.get("endpoint")
+    summary["stream"] = config.get("stream")
+    summary["load"] = {"mode": "closed" if rate is None else "open",
+                       "concurrency": config.get("concurrency"), "rate": rate,
+                       "burstiness": config.get("burstiness") if rate else None}
+    summary["workload"] = workload
+    summary["by_group"] = {name: {k: v for k, v in s.items() if k in _GROUP_KEYS}
+                           for name, s in by_group.items()}
+    out_tokens = summary["tokens"]["output_total"]
+    cpu_s = client.get("cpu_s")
+    client["cpu_us_per_output_token"] = (cpu_s / out_tokens * 1e6 if cpu_s is not None
+                                         and out_tokens else None)
+    # p99 of send lag for the warning, whatever --percentiles the summary was asked for
+    client["send_lag_p99_ms"] = distribution(stats.values_ms("send_lag"), (99,))["p99"]
+    client["warnings"] = client_warnings(client, summary)
+    summary["client"] = client
+    return summary
+
+
+def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     warnings = []
-    util = figures["cpu_utilization"] or 0.0
+    util = figures.get("cpu_utilization") or 0.0
     if util > 0.9:
         warnings.append(f"client used {util:.0%} of a CPU core: it may be the bottleneck; "
                         "latencies include client delay")
-    lag_p99 = figures["loop_lag_ms"].get("p99") or 0.0
+    lag_p99 = (figures.get("loop_lag_ms") or {}).get("p99") or 0.0
     if lag_p99 > 5:
         warnings.append(f"event-loop lag p99 {lag_p99:.1f} ms: timestamps may be late by that much")
     send_p99 = figures.get("send_lag_p99_ms") or 0.0
-    if send_p99 > 5:
-        warnings.append(f"send lag p99 {send_p99:.1f} ms: requests left later than scheduled")
+    ttft_p50 = (summary.get("ttft_ms") or {}).get("p50") or (summary.get("e2e_ms") or {}).get(
+        "p50") or 0.0
+    # large = over 5 ms, or over 1 ms and a tenth of the typical latency
+    if send_p99 > 5 or (send_p99 > 1 and send_p99 > 0.1 * ttft_p50):
+        if summary.get("latency_origin") == "sent":
+            where = "not counted in TTFT/E2E (closed loop: latency starts at the send)"
+        else:
+            where = "counted in TTFT/E2E (open loop: latency starts at the schedule)"
+        warnings.append(f"send lag p99 {send_p99:.1f} ms: requests left later than "
+                        f"scheduled; {where}")
     return warnings
+
+
+def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
+    """A run's summary recomputed from ``requests.jsonl`` and ``manifest.json`` alone: for a run
+    that was killed (SIGKILL, a crash) before it wrote ``summary.json``. What only the live run
+    knew (client CPU, event-loop lag, per-group figures) is left out, and the summary says so."""
+    manifest, records, _ = read_run(run_dir)
+    config = manifest.get("config") or {}
+    stats = RunStats(config.get("percentiles") or (50, 90, 95, 99), config.get("slo"))
+    for record in records:
+        stats.add(record)
+    client: dict[str, Any] = {"cpu_s": None, "wall_s": None, "cpu_utilization": None,
+                              "loop_lag_ms": {}, "event_loop": None}
+    summary = compose_summary(stats.summary(), config, manifest.get("model"),
+                              manifest.get("workload") or {}, {}, client, stats)
+    summary["rebuilt"] = ("from requests.jsonl after the run ended without a summary: client "
+                          "CPU, event-loop lag and per-group figures are not known")
+    return summary
+
+
+def run_failure(summary: dict[str, Any]) -> str | None:
+    """Why a finished run counts as failed (no request measured, or none completed), else None.
+    The CLI prints it as its error line and exits non-zero."""
+    requests = summary.get("requests") or {}
+    total = requests.get("total") or 0
+    if not total:
+        return "no request was measured"
+    if requests.get("completed"):
+        return None
+    errors = summary.get("errors") or {}
+    kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(errors.items(), key=lambda e: -e[1]))
+    example = next(iter((summary.get("error_examples") or {}).values()), "")
+    line = f"all {total} requests failed ({kinds})"
+    return f"{line}; first: {example}" if example else line

@@ -12,7 +12,7 @@ would be:
   what the workers send is exactly the global Poisson/gamma process (and each worker's share of
   a Poisson process is itself Poisson at rate/N).
 
-The driver does the setup (model, tokenizer, prompts, bodies) and the warm-up once, then gives
+The driver does the setup (model, tokenizer, prompts) and the warm-up once, then gives
 every worker its share and one common start time. Workers stream finished records back in
 batches; the driver appends them to ``requests.jsonl`` as they come, so a worker that dies loses
 only what it had in flight, and the run says which worker died and why.
@@ -48,9 +48,10 @@ from latscope.analysis.stats import distribution
 from latscope.errors import ConfigError, LatscopeError
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.config import BenchConfig
-from latscope.load.prepare import (base_url_of, discover_model, make_manifest, pick_tokenizer,
-                                   prompt_count, request_body)
-from latscope.load.runner import BenchResult, OnRecord, _client_warnings, _Run
+from latscope.load.client import check_headers
+from latscope.load.prepare import (check_lengths, discover_model, make_manifest, pick_tokenizer,
+                                   prompt_count, request_headers, split_url)
+from latscope.load.runner import BenchResult, OnRecord, _Run, client_warnings
 from latscope.load.workload import Workload, build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
 
@@ -147,8 +148,7 @@ class WorkerSpec:
     config: BenchConfig
     base_url: str
     headers: dict[str, str] = field(repr=False)
-    model: str
-    bodies: list[bytes]
+    model: str  # request bodies are built from the workload's prompts as they are sent
     workload: Workload
     tag: str
     share: Share
@@ -174,7 +174,7 @@ class WorkerRun:
         self.scratch = Path(tempfile.mkdtemp(prefix="latscope-worker-"))
         config = copy.copy(spec.config)
         config.output_dir = self.scratch  # the driver keeps the real records; this is a scratch
-        self.run = _Run(config, spec.base_url, spec.headers, spec.bodies, spec.workload,
+        self.run = _Run(config, spec.base_url, spec.headers, spec.model, spec.workload,
                         on_record=self._collect)
         self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
         # deque: append (event loop) and popleft (a Ray poll thread) are thread-safe
@@ -209,8 +209,8 @@ class WorkerRun:
             run.cancel_in_flight()
             if flusher:
                 flusher.cancel()
-        figures = run.summary(self.spec.model)["client"]
-        figures["requests"] = len(run.records)
+        figures = run.summary()["client"]
+        figures["requests"] = run.stats.total + run.stats.warmup
         return figures
 
     async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:
@@ -219,9 +219,9 @@ class WorkerRun:
 
         async def capped(index: int, scheduled: int) -> None:
             if cap is None:
-                return await run.one(index, scheduled, False)
+                return await run.one(index, scheduled, False, open_loop=True)
             async with cap:  # the wait for a slot stays inside the measured latency
-                await run.one(index, scheduled, False)
+                await run.one(index, scheduled, False, open_loop=True)
 
         tasks = []
         for index, offset in zip(share.indices, share.offsets_ns or ()):
@@ -473,15 +473,16 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
     if workers is None:  # Ray without --workers: one per node
         from latscope.load import rayworkers
         workers = rayworkers.alive_nodes()
-    base_url = base_url_of(config.url)
-    headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    base_url, credentials = split_url(config.url)
+    headers = request_headers(config.api_key, credentials)
+    check_headers(headers)
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
+    await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
                                        tokenizer, config.seed)
-    bodies = [request_body(config, model, p) for p in workload.prompts]
-    shares = plan_shares(config, workers, len(bodies))
-    run = _Run(config, base_url, headers, bodies, workload, on_record)
+    shares = plan_shares(config, workers, len(workload.prompts))
+    run = _Run(config, base_url, headers, model, workload, on_record)
     manifest = make_manifest(config, base_url, model, workload, run.tag)
     manifest["workers"] = {"backend": backend, "count": workers,
                            "split": "closed: slots even, requests by slots" if config.rate is None
@@ -495,7 +496,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         if config.warmup:  # once, by the driver, before any worker sends
             await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
                                                              config.warmup), warmup=True)
-        specs = [WorkerSpec(config, base_url, headers, model, bodies, workload, run.tag, s)
+        specs = [WorkerSpec(config, base_url, headers, model, workload, run.tag, s)
                  for s in shares]
         states = await asyncio.to_thread(_start, start_handles, specs)
         start_ns = time.perf_counter_ns() + _START_MARGIN_NS
@@ -520,7 +521,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         for obs in started:
             with contextlib.suppress(Exception):  # one observer's failure must not lose data
                 await obs.stop(ctx)
-        summary = run.summary(model)
+        summary = run.summary()
         summary["client"] = merged_client_figures([s.report() for s in states], summary)
         summary["workers"] = [s.report() for s in states]
         summary["workers_failed"] = [f"worker {s.index}: {s.error}" for s in states if s.error]
@@ -528,7 +529,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         run.writer.write_summary(summary)
         run.writer.close()
         run.client.close()
-    return BenchResult(run.writer.run_dir, run.records, summary, config, manifest)
+    return BenchResult(run.writer.run_dir, summary, config, manifest)
 
 
 def _backend(backend: str, ray_address: str | None) -> Callable[[int, WorkerSpec], Any]:
@@ -631,7 +632,7 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
             continue
         one = {"cpu_utilization": w["cpu_utilization"], "loop_lag_ms": w["loop_lag_ms"],
                "send_lag_p99_ms": w["send_lag_p99_ms"]}
-        warnings += [f"worker {w['worker']}: {text}" for text in _client_warnings(one, summary)]
+        warnings += [f"worker {w['worker']}: {text}" for text in client_warnings(one, summary)]
     for w in workers:
         if w.get("error"):
             warnings.append(f"worker {w['worker']} did not finish: {w['error']}")

@@ -10,6 +10,7 @@ taken as one token and the workload says that its counts are approximate.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from latscope.errors import ConfigError
+from latscope.errors import ConfigError, TargetError
 from latscope.load.config import LengthDist, MixEntry, WorkloadSpec
 
 # Ordinary words: their token ids form the pool synthetic prompts are drawn from.
@@ -89,26 +90,41 @@ class ServerTokenizer:
     def __init__(self, base_url: str, model: str, headers: dict[str, str]) -> None:
         self.base_url, self.model, self.headers = base_url, model, headers
         self.source = f"server:{base_url}/tokenize"
+        self.problem = ""
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], key: str) -> Any:
+        """``body`` posted to ``path``; the ``key`` field of the JSON answer. Any failure is one
+        TargetError naming the endpoint and the cause (never a transport traceback)."""
         req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json", **self.headers})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read())[key]
+        except urllib.error.HTTPError as exc:
+            cause = f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            cause = str(getattr(exc, "reason", exc))
+        except http.client.HTTPException as exc:  # LineTooLong, BadStatusLine, IncompleteRead
+            cause = f"not a valid HTTP response ({type(exc).__name__}: {str(exc)[:80]})"
+        except (ValueError, KeyError, TypeError):
+            cause = f"no JSON object with {key!r}"
+        raise TargetError(f"{self.base_url}{path}: {cause}")
 
     def encode(self, text: str) -> list[int]:
         body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        return list(self._post("/tokenize", body)["tokens"])
+        return list(self._post("/tokenize", body, "tokens"))
 
     def decode(self, ids: list[int]) -> str:
         body = {"model": self.model, "tokens": list(map(int, ids))}
-        return str(self._post("/detokenize", body)["prompt"])
+        return str(self._post("/detokenize", body, "prompt"))
 
     def works(self) -> bool:
+        """Whether the server tokenizes; ``problem`` says why not (kept for the workload notes)."""
         try:
             ids = self.encode("hello world")
             return bool(ids) and isinstance(self.decode(ids), str)
-        except (urllib.error.URLError, OSError, KeyError, ValueError, TypeError):
+        except (TargetError, TypeError, ValueError) as exc:
+            self.problem = str(exc)
             return False
 
 
@@ -117,6 +133,9 @@ class WordTokenizer:
 
     exact = False
     source = "approximate:words"
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason  # why no real tokenizer was used (e.g. /tokenize failed)
 
     def encode(self, text: str) -> list[int]:
         index = {w: i for i, w in enumerate(_WORDS)}
@@ -185,6 +204,8 @@ def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: i
         notes.append(f"{maker.inexact} prompt(s) could not be made exactly the target length")
     if not tokenizer.exact:
         notes.append("no tokenizer: prompt lengths are approximate (one word taken as one token)")
+        if getattr(tokenizer, "reason", ""):
+            notes.append(f"server tokenizer not used: {tokenizer.reason}")
     return Workload(prompts, tokenizer.source, tokenizer.exact, notes)
 
 
@@ -238,7 +259,10 @@ def _read_dataset(path: Path, fmt: str) -> list[tuple[str, str | None, int | Non
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read dataset {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read dataset {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"dataset {path}: not UTF-8 text (byte {exc.start}); expected "
+                          "ShareGPT JSON or JSONL") from None
     if fmt == "auto":
         fmt = "sharegpt" if raw.lstrip().startswith("[") else "jsonl"
     if fmt == "sharegpt":

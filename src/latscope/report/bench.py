@@ -30,7 +30,10 @@ def _ms(value: Any) -> str:
 
 def latency_table(summary: dict[str, Any]) -> Table:
     pcts = [f"p{p:g}" for p in summary.get("percentiles", (50, 90, 95, 99))]
-    table = Table(title="Latency (ms, from the scheduled send time)", title_justify="left",
+    origin = {"sent": "from the send (closed loop)",
+              "scheduled": "from the scheduled send (open loop)"}.get(
+        summary.get("latency_origin") or "", "from the send (closed) / schedule (open)")
+    table = Table(title=f"Latency (ms, {origin})", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     # std is in summary.json; left out here so the table fits 80 columns
     for name in ("metric", "n", "mean", "min", *pcts, "max"):

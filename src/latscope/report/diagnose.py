@@ -59,7 +59,8 @@ def _shown(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What to act on (critical, warning), then information with a measured impact (where the
     time goes); plain information and passed checks stay in the report files."""
     act = [f for f in findings if f.get("severity") in ("critical", "warning")]
-    where = [f for f in findings if f.get("severity") == "info" and f.get("impact")]
+    where = [f for f in findings if f.get("severity") == "info"
+             and ((f.get("impact") or {}).get("share") or 0.0) >= 0.05]
     return act + where
 
 

@@ -23,6 +23,10 @@ from latscope.model import Evidence, Finding, Severity
 from latscope.report.findings import findings_to_json
 from latscope.report.text import compact_table
 
+FINDINGS_REF = "docs/findings.md"
+# Satopää et al., "Finding a 'Kneedle' in a Haystack", ICDCS Workshops 2011
+KNEEDLE = "https://doi.org/10.1109/ICDCSW.2011.20"
+
 LEAF_LABELS = {
     "ttft.send_lag": "send lag", "ttft.network": "net+frontend",
     "ttft.server.queue": "queue", "ttft.server.prefill": "prefill",
@@ -88,7 +92,7 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
              Evidence("highest_load", max((s.load for s in steps), default=None), "", source)],
             why="Kneedle needs at least 3 steps and a curve that bends away from a straight line.",
             fix="Sweep to a higher load (--max-load) or with more steps (--refine).",
-            reference="Satopää et al. 2011 (Kneedle)", layer="queue"))
+            reference=f"{FINDINGS_REF}#sweep.no_knee; {KNEEDLE}", layer="queue"))
     else:
         at = by_load[knee.load]
         ev = [Evidence(unit, knee.load, "", source),
@@ -110,7 +114,8 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
                 + ("" if knee.measured_past else " (provisional: sweep higher loads to confirm)")
                 + (f"; past the knee {LEAF_LABELS.get(top, top)} grows most: measure the server flags "
                    "that bound it with latscope tune" if top else ""),
-            reference=knee.method, layer=LEAF_LAYER.get(top, "queue") if top else "queue",
+            reference=f"{FINDINGS_REF}#sweep.knee; {KNEEDLE}",
+            layer=LEAF_LAYER.get(top, "queue") if top else "queue",
             impact={"metric": f"{top}_mean_ms", "value": growth[top]} if top else None))
     if slo:
         terms = ", ".join(str(t) for t in slo)
@@ -118,20 +123,23 @@ def sweep_findings(steps: Sequence[Step], analysis: SweepAnalysis, slo: Sequence
             findings.append(Finding("sweep.slo_unmet", Severity.WARNING,
                                     f"No measured {unit} meets the SLO ({terms})",
                                     [Evidence("lowest_load", min(s.load for s in steps), "", source)],
-                                    fix="Relax the SLO or lower the starting load (--start).", layer="config"))
+                                    fix="Relax the SLO or lower the starting load (--start).", layer="config",
+                                    reference=f"{FINDINGS_REF}#sweep.slo_unmet"))
         else:
             sev = Severity.INFO if analysis.slo_monotone else Severity.WARNING
             note = "" if analysis.slo_monotone else " (a lower load failed it: noisy curve, repeat)"
             findings.append(Finding("sweep.slo_limit", sev,
                                     f"Highest {unit} meeting the SLO ({terms}): {analysis.slo_load:g}{note}",
                                     [Evidence(t.metric, by_load[analysis.slo_load].metrics.get(t.metric), "",
-                                              source) for t in slo], layer="config"))
+                                              source) for t in slo], layer="config",
+                                    reference=f"{FINDINGS_REF}#sweep.slo_limit"))
     last = next((s for s in steps if s.stop_reason), None)
     if last is not None and last.stop_reason.startswith("error rate"):
         findings.append(Finding("sweep.errors", Severity.WARNING,
                                 f"Sweep stopped at {unit} {last.load:g}: {last.stop_reason}",
                                 [Evidence("error_rate", last.metrics.get("error_rate"), "", last.run_dir)],
-                                fix="Read the step's requests.jsonl error kinds.", layer="client"))
+                                fix="Read the step's requests.jsonl error kinds.", layer="client",
+                                reference=f"{FINDINGS_REF}#sweep.errors"))
     return findings
 
 

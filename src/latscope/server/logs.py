@@ -1,6 +1,7 @@
 """vLLM server logs, read: the startup configuration, the periodic stats lines, and how much it logs.
 
-Covers the line formats of vLLM 0.10 through 0.33 listed in ``shared/docs/vllm-facts.md`` section 2:
+Covers the line formats of vLLM 0.10 through 0.33 (``vllm/logger.py`` and the stats logger in
+``vllm/v1/metrics/loggers.py`` of each version; the fixtures in tests/ are real logs):
 ANSI colour (always on in 0.10) and carriage returns are stripped, an optional ``(Proc pid=N)``
 prefix is accepted, stats lines are split into their ``Key: value`` parts (so the optional
 ``Preemptions``, ``Deferred``, ``Corrupted`` parts and "GPU"/"CPU" KV cache usage all parse), and
@@ -63,7 +64,7 @@ _CONFIG_WORDS = ("version", "Initializing", "max_num", "KV cache size", "Maximum
                  "backend", "enforce_eager", "enable_", "max_seq_len", "parallel_size", "cudagraph",
                  "Cudagraph", "Free memory", "Graph capturing", "Asynchronous", "rofiler")
 _CUDAGRAPH_INT = {"0": "NONE", "1": "PIECEWISE", "2": "FULL"}
-# warnings worth flagging: regex -> kind (vllm-facts.md section 2, "Warnings to flag")
+# warnings worth flagging: regex -> kind (each kind's finding is in docs/findings.md)
 _WARNING_PATTERNS = [
     ("unknown_env_var", re.compile(r"Unknown vLLM environment variable detected: (\S+)")),
     ("block_size_precluded_backend",
@@ -232,8 +233,9 @@ class _State:
         for key, pattern in _CONFIG_PATTERNS:
             if key in self.config:
                 continue
-            if (found := pattern.search(msg)):
-                self.set(key, _coerce(key, found.group(1)), number)
+            if (found := pattern.search(msg)) and (value := _coerce(key, found.group(1))) \
+                    is not None:
+                self.set(key, value, number)
         if "Cudagraph is disabled under eager mode" in msg:
             self.set("cudagraph_mode", "NONE", number)
         if "Asynchronous scheduling is enabled" in msg:
@@ -333,13 +335,18 @@ def _timestamp(date: str, time: str) -> datetime | None:
 
 
 def _coerce(key: str, text: str) -> Any:
+    """The config value in its type; None when the text is no number where one belongs (a
+    damaged line such as "1.2.3" or ","): the key stays unset, so a later line can set it."""
     if text in ("True", "False"):
         return text == "True"
-    if key in ("max_num_batched_tokens", "max_num_seqs", "kv_cache_tokens", "max_model_len",
-               "tensor_parallel_size", "max_concurrency_tokens_per_request"):
-        return int(text.replace(",", ""))
-    if key in ("max_concurrency", "device_memory_gib", "graph_capture_gib"):
-        return float(text.replace(",", ""))
+    try:
+        if key in ("max_num_batched_tokens", "max_num_seqs", "kv_cache_tokens", "max_model_len",
+                   "tensor_parallel_size", "max_concurrency_tokens_per_request"):
+            return int(text.replace(",", ""))
+        if key in ("max_concurrency", "device_memory_gib", "graph_capture_gib"):
+            return float(text.replace(",", ""))
+    except ValueError:
+        return None
     return text
 
 
@@ -355,6 +362,8 @@ def _parse_python_literal(text: str) -> Any:
 
 def _node_value(node: ast.AST, source: str) -> Any:
     if isinstance(node, ast.Constant):
+        if type(node.value) is int and not -(1 << 63) <= node.value < (1 << 63):
+            return str(node.value)  # JSON writers (orjson) refuse integers wider than 64 bits
         return node.value
     if isinstance(node, ast.Dict):
         return {_node_value(k, source): _node_value(v, source)

@@ -2,8 +2,8 @@
 
 ``parse_metrics_text`` parses one exposition page with ``prometheus_client``'s own text parser and
 maps vLLM's renamed series to today's names (``gpu_cache_usage_perc`` -> ``kv_cache_usage_perc``,
-``time_per_output_token_seconds`` -> ``inter_token_latency_seconds``, ...; see
-``shared/docs/vllm-facts.md`` section 1) so that the rest of latscope reads one vocabulary whatever
+``time_per_output_token_seconds`` -> ``inter_token_latency_seconds``, ...; see vLLM's
+``docs/design/metrics.md`` and ``vllm/v1/metrics/loggers.py``) so that the rest of latscope reads one vocabulary whatever
 the server version. The window functions take two ``MetricSnapshot``s (first and last scrape of a
 run) and give counter deltas as rates, histogram deltas as a mean (from ``_sum``/``_count``) and
 quantiles interpolated inside the ``le`` buckets read from the page -- never hard-coded -- with the
@@ -25,7 +25,8 @@ from latscope.model import MetricSample, MetricSnapshot
 VLLM_PREFIX = "vllm:"
 
 # Old vLLM series name -> current one (sample names, i.e. with _total/_bucket/_sum/_count).
-# Sources: vllm-facts.md section 1 (deprecated 0.9/0.11, hidden 0.11-0.13, gone by 0.13/0.20).
+# Source: vllm/v1/metrics/loggers.py of vLLM 0.10-0.33 (deprecated 0.9/0.11, hidden 0.11-0.13,
+# gone by 0.13/0.20): https://github.com/vllm-project/vllm/blob/main/vllm/v1/metrics/loggers.py
 _FAMILY_RENAMES = {
     "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
     "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",

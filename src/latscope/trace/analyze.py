@@ -1,6 +1,11 @@
 """One call from events to answers: ``analyze_trace(trace, options)`` runs every analysis per
 device and returns a plain dict (integer ns inside; ``to_json_units`` turns ``*_ns`` keys into
 ``*_ms`` for files and screens).
+
+Every share in the result is a fraction in [0, 1] by construction; ``check_shares`` verifies that
+before the result is returned, and refuses it (one-line ``TraceFormatError``) otherwise, so an
+impossible number is never printed or written. A device whose window is 0 ns long (every
+activity at one instant) has nothing to break down: it is left out with a note.
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from latscope.errors import TraceFormatError
 from latscope.trace.analysis.breakdown import breakdown
 from latscope.trace.analysis.copies import copy_stats
 from latscope.trace.analysis.device import split_devices
@@ -33,10 +39,15 @@ def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) ->
     names = classify_names(trace.names, trace.meta.vendor)
     clamp = trace.meta.vendor == "amd" if options.clamp_queues is None else options.clamp_queues
     devices = []
+    notes = list(trace.meta.notes)
     for dev in split_devices(trace, names, clamp_queues=clamp):
         api_row = api_rows_for(trace, dev.gpu.corr)
         window = choose_window(trace, dev.device, dev.gpu.start, dev.gpu.end, dev.gpu.corr,
                                options.window, options.step_pattern)
+        if window.length <= 0:
+            notes.append(f"device {dev.device}: its {window.method} window is 0 ns long "
+                         "(every activity at one instant): left out")
+            continue
         parts = breakdown(dev, window)
         devices.append({
             "device": dev.device,
@@ -51,13 +62,46 @@ def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) ->
             "queue_clamp": {"applied": clamp, **dev.clamp},
         })
     meta = trace.meta
-    return {
+    if len(trace.gpu) and not devices:
+        raise TraceFormatError(f"no device has a window longer than 0 ns ({notes[-1]})",
+                               path=meta.path)
+    result = {
         "source": {"path": meta.path, "format": meta.format, "vendor": meta.vendor,
-                   "rank": meta.rank, "notes": meta.notes,
+                   "rank": meta.rank, "notes": notes, "skipped": dict(meta.skipped),
                    "events": {"gpu": len(trace.gpu), "api": len(trace.api),
                               "ranges": len(trace.ranges)}},
         "devices": devices,
     }
+    check_shares(result, meta.path)
+    return result
+
+
+_SHARE_TOLERANCE = 1e-9  # float division of integer ns: exact parts can round a hair past 1
+
+
+def check_shares(value: Any, path: str, key: str = "") -> None:
+    """Refuse a result holding a share (a key with "share" in its name) outside [0, 1], or
+    a breakdown whose shares do not add up to 1. Cannot happen unless an analysis is wrong."""
+    if isinstance(value, dict):
+        if "idle_share" in value and "compute_share" in value:
+            total = sum(value[k] for k in _BREAKDOWN_SHARES)
+            if abs(total - 1.0) > 1e-6:
+                raise TraceFormatError(f"impossible breakdown: shares add up to {total:.6f}, not "
+                                       "1; refusing to report it (please report this trace as "
+                                       "a latscope bug)", path=path)
+        for k, v in value.items():
+            check_shares(v, path, str(k))
+    elif isinstance(value, list):
+        for item in value:
+            check_shares(item, path, key)
+    elif "share" in key and value is not None and not (
+            isinstance(value, (int, float)) and
+            -_SHARE_TOLERANCE <= value <= 1.0 + _SHARE_TOLERANCE):
+        raise TraceFormatError(f"impossible {key} = {value!r} (outside 0-100 %); refusing to "
+                               "report it (please report this trace as a latscope bug)", path=path)
+
+
+_BREAKDOWN_SHARES = ("compute_share", "exposed_comm_share", "exposed_copy_share", "idle_share")
 
 
 def rank_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

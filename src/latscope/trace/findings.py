@@ -9,27 +9,49 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from latscope.findings.impact import make_impact
 from latscope.model import Evidence, Finding, Severity
 
 IDLE_CRITICAL, IDLE_WARNING = 0.5, 0.2
 EXPOSED_COPY_WARNING, EXPOSED_COMM_WARNING = 0.05, 0.10
 GENERIC_WARNING = 0.05
-_REF = "latscope docs/trace.md; ../shared/docs/trace-formats.md"
+_REF = "docs/findings.md"
 
 
 def trace_findings(result: dict[str, Any]) -> list[Finding]:
     source = result["source"]
+    skipped = _skipped(source)
     if not result["devices"]:
-        return [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
+        return skipped + [Finding(id="trace.no_gpu_activity", severity=Severity.SKIPPED,
                         title="the trace holds no GPU activity (a CPU-only profile?): nothing "
                               "to break down", layer="gpu",
+                        reference=f"{_REF}#trace.no_gpu_activity",
                         evidence=[Evidence("gpu events", 0, source=source["path"])])]
-    out: list[Finding] = []
+    out: list[Finding] = list(skipped)
     for dev in result["devices"]:
         where = f"{Path(source['path']).name} device {dev['device']}"
         out += [_idle(dev, where), *_copies(dev, where), *_generic(dev, where),
                 *_comm(dev, where), *_clamp(dev, where)]
     return [f for f in out if f is not None]
+
+
+def _skipped(source: dict[str, Any]) -> list[Finding]:
+    """Events dropped because they cannot be real: the numbers below leave them out."""
+    skipped = source.get("skipped") or {}
+    if not skipped:
+        return []
+    total = sum(skipped.values())
+    where = Path(source["path"]).name
+    return [Finding(
+        id="trace.skipped_events", severity=Severity.WARNING, layer="gpu",
+        title=f"skipped {total} event{'s' if total != 1 else ''} that cannot be real: "
+              + ", ".join(f"{n} {reason}" for reason, n in skipped.items()),
+        evidence=[Evidence(reason, n, "events", where) for reason, n in skipped.items()],
+        why="A negative or day-long duration, a time that is no number or beyond 2**62 ns, or an "
+            "entry that is not an event object cannot come from a profiler clock: the file was "
+            "damaged or written by a broken tool. The analysis leaves these events out.",
+        fix="Re-record the trace, or check the tool that wrote or edited it.",
+        reference=f"{_REF}#trace.skipped_events")]
 
 
 def _ms(ns: float) -> float:
@@ -59,8 +81,8 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
     delay = gaps["launch_delay"]
     joined = delay.get("count", 0) + delay.get("graph_launched", 0)
     if joined:
-        # eager vs graph mode: per-op launches where graph capture was expected is heuristic #4
-        # of trace-formats.md section 4
+        # eager vs graph mode: per-op launches where graph capture was expected
+        # (docs/findings.md#trace.gpu_idle)
         evidence.append(Evidence("GPU activities launched by a graph replay",
                                  f"{delay.get('graph_launched', 0)} of {dev['activities']}", "",
                                  where))
@@ -90,8 +112,9 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
         fix=("Cut per-step host overhead: CUDA/HIP graphs (vLLM: do not pass --enforce-eager; "
              "check the cudagraph capture sizes cover your batch sizes), torch.compile, fewer "
              "small ops; then re-record and compare with `latscope trace --compare`."),
-        reference=_REF, impact={"metric": "gpu_window_idle", "value": _ms(b["idle_ns"]),
-                                "share": round(share, 4)})
+        reference=f"{_REF}#trace.gpu_idle",
+        impact=make_impact("gpu_window", share, value_ms=_ms(b["idle_ns"]),
+                           measured_at=where))
 
 
 def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
@@ -105,8 +128,8 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
             evidence=[Evidence("exposed copy time", _ms(b["exposed_copy_ns"]), "ms", where)],
             why="While only a copy runs, no kernel runs.",
             fix="Pin host buffers and overlap copies with compute (non_blocking, separate "
-                "stream), or avoid the copy.", reference=_REF,
-            impact={"metric": "gpu_window", "share": round(exposed, 4)}))
+                "stream), or avoid the copy.", reference=f"{_REF}#trace.exposed_copies",
+            impact=make_impact("gpu_window", exposed, measured_at=where)))
     pageable = [r for r in c["by_direction"] if r["pageable_count"]]
     if pageable:
         count = sum(r["pageable_count"] for r in pageable)
@@ -121,7 +144,7 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
             why="A pageable copy is staged through a pinned bounce buffer and cannot overlap "
                 "with host work.",
             fix="Allocate the host tensors pinned (pin_memory=True) and copy with "
-                "non_blocking=True.", reference=_REF))
+                "non_blocking=True.", reference=f"{_REF}#trace.pageable_copies"))
     blocking = sum(r["blocking_count"] for r in c["by_direction"])
     if blocking:
         out.append(Finding(
@@ -131,8 +154,14 @@ def _copies(dev: dict[str, Any], where: str) -> list[Finding]:
                                f"{where}; APIs cudaMemcpy/hipMemcpy/hipMemcpyWithStream")],
             why="The host thread stalls until the copy finishes, so it cannot queue more work.",
             fix="Use async copies from pinned memory where the result is not needed at once.",
-            reference=_REF))
+            reference=f"{_REF}#trace.blocking_copies"))
     return out
+
+
+def _of_window(share_of_busy: float, dev: dict[str, Any]) -> float:
+    """A share of the device's busy time as a share of its window (the common GPU target)."""
+    b = dev["breakdown"]
+    return share_of_busy * b["busy_ns"] / b["window_ns"] if b["window_ns"] else 0.0
 
 
 def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
@@ -152,9 +181,9 @@ def _generic(dev: dict[str, Any], where: str) -> list[Finding]:
             why=rule["why"],
             fix="Check which op launches it (same trace, CPU side) and whether an optimised "
                 "kernel exists for this dtype/shape/layout; compare with a trace from a "
-                "reference setup.", reference="taxonomy.toml; trace-formats.md section 4",
-            impact={"metric": "kernel_time", "value": _ms(rule["sum_ns"]),
-                    "share": round(share, 4)}))
+                "reference setup.", reference=f"{_REF}#trace.generic_kernels",
+            impact=make_impact("gpu_window", _of_window(rule["share_of_busy"], dev),
+                               value_ms=_ms(rule["sum_ns"]), measured_at=where)))
     return out
 
 
@@ -170,8 +199,9 @@ def _comm(dev: dict[str, Any], where: str) -> list[Finding]:
                   Evidence("all communication (union)", _ms(b["communication_ns"]), "ms", where)],
         why="Collectives that do not overlap compute add directly to step time.",
         fix="Check the interconnect and collective algorithm (e.g. custom all-reduce); "
-            "compare against the same model at a lower tensor-parallel size.", reference=_REF,
-        impact={"metric": "gpu_window", "share": round(b["exposed_comm_share"], 4)})]
+            "compare against the same model at a lower tensor-parallel size.",
+        reference=f"{_REF}#trace.exposed_communication",
+        impact=make_impact("gpu_window", b["exposed_comm_share"], measured_at=where))]
 
 
 def _clamp(dev: dict[str, Any], where: str) -> list[Finding]:
@@ -189,4 +219,4 @@ def _clamp(dev: dict[str, Any], where: str) -> list[Finding]:
     return [Finding(id="trace.queue_overlap", severity=Severity.INFO, layer="gpu", title=title,
                     evidence=[Evidence("overlapping pairs", q["overlapping_pairs"], "", where)],
                     why=why, fix="None needed; use --no-clamp to keep the raw timestamps.",
-                    reference=_REF)]
+                    reference=f"{_REF}#trace.queue_overlap")]

@@ -43,7 +43,8 @@ def _snap(text: str, t_s: float) -> MetricSnapshot:
 
 
 def _records(n: int, ttft_ms: float, lag_ms: float, decode_ms: float, t0_ms: float = 1000.0,
-             server: dict | None = None) -> list[RequestRecord]:
+             server: dict | None = None, open_loop: bool = True) -> list[RequestRecord]:
+    """Records timed from their schedule (open loop) unless told: ``ttft_ms`` is then TTFT."""
     out = []
     for i in range(n):
         sched = int((t0_ms + i) * MS)
@@ -51,7 +52,7 @@ def _records(n: int, ttft_ms: float, lag_ms: float, decode_ms: float, t0_ms: flo
         out.append(RequestRecord(index=i, request_id=f"r{i}", scheduled_ns=sched,
                                  sent_ns=sched + int(lag_ms * MS), first_token_ns=first,
                                  end_ns=first + int(decode_ms * MS), status=200,
-                                 server=dict(server or {})))
+                                 server=dict(server or {}), open_loop=open_loop))
     return out
 
 
@@ -111,6 +112,15 @@ def test_latency_timed_from_the_send_has_no_send_lag_in_it():
         r.scheduled_ns = r.sent_ns
     result = decompose(recs, [], client_loop_lag_ms=0.5)
     assert result.component("ttft.client").mean_ms == pytest.approx(0.5)
+
+
+def test_a_closed_loop_send_lag_is_beside_ttft_not_in_it():
+    # a closed loop times from the send (stats.origin_ns): its 30 ms send lag is no part of TTFT
+    recs = _records(5, ttft_ms=80.0, lag_ms=30.0, decode_ms=10.0, open_loop=False)
+    result = decompose(recs, [], client_loop_lag_ms=0.5)
+    assert result.component("ttft").mean_ms == pytest.approx(50.0)  # first chunk - sent
+    assert result.component("ttft.client").mean_ms == pytest.approx(0.5)  # loop lag only
+    assert "first chunk - sent" in result.component("ttft").source
 
 
 def test_per_request_timings_are_preferred_and_exact():

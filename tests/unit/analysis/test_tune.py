@@ -210,3 +210,17 @@ def test_bad_tune_flags_fail_before_tune_json_or_a_server(tmp_path, capsys, extr
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert not (out / "tune.json").exists()
+
+
+def test_a_tune_whose_only_trial_failed_exits_1_without_a_best(tmp_path, capsys):
+    from latscope.cli.main import main
+
+    out = tmp_path / "t"
+    # "false" exits at once: the server of the only configuration never comes up
+    rc = main(["tune", "--serve-cmd", "false {port} --max-num-seqs {max_num_seqs}",
+               "--param", "max_num_seqs=8", "--ready-timeout", "20", "-o", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 1
+    assert captured.err.startswith("error: every trial failed (1); first: ")
+    assert "best:" not in captured.out
+    assert json.loads((out / "tune.json").read_text())["trials"][0]["status"] == "failed"

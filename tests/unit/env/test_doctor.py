@@ -73,7 +73,7 @@ def test_real_h200_capture(h200_capture):
     report = run_doctor(root=str(h200_capture))
     found = by_id(report)
     assert found["gpu.launch_blocking"].severity == Severity.CRITICAL
-    assert found["server.logging_level"].severity == Severity.WARNING
+    assert found["server.debug_logging"].severity == Severity.WARNING
     assert found["gpu.nccl_debug"].severity == Severity.WARNING
     tenants = found["gpu.tenants"]
     assert tenants.severity == Severity.WARNING
@@ -93,14 +93,14 @@ def test_h200_log_settings(fixtures_dir, make_tree):
     assert found["server.cudagraph_mode"].severity == Severity.OK
     assert found["server.chunked_prefill"].severity == Severity.OK
     assert found["server.profiler"].severity == Severity.WARNING  # --profiler-config was given
-    assert found["server.logging_level"].severity == Severity.OK
+    assert found["server.debug_logging"].severity == Severity.OK
 
 
 def test_cpu_debug_log_flags_debug_level_and_stale_env(fixtures_dir, make_tree):
     tree = make_tree({"/proc/cmdline": "quiet\n"})
     log = fixtures_dir / "vllm/cpu-vllm0.32/server_debug.log"
     found = by_id(run_doctor(root=str(tree), log=str(log)))
-    debug = found["server.logging_level"]
+    debug = found["server.debug_logging"]
     assert debug.severity == Severity.WARNING and debug.evidence[0].value == "DEBUG"
     stale = found["server.stale_env"]
     assert stale.severity == Severity.WARNING and "VLLM_TORCH_PROFILER_DIR" in stale.title

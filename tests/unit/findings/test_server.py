@@ -77,3 +77,32 @@ def test_a_client_that_lost_much_of_ttft_is_named():
     found = {f.id: f for f in findings_from_decomposition(_decomp(10.0, 1.0, client=40.0))}
     assert found["latency.client"].severity == Severity.WARNING
     assert found["latency.client"].layer == "client"
+
+
+def _gauges(t_s: float, running: float, waiting: float, kv: float = 0.1) -> MetricSnapshot:
+    text = ("# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0"}} {running}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0"}} {kv}\n')
+    return MetricSnapshot(int(t_s * 1e9), t_s, parse_metrics_text(text).samples)
+
+
+def test_a_full_batch_and_a_token_budget_queue_are_told_apart_in_scrapes():
+    full = [_gauges(t, 2, 14) for t in range(5)]
+    by_id = {f.id: f for f in findings_from_metrics(full, max_num_seqs=2)}
+    assert "server.queue_max_num_seqs" in by_id and "server.queue_token_budget" not in by_id
+    budget = [_gauges(t, 39, 115) for t in range(5)]
+    by_id = {f.id: f for f in findings_from_metrics(budget, max_num_seqs=1024,
+                                                    max_num_batched_tokens=8192)}
+    assert by_id["server.queue_token_budget"].severity == Severity.WARNING
+    assert "server.queue_max_num_seqs" not in by_id
+
+
+def test_the_ramp_of_a_first_wave_is_not_a_token_budget_queue():
+    # one scrape with a queue while the batch fills, then a full batch of 512 that never waits
+    ramp = [_gauges(0, 39, 473), *(_gauges(t, 512, 0) for t in range(1, 8))]
+    ids = {f.id for f in findings_from_metrics(ramp, max_num_seqs=1024,
+                                               max_num_batched_tokens=8192)}
+    assert "server.queue_token_budget" not in ids

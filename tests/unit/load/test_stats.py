@@ -5,19 +5,55 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from latscope.analysis.stats import summarize
+from latscope.analysis.stats import RunStats, e2e_ms, summarize, ttft_ms
 from latscope.model import RequestRecord
 
 MS = 1_000_000
 
 
 def rec(i: int, sched_ms: float, chunks_ms: list[float], tokens: int | None = None,
-        **kw) -> RequestRecord:
+        lag_ms: float = 1.0, open_loop: bool = True, **kw) -> RequestRecord:
+    """A record sent ``lag_ms`` after its schedule; open loop unless told (latency from the
+    schedule, so the figures below read straight off the arguments)."""
     chunk_ns = [int(c * MS) for c in chunks_ms]
     return RequestRecord(index=i, request_id=f"r{i}", scheduled_ns=int(sched_ms * MS),
-                         sent_ns=int(sched_ms * MS) + MS, first_token_ns=chunk_ns[0],
+                         sent_ns=int((sched_ms + lag_ms) * MS), first_token_ns=chunk_ns[0],
                          end_ns=chunk_ns[-1] + MS, chunk_ns=chunk_ns, prompt_tokens=10,
-                         output_tokens=tokens or len(chunk_ns), output_tokens_source="usage", **kw)
+                         output_tokens=tokens or len(chunk_ns), output_tokens_source="usage",
+                         open_loop=open_loop, **kw)
+
+
+def test_closed_loop_times_from_the_send_open_loop_from_the_schedule():
+    # the same timestamps: scheduled at 0, sent 30 ms late (a first-wave burst), first chunk at
+    # 80, end at 91. Closed loop: the client's 30 ms is not the server's, TTFT 50, E2E 61;
+    # open loop: the schedule is the truth (coordinated omission), TTFT 80, E2E 91.
+    closed = rec(0, 0, [80, 90], lag_ms=30, open_loop=False)
+    opened = rec(1, 0, [80, 90], lag_ms=30, open_loop=True)
+    assert (ttft_ms(closed), e2e_ms(closed)) == (pytest.approx(50), pytest.approx(61))
+    assert (ttft_ms(opened), e2e_ms(opened)) == (pytest.approx(80), pytest.approx(91))
+    s = summarize([closed])
+    assert s["latency_origin"] == "sent" and s["ttft_ms"]["p50"] == pytest.approx(50)
+    assert s["send_lag_ms"]["p50"] == pytest.approx(30)  # reported beside, not hidden
+    # the rate window starts at the first send, not at the first wave's common schedule
+    assert s["duration_s"] == pytest.approx(0.061)
+    assert summarize([opened])["latency_origin"] == "scheduled"
+
+
+def test_itl_folds_into_a_histogram_past_its_cap_with_stated_error():
+    rng = np.random.default_rng(3)
+    records = [rec(i, 0, list(np.cumsum(rng.exponential(10, 64)) + 50)) for i in range(40)]
+    exact = RunStats((50, 90, 99))
+    folded = RunStats((50, 90, 99), itl_cap=500)  # 40 x 63 gaps: folds after 7 requests
+    for r in records:
+        exact.add(r)
+        folded.add(r)
+    a, b = exact.summary()["itl_ms"], folded.summary()["itl_ms"]
+    assert "percentile_rel_error" not in a and b["percentile_rel_error"] == pytest.approx(0.001)
+    assert b["count"] == a["count"] == 40 * 63
+    for key in ("mean", "std", "min", "max"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5)
+    for key in ("p50", "p90", "p99"):  # the histogram's bin: within its stated error
+        assert b[key] == pytest.approx(a[key], rel=2.5e-3, abs=1e-4)
 
 
 def test_definitions_on_two_requests():
@@ -76,22 +112,27 @@ def test_empty_input_gives_none_not_errors():
     assert s["throughput"]["requests_per_s"] is None
 
 
-def test_send_lag_warning_does_not_depend_on_the_requested_percentiles():
+@pytest.mark.parametrize("open_loop, where", [(True, "counted in TTFT"),
+                                              (False, "not counted in TTFT")])
+def test_send_lag_warning_does_not_depend_on_the_requested_percentiles(open_loop, where):
     # --percentiles 50,90 once removed p99 from the summary, and with it the send-lag warning
-    import asyncio
+    from latscope.load.runner import compose_summary
 
-    from latscope.load.runner import _Run
+    stats = RunStats((50, 90))
+    for i in range(99):
+        stats.add(rec(i, 0, [100, 110], open_loop=open_loop))
+    stats.add(rec(99, 0, [600, 610], lag_ms=500, open_loop=open_loop))  # one left 500 ms late
+    client = {"cpu_s": 0.1, "wall_s": 1.0, "cpu_utilization": 0.1,
+              "loop_lag_ms": {"p50": 0.1, "p99": 0.1}}
+    summary = compose_summary(stats.summary(), {"rate": 1.0 if open_loop else None}, "m", {},
+                              {}, client, stats)
+    warnings = summary["client"]["warnings"]
+    assert [w for w in warnings if w.startswith("send lag p99") and where in w], warnings
 
-    run = object.__new__(_Run)
-    run.records = [rec(i, 0, [100, 110]) for i in range(99)]
-    late = rec(99, 0, [100, 110])
-    late.sent_ns = late.scheduled_ns + 500 * MS  # one request left 500 ms late
-    run.records.append(late)
-    run.lag_ms, run.cpu_s, run.wall_s = [0.1], 0.1, 1.0
-    summary = summarize(run.records, percentiles=(50, 90))
 
-    async def figures():
-        return run._client_figures(summary)
+def test_small_send_lag_next_to_a_long_ttft_is_no_warning():
+    from latscope.load.runner import client_warnings
 
-    warnings = asyncio.run(figures())["warnings"]
-    assert any(w.startswith("send lag p99") for w in warnings)
+    summary = {"ttft_ms": {"p50": 400.0}, "latency_origin": "sent"}
+    assert not client_warnings({"send_lag_p99_ms": 3.0}, summary)  # under 5 ms and 10%
+    assert client_warnings({"send_lag_p99_ms": 3.0}, {"ttft_ms": {"p50": 20.0}})  # 15% of it

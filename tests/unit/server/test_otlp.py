@@ -222,3 +222,15 @@ def test_a_taken_port_is_a_one_line_config_error() -> None:
     with SpanCollector() as first:
         with pytest.raises(ConfigError, match="cannot listen"):
             SpanCollector(f"127.0.0.1:{first.port}").start()
+
+
+def test_the_client_sends_a_sampled_traceparent_only_when_tracing() -> None:
+    from latscope.load.client import StreamingClient
+
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    traced = StreamingClient("http://127.0.0.1:1", "/v1/completions", {}, 5.0, trace=True)
+    head = traced.request_bytes("latscope-x-1", b"{}", tid).split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert f"traceparent: 00-{tid}-{tid[:16]}-01".encode() in head
+    assert b"x-request-id: latscope-x-1" in head and b"content-length: 2" in head
+    plain = StreamingClient("http://127.0.0.1:1", "/v1/completions", {}, 5.0)
+    assert b"traceparent" not in plain.request_bytes("latscope-x-1", b"{}", tid)

@@ -1,4 +1,4 @@
-"""Fixtures for the trace tests: paths of the real sample traces (via ``fixtures_dir``)."""
+"""Fixtures for the trace tests: paths of the real sample traces (``traces_dir``: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,6 @@ KINETO = {
     "b200": "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz",
     "h100": "nvidia_h100_hf_qwen1.5-0.5b.pt.trace.json.gz",
 }
-
-
-@pytest.fixture(scope="session")
-def traces_dir(fixtures_dir: Path) -> Path:
-    return fixtures_dir / "traces"
 
 
 @pytest.fixture(scope="session")

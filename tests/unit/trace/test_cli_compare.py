@@ -113,8 +113,8 @@ def test_several_traces_get_a_side_by_side_summary(kineto_path, tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--step-pattern", "(", "--window", "steps"], "not a valid regex"),
     (["--top", "0"], "--top 0"),
-    (["-o", "."], "cannot write"),
-    (["-o", "no-such-dir/x.json"], "cannot write"),
+    (["-o", "."], "is a folder"),
+    (["-o", "no-such-dir/x.json"], "does not exist"),
     (["--window", "nan:5"], "finite"),
     (["--window", "0:inf"], "finite"),
 ])

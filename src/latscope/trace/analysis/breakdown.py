@@ -5,7 +5,10 @@
     exposed_copy   = |U(copies) - U(compute) - U(communication)|
     idle           = window - |U(everything)|
 
-The four parts add up to the window exactly (integer ns), which is checked. Copies are memcpy,
+Each part is the length of a union of intervals clipped to the window, and the unions nest
+(compute within compute+communication within everything), so every part lies in [0, window] and
+the four add up to the window exactly (integer ns); both are checked, and a window of 0 ns is
+refused, so a share outside 0-100 % cannot be produced. Copies are memcpy,
 memset and copy-as-kernel (``__amd_rocclr_copyBuffer``...); communication is NCCL/RCCL and
 custom all-reduce kernels (see taxonomy.toml).
 """
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from latscope.errors import TraceFormatError
 from latscope.trace.analysis import intervals as iv
 from latscope.trace.analysis.device import COMM, COMPUTE, COPY, DeviceActivities
 from latscope.trace.analysis.window import Window
 
 
 def breakdown(dev: DeviceActivities, window: Window) -> dict[str, float | int]:
+    if window.length <= 0:
+        raise TraceFormatError(f"device {dev.device}: the analysis window is 0 ns long "
+                               "(every activity at one instant): nothing to break down")
     s, e = dev.gpu.start, dev.gpu.end
 
     def clipped_union(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -36,10 +43,11 @@ def breakdown(dev: DeviceActivities, window: Window) -> dict[str, float | int]:
         "idle_ns": window.length - busy,
     }
     total = sum(parts.values())
-    if total != window.length:  # cannot happen unless the union code is wrong: fail loudly
-        raise AssertionError(f"breakdown parts sum to {total} ns, window is {window.length} ns")
+    if total != window.length or min(parts.values()) < 0:  # a bug in the union code: refuse
+        raise AssertionError(f"breakdown parts {parts} do not split the {window.length} ns "
+                             "window")
     out: dict[str, float | int] = {"window_ns": window.length, "busy_ns": busy,
                                    "communication_ns": comm_only, **parts}
     for key, value in parts.items():
-        out[key.replace("_ns", "_share")] = value / window.length if window.length else 0.0
+        out[key.replace("_ns", "_share")] = value / window.length
     return out

@@ -8,7 +8,10 @@
 - CPU activity during idle time: the *self time* (time not inside a child event) of the CPU
   events of the threads that launched this device's work (Python functions, CPU ops, runtime
   calls, annotations), counted only where it lies inside idle time: the innermost thing the
-  launching thread was doing while the GPU waited;
+  launching thread was doing while the GPU waited. An event that outlasts its parent (async
+  ops, damaged traces) is clipped to it, so the self times of one thread never add up to more
+  than its time, and shares of idle are of the launching threads' time during idle (idle time x
+  threads): 0-100 % by construction;
 - launch delay = GPU start - end of the launching call (per kernel; for a graph launch only the
   first kernel of the graph counts).
 """
@@ -88,12 +91,15 @@ def _cpu_events(trace: TraceEvents, api_row: np.ndarray) -> dict[str, np.ndarray
     order = np.lexsort((-end, start, tid))
     events = {"start": start[order], "end": end[order], "tid": tid[order],
               "name": name[order], "label": label[order]}
-    events["parent"] = _parents(events["start"], events["end"], events["tid"])
+    events["parent"], events["self_end"] = _parents(events["start"], events["end"],
+                                                    events["tid"])
     return events
 
 
-def _parents(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Index of the innermost enclosing event on the same thread (-1 for roots).
+def _parents(start: np.ndarray, end: np.ndarray,
+             tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the innermost enclosing event on the same thread (-1 for roots), and each
+    event's end clipped to its parent's (clipped) end, so that children nest properly.
 
     Events are sorted by (thread, start, -end); a stack walk is the one loop in the analyses,
     O(n), and only over the launching threads' CPU events.
@@ -102,6 +108,7 @@ def _parents(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
     stack: list[int] = []
     current_tid = None
     s_list, e_list, t_list = start.tolist(), end.tolist(), tid.tolist()
+    clipped = list(e_list)
     for i in range(len(s_list)):
         if t_list[i] != current_tid:
             stack.clear()
@@ -110,13 +117,14 @@ def _parents(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
             stack.pop()
         if stack:
             parent[i] = stack[-1]
+            clipped[i] = max(s_list[i], min(e_list[i], clipped[stack[-1]]))
         stack.append(i)
-    return parent
+    return parent, np.asarray(clipped, dtype=np.int64).reshape(end.shape)
 
 
 def _self_overlap(cpu: dict[str, np.ndarray], xs: np.ndarray, xe: np.ndarray) -> np.ndarray:
     """Per CPU event: time inside the intervals (xs, xe) not covered by its children."""
-    overlap = iv.overlap_with(cpu["start"], cpu["end"], xs, xe)
+    overlap = iv.overlap_with(cpu["start"], cpu["self_end"], xs, xe)
     has_parent = cpu["parent"] >= 0
     children = np.bincount(cpu["parent"][has_parent], weights=overlap[has_parent],
                            minlength=len(overlap))
@@ -151,12 +159,14 @@ def _cpu_during(trace: TraceEvents, cpu: dict[str, np.ndarray], gs: np.ndarray,
     covered_idle = int(iv.overlap_with(*covered, gs, ge).sum()) if len(gs) else 0
     self_time = _self_overlap(cpu, gs, ge)
     by_kind = np.bincount(cpu["label"].astype(np.int64), weights=self_time, minlength=_API + 1)
+    threads = max(1, len(np.unique(cpu["tid"])))
 
     def share(value: float) -> float:
-        return float(value / idle) if idle else 0.0
+        return float(value / (idle * threads)) if idle else 0.0
 
     return {
         "idle_ns": idle,
+        "launching_threads": threads,
         "cpu_recorded_ns": covered_idle,
         "cpu_recorded_share": share(covered_idle),
         "self_time_by_kind": [{"kind": _label(k), "self_ns": int(by_kind[k]),

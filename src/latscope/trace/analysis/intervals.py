@@ -20,10 +20,11 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new_segment = np.empty(len(s), dtype=bool)
     new_segment[0] = True
     new_segment[1:] = s[1:] > run_end[:-1]
-    seg_id = np.cumsum(new_segment) - 1
     seg_start = s[new_segment]
-    seg_end = np.zeros(len(seg_start), dtype=np.int64)
-    np.maximum.at(seg_end, seg_id, e)
+    # the running maximum at each segment's last interval is that segment's end (not a
+    # maximum.at into zeros: that loses segments ending before 0, on clocks that allow it)
+    last_of_segment = np.r_[np.flatnonzero(new_segment)[1:] - 1, len(s) - 1]
+    seg_end = run_end[last_of_segment]
     return seg_start, seg_end
 
 

@@ -1,8 +1,10 @@
 """Top kernels, time per category, and generic-fallback kernels, inside the window.
 
-Durations are clipped to the window. "share of busy" divides a kernel's summed time by the
-device's busy time (the union of all activity in the window); with concurrent streams those
-shares can add up to more than 100 %, which is why category times are also given as a union.
+Durations are clipped to the window. "share of busy" is the union of a kernel's (or category's)
+intervals over the device's busy time (the union of all activity in the window), so it lies in
+0-100 % by construction even when the same kernel runs on concurrent streams; ``total_ns`` is the
+summed time. With concurrent streams the shares of different kernels can add up to more than
+100 %, as they overlap.
 """
 
 from __future__ import annotations
@@ -39,13 +41,16 @@ def kernel_tables(dev: DeviceActivities, window: Window, names: NameTable, busy_
     kernel_sum = int(dur.sum())
     order = [i for i in np.argsort(-total, kind="stable")[:top_n] if count[i] > 0]
     rules = load_taxonomy().fallbacks
+    ks, ke = s[kmask], e[kmask]
+    top_union = {i: iv.union_length(ks[name_ids == i], ke[name_ids == i]) for i in order}
     top = [{
         "name": names.display[i],
         "category": CATEGORIES[names.category[i]],
         "count": int(count[i]),
         "total_ns": int(total[i]),
         "mean_ns": float(total[i] / count[i]),
-        "share_of_busy": float(total[i] / busy_ns) if busy_ns else 0.0,
+        "union_ns": top_union[i],
+        "share_of_busy": top_union[i] / busy_ns if busy_ns else 0.0,
         "share_of_kernel_time": float(total[i] / kernel_sum) if kernel_sum else 0.0,
         "generic": rules[names.fallback[i]].id if names.fallback[i] >= 0 else None,
     } for i in order]

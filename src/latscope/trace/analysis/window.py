@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latscope.errors import ConfigError
-from latscope.trace.model import RangeKind, TraceEvents
+from latscope.trace.model import MAX_TIME_NS, RangeKind, TraceEvents
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep#|^execute_|^step\["
 
@@ -86,6 +86,9 @@ def _explicit_window(spec: str, origin: int) -> Window:
         raise ConfigError(f"--window {spec!r}: START_MS and END_MS must be finite numbers")
     if hi <= lo:
         raise ConfigError(f"--window {spec!r}: END_MS must be greater than START_MS")
+    if max(abs(lo), abs(hi)) * 1e6 > MAX_TIME_NS:  # int64 ns arithmetic must not overflow
+        raise ConfigError(f"--window {spec!r}: START_MS and END_MS must lie within "
+                          f"{MAX_TIME_NS / 1e6:.3g} ms of the first GPU activity")
     return Window(origin + int(lo * 1e6), origin + int(hi * 1e6), "explicit")
 
 

@@ -3,13 +3,14 @@
 Detection looks at bytes, not the file name: gzip magic (then the decompressed head), the SQLite
 magic plus the tables inside, the top-level JSON keys, or a CSV header. Every reader returns a
 ``latscope.trace.model.TraceEvents``; any file that is not a trace, or is cut short, raises
-``TraceFormatError`` naming the expected format and the byte offset where reading stopped.
+``TraceFormatError`` naming the expected format and the byte offset where reading stopped; a file
+or folder that cannot be read at all (permissions, a vanished file) raises it with the OS's reason.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import sqlite3
 import zlib
 from pathlib import Path
 
@@ -26,6 +27,7 @@ _HEAD_BYTES = 1 << 20
 def detect_format(path: Path) -> str:
     """Return one of ``FORMATS`` for ``path`` (a file or a rocprofv3 CSV folder)."""
     if path.is_dir():
+        os.listdir(path)  # an unreadable folder: say so, not "holds no CSV" (read_trace maps it)
         if any(path.glob("*kernel_trace.csv")) or any(path.glob("*memory_copy_trace.csv")):
             return "rocprofv3-csv"
         raise TraceFormatError("folder holds no rocprofv3 *kernel_trace.csv", path=str(path),
@@ -88,13 +90,13 @@ def _gz_head(path: Path, size: int) -> bytes:
 
 
 def _detect_sqlite(path: Path) -> str:
-    from latscope.trace.readers.sqlite_util import open_sqlite
+    from latscope.trace.readers.sqlite_util import SQLITE_ERRORS, open_sqlite
 
     with open_sqlite(path) as conn:
         try:
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"unreadable SQLite file ({exc})", path=str(path), offset=0,
                                    expected="nsys or rocpd SQLite") from None
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
@@ -108,7 +110,15 @@ def _detect_sqlite(path: Path) -> str:
 def read_trace(path: str | Path, fmt: str | None = None) -> TraceEvents:
     """Read any supported trace into the event model (format detected unless ``fmt`` is given)."""
     path = Path(path)
-    fmt = fmt or detect_format(path)
+    try:
+        return _read(path, fmt or detect_format(path))
+    except OSError as exc:  # permissions, a file removed while read, an I/O error
+        where = exc.filename or path
+        raise TraceFormatError(f"cannot read {'folder' if Path(where).is_dir() else 'file'}: "
+                               f"{exc.strerror or exc}", path=str(where)) from None
+
+
+def _read(path: Path, fmt: str) -> TraceEvents:
     if fmt == "kineto":
         from latscope.trace.readers.kineto import read_kineto
         return read_kineto(path)

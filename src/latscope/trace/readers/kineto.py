@@ -16,10 +16,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from latscope.errors import TraceFormatError
 from latscope.trace.model import (
+    NOT_A_NUMBER,
+    NOT_AN_EVENT,
     CopyDir,
     GpuKind,
     HostMem,
@@ -27,9 +30,12 @@ from latscope.trace.model import (
     TraceBuilder,
     TraceEvents,
     TraceMeta,
+    as_id,
+    as_text,
 )
 from latscope.trace.readers.chunked import ChunkedEvents
-from latscope.trace.readers.kineto_fast import DECODER, DecodeError, add_events
+from latscope.trace.readers.kineto_fast import DECODER, DecodeError, _Event, add_events, span_ns, \
+    to_float
 from latscope.trace.readers.stream import IntegerOverflow, iter_json_items, open_binary
 
 EXPECTED = "PyTorch profiler (Kineto) JSON"
@@ -53,7 +59,7 @@ def copy_attributes(name: str, kind: int) -> tuple[int, int]:
     """(copy direction, host-memory kind) from a Kineto memcpy/memset name."""
     if kind != GpuKind.MEMCPY:
         return CopyDir.NONE, HostMem.NA
-    m = _COPY_NAME.search(name)
+    m = _COPY_NAME.search(as_text(name))
     if not m:
         return CopyDir.OTHER, HostMem.UNKNOWN
     direction = _DIRS.get(m.group(1), CopyDir.OTHER)
@@ -141,49 +147,61 @@ class _EventSink:
         return attrs
 
     def add(self, events) -> None:
-        if events and not isinstance(events[0], dict):  # msgspec structs: column-wise path
+        if events and isinstance(events[0], _Event):  # msgspec structs: column-wise path
             self.seen += add_events(self.builder, events, _GPU_KIND, _API_CATS, _RANGE_KIND,
                                     self._copy_attrs)
             return
-        builder = self.builder
-        gpu_append, api_append = builder.gpu.append_row, builder.api.append_row
-        range_append, intern = builder.ranges.append_row, builder.names.intern
-        copy_cache = self.copy_cache
-        gpu_kinds, range_kinds = _GPU_KIND, _RANGE_KIND
+        rows = []
         for ev in events:
             self.seen += 1
-            if ev.get("ph") != "X":
+            if type(ev) is not dict:
+                self.builder.skip(NOT_AN_EVENT)
                 continue
-            cat = ev.get("cat")
-            ts, dur = ev.get("ts"), ev.get("dur", 0)
-            if ts is None:
+            if ev.get("ph") != "X" or ev.get("ts") is None:
                 continue
-            if type(ts) is str or type(dur) is str:  # rocprof v1 results.json writes strings
-                ts, dur = float(ts), float(dur or 0)
-            start = int(ts * 1000.0 + 0.5)
-            end = start + int(dur * 1000.0 + 0.5)
-            if cat in gpu_kinds:
-                args = ev.get("args") or {}
-                kind = gpu_kinds[cat]
-                name = ev.get("name", "")
-                name_id = intern(name)
-                attrs = copy_cache.get((name_id, kind))
-                if attrs is None:
-                    attrs = copy_cache[(name_id, kind)] = copy_attributes(name, kind)
-                gpu_append(kind, _as_int(args.get("device", ev.get("pid"))),
-                           _as_int(args.get("stream", ev.get("tid"))), start, end, name_id,
-                           _as_int(args.get("correlation")), _as_int(args.get("bytes")),
-                           attrs[0], attrs[1])
-            elif cat in _API_CATS:
-                args = ev.get("args") or {}
-                api_append(start, end, _as_int(ev.get("pid")), _as_int(ev.get("tid")),
-                           intern(ev.get("name", "")), _as_int(args.get("correlation")))
-            elif cat in range_kinds:
-                kind = range_kinds[cat]
-                pid = _as_int(ev.get("pid"))
-                range_append(kind, start, end, pid, _as_int(ev.get("tid")),
-                             pid if kind == RangeKind.GPU_ANNOTATION else -1,
-                             intern(ev.get("name", "")))
+            dur = ev.get("dur")
+            ts, dur = to_float(ev["ts"]), to_float(0.0 if dur is None else dur)
+            if ts is None or dur is None:
+                self.builder.skip(NOT_A_NUMBER)
+                continue
+            rows.append((ev, ts, dur))
+        if not rows:
+            return
+        start, end, reason = span_ns(np.asarray([r[1] for r in rows], dtype=np.float64),
+                                     np.asarray([r[2] for r in rows], dtype=np.float64))
+        for (ev, _, _), s, e, why in zip(rows, start.tolist(), end.tolist(), reason.tolist()):
+            if why:
+                self.builder.skip(why)
+            else:
+                self._append(ev, s, e)
+
+    def _append(self, ev: dict[str, Any], start: int, end: int) -> None:
+        """One event of the generic dict path (blocks with unexpected field types: any field
+        may hold anything, so every read is guarded)."""
+        builder = self.builder
+        cat = ev.get("cat")
+        if type(cat) is not str:
+            return
+        args = ev.get("args")
+        args = args if type(args) is dict else {}
+        name = as_text(ev.get("name", ""))
+        if cat in _GPU_KIND:
+            kind = _GPU_KIND[cat]
+            name_id = builder.names.intern(name)
+            attrs = self._copy_attrs(name_id, kind, name)
+            builder.gpu.append_row(kind, as_id(args.get("device", ev.get("pid"))),
+                                   as_id(args.get("stream", ev.get("tid"))), start, end, name_id,
+                                   as_id(args.get("correlation")), as_id(args.get("bytes")),
+                                   attrs[0], attrs[1])
+        elif cat in _API_CATS:
+            builder.api.append_row(start, end, as_id(ev.get("pid")), as_id(ev.get("tid")),
+                                   builder.names.intern(name), as_id(args.get("correlation")))
+        elif cat in _RANGE_KIND:
+            kind = _RANGE_KIND[cat]
+            pid = as_id(ev.get("pid"))
+            builder.ranges.append_row(kind, start, end, pid, as_id(ev.get("tid")),
+                                      pid if kind == RangeKind.GPU_ANNOTATION else -1,
+                                      builder.names.intern(name))
 
     def finish(self, path: Path, meta_json: dict[str, Any]) -> TraceEvents:
         meta = _meta(path, meta_json, self.builder)
@@ -197,21 +215,12 @@ def _is_bare_list(path: Path) -> bool:
         return f.read(4096).lstrip()[:1] == b"["
 
 
-def _as_int(value: Any) -> int:
-    if value is None:
-        return -1
-    if type(value) is int:
-        return value
-    try:
-        return int(value, 0) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        return -1
-
-
 def _meta(path: Path, data: dict[str, Any], builder: TraceBuilder) -> TraceMeta:
-    devices = {int(d.get("id", i)): str(d.get("name", "")) for i, d in
-               enumerate(data.get("deviceProperties") or []) if isinstance(d, dict)}
-    rank = (data.get("distributedInfo") or {}).get("rank")
+    props = data.get("deviceProperties")
+    devices = {as_id(d.get("id", i)): as_text(d.get("name", "")) for i, d in
+               enumerate(props if isinstance(props, list) else []) if isinstance(d, dict)}
+    info = data.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
     meta = TraceMeta(path=str(path), format="kineto", vendor=_vendor(data, builder, devices),
                      devices=devices, rank=rank if isinstance(rank, int) else None)
     for key in ("hip_runtime_version", "cuda_runtime_version", "roctracer_version",

@@ -6,10 +6,20 @@ Blocks msgspec rejects (an unexpected type in some field) go through the dict pa
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import numpy as np
 
-from latscope.trace.model import RangeKind, TraceBuilder
+from latscope.trace.model import (
+    MAX_TIME_NS,
+    NOT_A_NUMBER,
+    NOT_FINITE,
+    OUT_OF_RANGE,
+    RangeKind,
+    TraceBuilder,
+    as_id,
+)
 
 Scalar = int | str | None
 
@@ -36,21 +46,47 @@ DECODER = msgspec.json.Decoder(list[_Event])
 DecodeError = (msgspec.DecodeError, msgspec.ValidationError)
 
 
-def _int(value: Scalar) -> int:
-    if type(value) is int:
-        return value
-    if value is None:
-        return -1
-    try:
-        return int(value, 0) if isinstance(value, str) else int(value)
-    except ValueError:
-        return -1
-
-
 def _ints(values: list) -> np.ndarray:
     if all(type(v) is int for v in values):
-        return np.asarray(values, dtype=np.int64)
-    return np.asarray([_int(v) for v in values], dtype=np.int64)
+        try:
+            return np.asarray(values, dtype=np.int64)
+        except OverflowError:  # wider than 64 bits: unknown, like any unreadable id
+            pass
+    return np.asarray([as_id(v) for v in values], dtype=np.int64)
+
+
+def to_float(value) -> float | None:
+    """A Kineto ``ts``/``dur`` (float, int, or rocprof v1's strings) as a float; None if the
+    value is no number at all."""
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return math.copysign(1e300, value)
+    if type(value) is str:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def span_ns(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start ns, end ns, skip reason or "") from float microseconds. Non-finite values and
+    values beyond MAX_TIME_NS are marked here, before an int64 conversion could wrap them;
+    negative and over-long durations are left for the model's check when the table is built."""
+    reason = np.full(len(ts), "", dtype=object)
+    with np.errstate(over="ignore", invalid="ignore"):
+        start_f, dur_f = ts * 1000.0, dur * 1000.0
+        finite = np.isfinite(start_f) & np.isfinite(dur_f)
+        fits = finite & (np.abs(start_f) <= MAX_TIME_NS) & (np.abs(dur_f) <= MAX_TIME_NS)
+    reason[~fits] = OUT_OF_RANGE
+    reason[~(np.isfinite(ts) & np.isfinite(dur))] = NOT_FINITE
+    start = np.floor(np.where(fits, start_f, 0.0) + 0.5).astype(np.int64)
+    end = start + np.floor(np.where(fits, dur_f, 0.0) + 0.5).astype(np.int64)
+    return start, end, reason
 
 
 def add_events(builder: TraceBuilder, events: list[_Event], gpu_kinds: dict[str, int],
@@ -59,13 +95,25 @@ def add_events(builder: TraceBuilder, events: list[_Event], gpu_kinds: dict[str,
     xs = [e for e in events if e.ph == "X" and e.ts is not None]
     if not xs:
         return len(events)
-    if any(type(e.ts) is str or type(e.dur) is str for e in xs):
-        for e in xs:  # rocprof v1 writes strings: convert in place (rare path)
-            e.ts, e.dur = float(e.ts), float(e.dur or 0)
-    ts = np.asarray([e.ts for e in xs], dtype=np.float64)
-    dur = np.asarray([e.dur or 0.0 for e in xs], dtype=np.float64)
-    start = np.floor(ts * 1000.0 + 0.5).astype(np.int64)
-    end = start + np.floor(dur * 1000.0 + 0.5).astype(np.int64)
+    ts_raw = [e.ts for e in xs]
+    dur_raw = [0.0 if e.dur is None else e.dur for e in xs]
+    if all(type(t) is float for t in ts_raw) and all(type(d) is float for d in dur_raw):
+        ts, dur = np.asarray(ts_raw, dtype=np.float64), np.asarray(dur_raw, dtype=np.float64)
+        no_number = None
+    else:  # rocprof v1 strings, ints, or damaged values: one at a time (rare path)
+        ts_f, dur_f = [to_float(t) for t in ts_raw], [to_float(d) for d in dur_raw]
+        no_number = np.asarray([t is None or d is None for t, d in zip(ts_f, dur_f)])
+        ts = np.asarray([0.0 if t is None else t for t in ts_f], dtype=np.float64)
+        dur = np.asarray([0.0 if d is None else d for d in dur_f], dtype=np.float64)
+    start, end, reason = span_ns(ts, dur)
+    if no_number is not None:
+        reason[no_number] = NOT_A_NUMBER
+    if (reason != "").any():
+        bad = reason != ""
+        for why, count in zip(*np.unique(reason[bad], return_counts=True)):
+            builder.skip(str(why), int(count))
+        keep = np.flatnonzero(~bad)
+        xs, start, end = [xs[i] for i in keep], start[keep], end[keep]
     group = {**{c: 0 for c in gpu_kinds}, **{c: 1 for c in api_cats},
              **{c: 2 for c in range_kinds}}
     table = np.asarray([group.get(e.cat, -1) for e in xs], dtype=np.int8)

@@ -24,8 +24,10 @@ from latscope.trace.model import (
     TraceBuilder,
     TraceEvents,
     TraceMeta,
+    as_id,
+    as_text,
 )
-from latscope.trace.readers.sqlite_util import columns, open_sqlite, tables
+from latscope.trace.readers.sqlite_util import SQLITE_ERRORS, columns, open_sqlite, tables
 
 EXPECTED = "nsys SQLite export"
 # ENUM_CUDA_MEMCPY_OPER
@@ -44,7 +46,7 @@ def read_nsys_sqlite(path: Path) -> TraceEvents:
     with open_sqlite(path) as conn:
         try:
             return _read(conn, path)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"unreadable nsys SQLite ({exc})", path=str(path),
                                    expected=EXPECTED) from None
 
@@ -66,7 +68,7 @@ def _read(conn: sqlite3.Connection, path: Path) -> TraceEvents:
         _nvtx(conn, builder, strings)
     meta = TraceMeta(path=str(path), format="nsys-sqlite", vendor="nvidia")
     if "TARGET_INFO_GPU" in present and "name" in columns(conn, "TARGET_INFO_GPU"):
-        meta.devices = {int(i): str(n) for i, n in conn.execute(
+        meta.devices = {as_id(i): as_text(n) for i, n in conn.execute(
             "SELECT id, name FROM TARGET_INFO_GPU")}
     for table in ("EXPORT_META_DATA", "META_DATA_EXPORT"):
         if table in present:
@@ -76,7 +78,7 @@ def _read(conn: sqlite3.Connection, path: Path) -> TraceEvents:
 
 def _kernels(conn: sqlite3.Connection, builder: TraceBuilder, strings: dict[int, str]) -> None:
     cols = columns(conn, "CUPTI_ACTIVITY_KIND_KERNEL")
-    name_col = next(c for c in ("demangledName", "shortName", "mangledName") if c in cols)
+    name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in cols), "NULL")
     intern, append = builder.names.intern, builder.gpu.append_row
     cache: dict[int, int] = {}
     for start, end, dev, stream, corr, name in conn.execute(
@@ -84,7 +86,7 @@ def _kernels(conn: sqlite3.Connection, builder: TraceBuilder, strings: dict[int,
             "FROM CUPTI_ACTIVITY_KIND_KERNEL"):
         name_id = cache.get(name)
         if name_id is None:
-            name_id = cache[name] = intern(strings.get(name, str(name)))
+            name_id = cache[name] = intern(strings.get(name, name))
         append(GpuKind.KERNEL, dev, stream, start, end, name_id, corr, -1, CopyDir.NONE,
                HostMem.NA)
 
@@ -129,8 +131,8 @@ def _runtime(conn: sqlite3.Connection, builder: TraceBuilder, strings: dict[int,
         seen.add(corr)
         name_id = cache.get(name)
         if name_id is None:
-            name_id = cache[name] = intern(_VERSION_SUFFIX.sub("", strings.get(name, str(name))))
-        append(start, end, (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF, name_id, corr)
+            name_id = cache[name] = intern(_VERSION_SUFFIX.sub("", as_text(strings.get(name, name))))
+        append(start, end, *_pid_tid(gtid), name_id, corr)
 
 
 def _nvtx(conn: sqlite3.Connection, builder: TraceBuilder, strings: dict[int, str]) -> None:
@@ -142,6 +144,11 @@ def _nvtx(conn: sqlite3.Connection, builder: TraceBuilder, strings: dict[int, st
             f"SELECT start, end, globalTid, text, {text_id} FROM NVTX_EVENTS "
             f"WHERE end IS NOT NULL AND eventType IN ({types})"):
         name = text if text is not None else strings.get(tid_text, "")
-        gtid = gtid or 0
-        builder.ranges.append_row(RangeKind.ANNOTATION, start, end, (gtid >> 24) & 0xFFFFFF,
-                                  gtid & 0xFFFFFF, -1, intern(name))
+        builder.ranges.append_row(RangeKind.ANNOTATION, start, end, *_pid_tid(gtid), -1,
+                                  intern(name))
+
+
+def _pid_tid(global_tid) -> tuple[int, int]:
+    """nsys packs pid and tid into globalTid (bits 24-47 and 0-23); -1, -1 when it is unusable."""
+    gtid = as_id(global_tid)
+    return ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF) if gtid >= 0 else (-1, -1)

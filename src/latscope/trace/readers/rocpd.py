@@ -27,8 +27,9 @@ from latscope.trace.model import (
     TraceBuilder,
     TraceEvents,
     TraceMeta,
+    as_text,
 )
-from latscope.trace.readers.sqlite_util import columns, open_sqlite, tables
+from latscope.trace.readers.sqlite_util import SQLITE_ERRORS, columns, open_sqlite, tables
 
 EXPECTED = "rocpd SQLite (rocprofv3 schema 3)"
 _COPY_DIRS = {
@@ -45,7 +46,7 @@ def read_rocpd(path: Path) -> TraceEvents:
     with open_sqlite(path) as conn:
         try:
             return _read(conn, path)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise TraceFormatError(f"unreadable rocpd SQLite ({exc})", path=str(path),
                                    expected=EXPECTED) from None
 
@@ -138,7 +139,7 @@ def _copies(conn: sqlite3.Connection, builder: TraceBuilder, src: str, strings: 
     for start, end, name_id, src_agent, dst_agent, size, strm, event in conn.execute(
             f'SELECT start, "end", name_id, src_agent_id, dst_agent_id, size, {stream}, '
             f"{event_col} FROM {src}"):
-        direction = _COPY_DIRS.get(strings.get(name_id, ""), CopyDir.OTHER)
+        direction = _COPY_DIRS.get(as_text(strings.get(name_id)), CopyDir.OTHER)
         host = HostMem.UNKNOWN if direction in (CopyDir.H2D, CopyDir.D2H) else HostMem.NA
         agent = dst_agent if direction == CopyDir.H2D else src_agent
         append(GpuKind.MEMCPY, device.get(agent, -1 if agent is None else agent),
@@ -161,7 +162,7 @@ def _regions(conn: sqlite3.Connection, builder: TraceBuilder, present: set[str],
                 f'SELECT start, "end", name_id, pid, tid, {event_col} FROM {src}'):
             name = intern(strings.get(name_id, f"string {name_id}"))
             pid, tid = pids.get(pid, pid), tids.get(tid, tid)
-            if "MARKER" in strings.get(category.get(event), "").upper():
+            if "MARKER" in as_text(strings.get(category.get(event))).upper():
                 builder.ranges.append_row(RangeKind.ANNOTATION, start, end, pid, tid, -1, name)
             else:
                 builder.api.append_row(start, end, pid, tid, name, corr.get(event, -1))

@@ -19,8 +19,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from latscope.errors import TraceFormatError
 from latscope.trace.model import (
+    NOT_A_NUMBER,
+    NOT_AN_EVENT,
     CopyDir,
     GpuKind,
     HostMem,
@@ -28,7 +32,10 @@ from latscope.trace.model import (
     TraceBuilder,
     TraceEvents,
     TraceMeta,
+    as_id,
+    as_text,
 )
+from latscope.trace.readers.kineto_fast import span_ns, to_float
 from latscope.trace.readers.stream import iter_json_items
 
 EXPECTED_CSV = "rocprof v1/v2 results.csv (KernelName, BeginNs, EndNs)"
@@ -49,13 +56,14 @@ def read_rocprof_v1_csv(path: Path) -> TraceEvents:
             raise TraceFormatError(f"CSV header lacks {', '.join(missing)}", path=str(path),
                                    offset=0, expected=EXPECTED_CSV)
         try:
-            for row in reader:
-                line = reader.line_num
-                append(GpuKind.KERNEL, _int(row.get("gpu-id") or "0", path, line, "gpu-id"),
-                       _int(row.get("queue-id") or "-1", path, line, "queue-id"),
-                       _int(row["BeginNs"], path, line, "BeginNs"),
-                       _int(row["EndNs"], path, line, "EndNs"), intern(row["KernelName"] or ""),
-                       -1, -1, CopyDir.NONE, HostMem.NA)
+            for row in reader:  # times as read: the model drops and counts those not a number
+                if None in row.values():
+                    raise TraceFormatError(f"row {reader.line_num} has fewer fields than the "
+                                           "header (truncated or malformed file)",
+                                           path=str(path), expected=EXPECTED_CSV)
+                append(GpuKind.KERNEL, as_id(row.get("gpu-id") or "0"),
+                       as_id(row.get("queue-id") or "-1"), row["BeginNs"], row["EndNs"],
+                       intern(row["KernelName"] or ""), -1, -1, CopyDir.NONE, HostMem.NA)
         except csv.Error as exc:
             raise TraceFormatError(f"malformed CSV row {reader.line_num} ({exc})", path=str(path),
                                    expected=EXPECTED_CSV) from None
@@ -64,34 +72,32 @@ def read_rocprof_v1_csv(path: Path) -> TraceEvents:
     return builder.build(meta)
 
 
-def _int(value: str | None, path: Path, line: int, column: str) -> int:
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise TraceFormatError(f"row {line}: column {column} is not an integer ({value!r}); the "
-                               "row may be truncated", path=str(path), expected=EXPECTED_CSV) \
-            from None
-
-
 def read_rocprof_v1_json(path: Path) -> TraceEvents:
     process_names: dict[Any, str] = {}
     events: list[dict[str, Any]] = []
-    for ev in iter_json_items(path, "traceEvents.item", EXPECTED_JSON):
+    builder = TraceBuilder()
+    # guard: a wide integer (any id) must not stop the reader (ijson's C backend rejects them)
+    for ev in iter_json_items(path, "traceEvents.item", EXPECTED_JSON, guard=True):
+        if not isinstance(ev, dict):
+            builder.skip(NOT_AN_EVENT)
+            continue
         ph = ev.get("ph")
         if ph == "M" and ev.get("name") == "process_name":
-            process_names[ev.get("pid")] = str((ev.get("args") or {}).get("name", ""))
+            process_names[_key(ev.get("pid"))] = as_text(_args(ev).get("name", ""))
         elif ph == "X":
             events.append(ev)
     # ts is rebased (BeginNs/1000 - start) while args.BeginNs is absolute: never mix the clocks.
-    exact = all("BeginNs" in (ev.get("args") or {}) and "EndNs" in ev["args"] for ev in events)
+    exact = all("BeginNs" in _args(ev) and "EndNs" in _args(ev) for ev in events)
     gpus = sorted({int(m.group(1)) for n in process_names.values()
                    if (m := _GPU_PROCESS.match(n))})
     copy_device = gpus[0] if len(gpus) == 1 else -1
-    builder = TraceBuilder()
     for ev in events:
-        start, end = _span(ev, path, exact)
-        _append(builder, process_names.get(ev.get("pid"), _default_process(ev.get("pid"))), ev,
-                start, end, copy_device)
+        span = _span(ev, exact)
+        if isinstance(span, str):
+            builder.skip(span)
+            continue
+        pid = _key(ev.get("pid"))
+        _append(builder, process_names.get(pid, _default_process(pid)), ev, *span, copy_device)
     meta = TraceMeta(path=str(path), format="rocprof-v1-json", vendor="amd",
                      devices={g: f"GPU {g}" for g in gpus})
     meta.notes.append("rocprof v1 results.json has no copy sizes: bytes and GB/s are unknown")
@@ -101,39 +107,49 @@ def read_rocprof_v1_json(path: Path) -> TraceEvents:
 
 
 def _default_process(pid: Any) -> str:
-    # Pseudo-pids of shared/docs/trace-formats.md, used when the metadata events are missing.
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
+    # rocprof v1's pseudo-pids (ROCm/rocprofiler bin/tblextr.py), used when the metadata events
+    # are missing.
+    pid = as_id(pid)
+    if pid < 0:
         return ""
     return {0: "Markers and Ranges", 1: "COPY", 2: "CPU HIP API"}.get(pid, f"GPU{pid - 6}"
                                                                      if pid >= 6 else "")
 
 
-def _span(ev: dict[str, Any], path: Path, exact: bool) -> tuple[int, int]:
-    args = ev.get("args") or {}
-    try:
-        if exact:
-            return int(args["BeginNs"]), int(args["EndNs"])
-        start = round(float(ev["ts"]) * 1000)
-        return start, start + round(float(ev.get("dur", 0)) * 1000)
-    except (KeyError, TypeError, ValueError):
-        raise TraceFormatError(f"event {ev.get('name')!r} has no readable ts/dur", path=str(path),
-                               expected=EXPECTED_JSON) from None
+def _args(ev: dict[str, Any]) -> dict[str, Any]:
+    args = ev.get("args")
+    return args if isinstance(args, dict) else {}
+
+
+def _key(value: Any) -> Any:
+    """A pid usable as a dict key (a damaged file may put a list there)."""
+    return value if isinstance(value, (int, str, float)) or value is None else repr(value)
+
+
+def _span(ev: dict[str, Any], exact: bool) -> tuple[Any, Any] | str:
+    """(start, end) as read, for the model to check; or why they are no time at all."""
+    if exact:
+        args = ev["args"]
+        return args["BeginNs"], args["EndNs"]
+    ts, dur = to_float(ev.get("ts")), to_float(ev.get("dur", 0))
+    if ts is None or dur is None:
+        return NOT_A_NUMBER
+    start, end, reason = span_ns(np.asarray([ts]), np.asarray([dur]))
+    return reason[0] if reason[0] else (int(start[0]), int(end[0]))
 
 
 def _arg_int(args: dict[str, Any], keys: tuple[str, ...], default: int) -> int:
     for key in keys:
-        text = str(args.get(key, "")).strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
+        value = as_id(args.get(key))
+        if value != -1:
+            return value
     return default
 
 
 def _append(builder: TraceBuilder, process: str, ev: dict[str, Any], start: int, end: int,
             copy_device: int) -> None:
     intern = builder.names.intern
-    name, args = str(ev.get("name", "")), ev.get("args") or {}
+    name, args = as_text(ev.get("name", "")), _args(ev)
     tid = _arg_int(ev, ("tid",), -1)
     if (m := _GPU_PROCESS.match(process)) is not None:
         builder.gpu.append_row(GpuKind.KERNEL, int(m.group(1)),

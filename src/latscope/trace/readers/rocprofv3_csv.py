@@ -21,6 +21,7 @@ from latscope.trace.model import (
     TraceBuilder,
     TraceEvents,
     TraceMeta,
+    as_id,
 )
 
 EXPECTED = "rocprofv3 CSV (kernel_trace.csv / memory_copy_trace.csv)"
@@ -101,27 +102,19 @@ def _agent(value: str) -> int:
     text = (value or "").strip()
     if text.startswith("Agent"):
         text = text[5:].strip()
-    try:
-        return int(text)
-    except ValueError:
-        return -1
+    return as_id(text)
 
 
-def _int(value: str | None, _row: dict[str, str], column: str) -> int:
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise TraceFormatError(f"column {column} is not an integer ({value!r}); row may be "
-                               "truncated", expected=EXPECTED) from None
+# Times are appended as the text read: the model converts them, and drops and counts the rows
+# whose times are no number. Ids that are no number become -1 (unknown).
 
 
 def _read_kernels(builder: TraceBuilder, rows: Iterator[dict[str, str]]) -> None:
     intern, append = builder.names.intern, builder.gpu.append_row
     for row in rows:
-        append(GpuKind.KERNEL, _agent(row["Agent_Id"]), _int(row["Queue_Id"], row, "Queue_Id"),
-               _int(row["Start_Timestamp"], row, "Start_Timestamp"),
-               _int(row["End_Timestamp"], row, "End_Timestamp"), intern(row["Kernel_Name"] or ""),
-               _int(row["Correlation_Id"], row, "Correlation_Id"), -1, CopyDir.NONE, HostMem.NA)
+        append(GpuKind.KERNEL, _agent(row["Agent_Id"]), as_id(row["Queue_Id"]),
+               row["Start_Timestamp"], row["End_Timestamp"], intern(row["Kernel_Name"] or ""),
+               as_id(row["Correlation_Id"]), -1, CopyDir.NONE, HostMem.NA)
 
 
 def _read_copies(builder: TraceBuilder, rows: Iterator[dict[str, str]]) -> None:
@@ -131,24 +124,18 @@ def _read_copies(builder: TraceBuilder, rows: Iterator[dict[str, str]]) -> None:
         host = HostMem.UNKNOWN if direction in (CopyDir.H2D, CopyDir.D2H) else HostMem.NA
         device = _agent(row["Destination_Agent_Id"] if direction == CopyDir.H2D
                         else row["Source_Agent_Id"])
-        stream = row.get("Stream_Id")
-        append(GpuKind.MEMCPY, device, int(stream) if stream not in (None, "") else -1,
-               _int(row["Start_Timestamp"], row, "Start_Timestamp"),
-               _int(row["End_Timestamp"], row, "End_Timestamp"),
-               intern(f"Memcpy {direction.name}"),
-               _int(row.get("Correlation_Id", "-1"), row, "Correlation_Id"), -1, direction, host)
+        append(GpuKind.MEMCPY, device, as_id(row.get("Stream_Id")), row["Start_Timestamp"],
+               row["End_Timestamp"], intern(f"Memcpy {direction.name}"),
+               as_id(row.get("Correlation_Id")), -1, direction, host)
 
 
 def _read_api(builder: TraceBuilder, rows: Iterator[dict[str, str]], *, as_range: bool) -> None:
     intern = builder.names.intern
     for row in rows:
-        start = _int(row["Start_Timestamp"], row, "Start_Timestamp")
-        end = _int(row["End_Timestamp"], row, "End_Timestamp")
-        tid = _int(row["Thread_Id"], row, "Thread_Id")
-        pid = int(row.get("Process_Id") or -1)
+        start, end = row["Start_Timestamp"], row["End_Timestamp"]
+        tid, pid = as_id(row["Thread_Id"]), as_id(row.get("Process_Id"))
         name = intern(row["Function"])
         if as_range:
             builder.ranges.append_row(RangeKind.ANNOTATION, start, end, pid, tid, -1, name)
         else:
-            builder.api.append_row(start, end, pid, tid, name,
-                                   _int(row["Correlation_Id"], row, "Correlation_Id"))
+            builder.api.append_row(start, end, pid, tid, name, as_id(row["Correlation_Id"]))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from latscope.trace.model import (
+    NOT_AN_EVENT,
     CopyDir,
     GpuKind,
     HostMem,
@@ -21,6 +22,7 @@ from latscope.trace.model import (
     TraceBuilder,
     TraceEvents,
     TraceMeta,
+    as_id,
 )
 from latscope.trace.readers.stream import iter_json_items, iter_json_kvitems, open_binary
 
@@ -34,31 +36,53 @@ def read_rocprofv3_json(path: Path) -> TraceEvents:
     builder = TraceBuilder()
     agents, symbols, op_names = _read_front(path)
     kernel_ids: list[int] = []
-    for rec in iter_json_items(path, _RECORDS + "kernel_dispatch.item", EXPECTED, guard=True):
-        info = rec.get("dispatch_info") or {}
+    # Times go into the table as read: the model drops and counts those that are no number.
+    for rec in _records(builder, path, "kernel_dispatch"):
+        info = _dict(rec.get("dispatch_info"))
         builder.gpu.append_row(
             GpuKind.KERNEL, _handle(info.get("agent_id")), _handle(info.get("queue_id")),
-            int(rec["start_timestamp"]), int(rec["end_timestamp"]), -1,
+            rec.get("start_timestamp"), rec.get("end_timestamp"), -1,
             _corr(rec), -1, CopyDir.NONE, HostMem.NA)
-        kernel_ids.append(int(info.get("kernel_id", -1)))
+        kernel_ids.append(as_id(info.get("kernel_id", -1)))
     _name_kernels(builder, kernel_ids, symbols)
     present = _nonempty_record_lists(path)
     if "memory_copy" in present:
-        for rec in iter_json_items(path, _RECORDS + "memory_copy.item", EXPECTED, guard=True):
+        for rec in _records(builder, path, "memory_copy"):
             _append_copy(builder, rec)
     kinds = list(op_names)
     for section in ("hip_api", "marker_api"):
         if section not in present:
             continue
-        for rec in iter_json_items(path, _RECORDS + section + ".item", EXPECTED, guard=True):
+        for rec in _records(builder, path, section):
             name = builder.names.intern(_op_name(rec, kinds, op_names))
-            start, end = int(rec["start_timestamp"]), int(rec["end_timestamp"])
-            tid = int(rec.get("thread_id", -1))
+            start, end = rec.get("start_timestamp"), rec.get("end_timestamp")
+            tid = as_id(rec.get("thread_id", -1))
             if section == "hip_api":
                 builder.api.append_row(start, end, -1, tid, name, _corr(rec))
             else:
                 builder.ranges.append_row(RangeKind.ANNOTATION, start, end, -1, tid, -1, name)
     return builder.build(_meta(path, agents))
+
+
+def _records(builder: TraceBuilder, path: Path, section: str):
+    """The records of one buffer_records list; anything that is not an object is counted."""
+    for rec in iter_json_items(path, f"{_RECORDS}{section}.item", EXPECTED, guard=True):
+        if isinstance(rec, dict):
+            yield rec
+        else:
+            builder.skip(NOT_AN_EVENT)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 _NONEMPTY = re.compile(rb'"(memory_copy|hip_api|marker_api)"\s*:\s*\[\s*\{')
@@ -84,32 +108,33 @@ def _read_front(path: Path) -> tuple[dict[int, dict], dict[int, str], dict[str, 
     op_names: dict[str, list[str]] = {}
     for key, value in iter_json_kvitems(path, "rocprofiler-sdk-tool.item", EXPECTED, guard=True):
         if key == "agents":
-            agents = {_handle(a.get("id")): a for a in value}
+            agents = {_handle(a.get("id")): a for a in _dicts(value)}
         elif key == "kernel_symbols":
-            symbols = {int(k.get("kernel_id", -1)):
-                       k.get("demangled_kernel_name") or k.get("kernel_name") or "" for k in value}
+            symbols = {as_id(k.get("kernel_id", -1)):
+                       k.get("demangled_kernel_name") or k.get("kernel_name") or ""
+                       for k in _dicts(value)}
         elif key == "strings":
-            op_names = {str(r.get("kind")): list(r.get("operations") or [])
-                        for r in value.get("buffer_records") or []}
+            op_names = {str(r.get("kind")): _list(r.get("operations"))
+                        for r in _dicts(_dict(value).get("buffer_records"))}
         if key in ("host_functions", "callback_records", "buffer_records"):
             break  # everything needed is read; the rest is the large record lists
     return agents, symbols, op_names
 
 
 def _append_copy(builder: TraceBuilder, rec: dict[str, Any]) -> None:
-    direction = _COPY_OPS.get(int(rec.get("operation", 0)), CopyDir.OTHER)
+    direction = _COPY_OPS.get(as_id(rec.get("operation", 0)), CopyDir.OTHER)
     host = HostMem.UNKNOWN if direction in (CopyDir.H2D, CopyDir.D2H) else HostMem.NA
     device = _handle(rec.get("dst_agent_id") if direction == CopyDir.H2D
                      else rec.get("src_agent_id"))
     builder.gpu.append_row(
-        GpuKind.MEMCPY, device, _handle(rec.get("stream_id")), int(rec["start_timestamp"]),
-        int(rec["end_timestamp"]), builder.names.intern(f"Memcpy {direction.name}"), _corr(rec),
-        int(rec.get("bytes", -1)), direction, host)
+        GpuKind.MEMCPY, device, _handle(rec.get("stream_id")), rec.get("start_timestamp"),
+        rec.get("end_timestamp"), builder.names.intern(f"Memcpy {direction.name}"), _corr(rec),
+        as_id(rec.get("bytes", -1)), direction, host)
 
 
 def _op_name(rec: dict[str, Any], kinds: list[str], op_names: dict[str, list[str]]) -> str:
     # Buffer record kinds are numbered in the order of strings.buffer_records.
-    kind, op = int(rec.get("kind", -1)), int(rec.get("operation", -1))
+    kind, op = as_id(rec.get("kind", -1)), as_id(rec.get("operation", -1))
     table = op_names.get(kinds[kind], []) if 0 <= kind < len(kinds) else []
     return table[op] if 0 <= op < len(table) else f"operation {op}"
 
@@ -117,17 +142,14 @@ def _op_name(rec: dict[str, Any], kinds: list[str], op_names: dict[str, list[str
 def _handle(value: Any) -> int:
     if isinstance(value, dict):
         value = value.get("handle", -1)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return -1
+    return as_id(value)
 
 
 def _corr(rec: dict[str, Any]) -> int:
     corr = rec.get("correlation_id")
     if isinstance(corr, dict):
         corr = corr.get("internal", -1)
-    return int(corr) if corr is not None else -1
+    return as_id(corr)
 
 
 def _name_kernels(builder: TraceBuilder, kernel_ids: list[int], symbols: dict[int, str]) -> None:

@@ -111,8 +111,10 @@ def _iter_json(path: Path, prefix: str, expected: str, *, guard: bool,
                 yield from ijson.items(stream, prefix, use_float=True)
         except ijson.IncompleteJSONError as exc:
             text = str(exc).strip()
-            if "integer overflow" in text and not guard:
-                raise IntegerOverflow() from None
+            if "integer overflow" in text:
+                if not guard:
+                    raise IntegerOverflow() from None
+                text = "an integer wider than 64 bits where the reader cannot quote it"
             first = text.splitlines()[0] if text else "incomplete JSON"
             raise TraceFormatError(f"JSON is truncated or malformed ({first})", path=str(path),
                                    offset=stream.consumed, expected=expected) from None
