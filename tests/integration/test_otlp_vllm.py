@@ -9,6 +9,7 @@ remote server at latscope. The last test uses the session's untraced ``vllm_targ
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -62,12 +63,13 @@ def test_every_request_is_joined_and_the_queue_shows_per_request(traced, tmp_pat
     assert split.joined == split.completed == len(completed), split.notes
     assert split.without_span == 0
 
-    # --max-num-seqs 2, 16 at once: two requests start at once, every other one waits
+    # --max-num-seqs 2, 16 at once: the first two start at once, the others wait. (Not
+    # "exactly two": the API server tokenizes one request after another, so on a busy host a
+    # third can reach the engine just as a slot frees.)
     queue = sorted(r.queue_ms for r in split.rows)
-    assert queue[1] < 0.1 * queue[2], queue
-    near_zero = [r for r in split.rows if r.queue_ms < 0.1 * queue[2]]
-    assert len(near_zero) == 2
-    assert all(split.rows.index(r) < 4 for r in near_zero)  # among the first sent
+    assert queue[0] < 5 and queue[1] < 5, queue
+    assert all(r.queue_ms < 5 for r in split.rows[:2]), queue  # the first two sent
+    assert statistics.median(queue) > 10 * max(queue[1], 1.0), queue
     assert split.stats["queue_ms"]["p99"] > split.stats["prefill_ms"]["p50"]
     # ... and the rest wait longer the later they were sent (first come, first served)
     from scipy.stats import spearmanr
