@@ -61,6 +61,10 @@ class RequestRecord:
     error: str | None = None
     warmup: bool = False
     open_loop: bool = False  # sent on an arrival schedule (--rate), not by a closed loop
+    # W3C trace id (32 hex) sent in this request's ``traceparent`` header, when tracing requests:
+    # the key that joins it with the server's own span of it (latscope.analysis.join).
+    trace_id: str | None = None
+    group: str = ""  # the workload group of its prompt (mix entry name, "shared_prefix", ...)
     # Anything the server told us about this request (e.g. per-request timing fields, its id).
     server: dict[str, Any] = field(default_factory=dict)
 

@@ -16,19 +16,24 @@ The client's TTFT is split into
 E2E splits into TTFT and decode (first chunk -> last byte), with the engine's own decode time beside
 it. Server means come from histogram ``_sum``/``_count`` deltas over the run window, quantiles from
 its ``le`` buckets (with the bucket width as error bound), or -- better -- from per-request server
-timings when the server returned them (vLLM ``--enable-per-request-metrics``). Every row names its
-source. Differences of means are means; they have no percentiles, so none are given.
+timings when the server returned them (vLLM ``--enable-per-request-metrics``), or -- best -- from
+the server's own span of each request joined to the client's record by trace id
+(``latscope.analysis.join``): then the frontend and "other" rows are per-request differences with
+exact percentiles. Source order: spans, then per-request response fields, then histograms. Every
+row names its source. Differences of means are means; they have no percentiles, so none are given.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import orjson
 
+from latscope.analysis.join import SOURCE as SPAN_SOURCE
+from latscope.analysis.join import PerRequestSplit, join_spans
 from latscope.analysis.stats import e2e_ms, latency_origin, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
@@ -42,6 +47,9 @@ H_PREFILL = "vllm:request_prefill_time_seconds"
 H_DECODE = "vllm:request_decode_time_seconds"
 H_E2E = "vllm:e2e_request_latency_seconds"
 _PER_REQUEST = "per-request server timings (response 'metrics')"
+# Spans are the source when at least this share of the run's requests was joined; below it the
+# joined requests may not represent the run (the rows then come from the next source).
+SPAN_COVERAGE = 0.95
 # The parts of client TTFT that add up to it (those present in a given run).
 TTFT_LEAVES = ("ttft.client", "ttft.network", "ttft.frontend", "ttft.server.queue",
                "ttft.server.prefill", "ttft.server.other")
@@ -78,13 +86,19 @@ class Decomposition:
     gauges: dict[str, Any] = field(default_factory=dict)  # peak server gauges in the window
     scrape: dict[str, Any] | None = None  # the scraper's status and overhead (decompose_run)
     findings: list[Any] = field(default_factory=list)  # Findings from metrics and this split
+    # The run's requests joined with the server's spans (latscope.analysis.join); None without
+    # spans. Its percentiles are exact, per request; to_dict writes it, rows left out, as
+    # "per_request" (the rows go to per_request.json).
+    split: PerRequestSplit | None = None
 
     def component(self, key: str) -> Component | None:
         return next((c for c in self.components if c.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "split"}
+        data["components"] = [asdict(c) for c in self.components]
         data["findings"] = [f.to_dict() for f in self.findings]
+        data["per_request"] = self.split.to_dict(rows=False) if self.split is not None else None
         return data
 
 
@@ -128,14 +142,24 @@ def per_request_server_timings(record: RequestRecord) -> dict[str, float] | None
     return out or None
 
 
+def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
+                ) -> dict[str, Any] | None:
+    s = split.stats.get(name) if split is not None else None
+    if not s or not s.get("count"):
+        return None
+    return {"mean_ms": s["mean"] - shift_ms, "p50_ms": s.get("p50") - shift_ms,
+            "p99_ms": s.get("p99") - shift_ms, "count": s["count"]}
+
+
 def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] | None = None,
               *, client_loop_lag_ms: float | None = None, network_rtt_ms: float | None = None,
-              ) -> Decomposition:
+              split: PerRequestSplit | None = None) -> Decomposition:
     """Decompose one run (or one sweep step): its ok, non-warm-up records and the snapshots that
     bound it (first and last are the window; a single snapshot means 'since server start').
 
     ``client_loop_lag_ms`` is the run's mean event-loop lag (the client's receive delay
-    estimate), ``network_rtt_ms`` a round trip measured on the same path; either may be None."""
+    estimate), ``network_rtt_ms`` a round trip measured on the same path; either may be None.
+    ``split``: the run's records joined with the server's spans (``join_spans``), if any."""
     recs = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
     snaps = sorted(snapshots or [], key=lambda s: s.t_ns)
     notes: list[str] = []
@@ -159,7 +183,18 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                                  if r.end_ns is not None]),
     }
 
+    spans = split if split is not None and split.joined and \
+        split.coverage >= SPAN_COVERAGE else None
+    if split is not None and split.joined and spans is None:
+        notes.append(f"only {split.joined} of {split.completed} requests were joined with a "
+                     f"server span: server rows come from the next source")
+    elif spans is not None and spans.joined < spans.completed:
+        notes.append(f"server rows from spans cover {spans.joined} of {spans.completed} "
+                     "requests")
+
     def server_part(part: str, hname: str) -> tuple[dict[str, Any] | None, str]:
+        if (stats := _span_stats(spans, f"{part}_ms")) is not None:
+            return stats, SPAN_SOURCE
         values = [t[part] for t in per_req if part in t]
         if values and len(values) == len(recs):
             return _client_stats(values), _PER_REQUEST
@@ -189,32 +224,42 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         "client records: send - latency origin" + (
             f", + mean event-loop lag {client_loop_lag_ms:.2f} ms (receive delay estimate)"
             if client_loop_lag_ms is not None else ""), client_part, ttft_total)
-    s_ttft = _hist_stats(hist[H_TTFT])
+    s_ttft, s_ttft_src = server_part("server_ttft", H_TTFT)
     q_stats, q_src = server_part("queue", H_QUEUE)
     p_stats, p_src = server_part("prefill", H_PREFILL)
-    outside = _diff(client["ttft"], client_part, s_ttft)
+    # With spans, per request: TTFT - send delay - server TTFT, less the run's mean loop lag
+    # (the receive delay estimate, a constant) and the probed round trip.
+    shift = max(0.0, client_loop_lag_ms or 0.0) + (network_rtt_ms or 0.0)
+    per_request_outside = _span_stats(spans, "frontend_network_ms", shift)
+    server_name = "server TTFT" if spans is not None else H_TTFT
+    how = (f"{SPAN_SOURCE}: per request" if per_request_outside is not None
+           else "difference of means")
+    outside = per_request_outside or _diff(client["ttft"], client_part, s_ttft)
     if network_rtt_ms is not None:
         add("ttft.network", "network round trip", "ttft",
             "net probe: keep-alive GET /health p50 on the same path",
             {"mean_ms": network_rtt_ms}, ttft_total)
-        frontend = _diff(outside, {"mean_ms": network_rtt_ms})
+        frontend = outside if per_request_outside else _diff(outside, {"mean_ms": network_rtt_ms})
         add("ttft.frontend", "HTTP frontend + first-chunk delivery", "ttft",
-            f"difference of means: TTFT - client - network - {H_TTFT}", frontend, ttft_total,
+            f"{how}: TTFT - client - network - {server_name}", frontend, ttft_total,
             note=_negative_note(frontend))
     else:
         add("ttft.frontend", "network + HTTP frontend (not split: no round-trip probe)", "ttft",
-            f"difference of means: TTFT - client - {H_TTFT}", outside, ttft_total,
+            f"{how}: TTFT - client - {server_name}", outside, ttft_total,
             note=_negative_note(outside))
-    add("ttft.server", "server TTFT (arrival -> first token)", "ttft",
-        f"{H_TTFT} (histogram delta over the run)", s_ttft, ttft_total)
+    add("ttft.server", "server TTFT (arrival -> first token)", "ttft", s_ttft_src, s_ttft,
+        ttft_total)
     add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
         ttft_total)
     add("ttft.server.prefill", "prefill (SCHEDULED -> first token)", "ttft.server", p_src, p_stats,
         ttft_total)
-    rest = _diff(s_ttft, q_stats, p_stats)
+    if (rest := _span_stats(spans, "other_ms")) is not None:
+        rest_src = f"{SPAN_SOURCE}: per request, server TTFT - queue - prefill"
+    else:
+        rest = _diff(s_ttft, q_stats, p_stats)
+        rest_src = f"difference of means: {H_TTFT} - queue - prefill"
     add("ttft.server.other", "tokenization + IPC + output processing", "ttft.server",
-        f"difference of means: {H_TTFT} - queue - prefill", rest, ttft_total,
-        note=_negative_note(rest))
+        rest_src, rest, ttft_total, note=_negative_note(rest))
 
     add("e2e", "E2E (client)", None, f"client records: end - {origin}", client["e2e"], e2e_total)
     add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], e2e_total)
@@ -223,8 +268,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     d_stats, d_src = server_part("decode", H_DECODE)
     add("e2e.decode.engine", "decode in the engine (first -> last token)", "e2e.decode", d_src,
         d_stats, e2e_total)
-    add("e2e.server", "server E2E (arrival -> last token)", "e2e",
-        f"{H_E2E} (histogram delta over the run)", _hist_stats(hist[H_E2E]), e2e_total,
+    e_stats, e_src = server_part("server_e2e", H_E2E)
+    add("e2e.server", "server E2E (arrival -> last token)", "e2e", e_src, e_stats, e2e_total,
         note="shown for comparison; not a part of the sum")
 
     server_count = hist[H_E2E].count if hist[H_E2E] is not None else None
@@ -234,6 +279,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                      f"{len(recs)}: other traffic, warm-up or aborted requests are mixed in")
     source = ("per-request" if per_req and not vllm else
               "histograms+per-request" if per_req else "histograms" if vllm else "none")
+    if spans is not None:
+        source = "spans" if source == "none" else f"spans+{source}"
     leaves = [c for c in rows if c.key in TTFT_LEAVES]
     if s_ttft is None:  # without server data the only split is the client vs the rest
         leaves = [c for c in rows if c.key == "ttft.client"]
@@ -241,7 +288,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                                                              and c.key != "e2e.server"]),
                          (last.t_ns - first.t_ns) / 1e9 if first and last else None,
                          source, len(recs), server_count, notes,
-                         gauges=_peak_gauges(snaps) if vllm else {})
+                         gauges=_peak_gauges(snaps) if vllm else {},
+                         split=split if split is not None and split.joined else None)
 
 
 def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
@@ -303,8 +351,10 @@ def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Deco
     _, records, summary = read_run(run_dir)  # one reader of requests.jsonl for every verb
     snapshots = read_snapshots(run_dir)
     loop_lag = ((summary.get("client") or {}).get("loop_lag_ms") or {}).get("mean")
+    split, span_notes = _join_run_spans(run_dir, records)
     result = decompose(records, snapshots, client_loop_lag_ms=loop_lag,
-                       network_rtt_ms=network_rtt_ms)
+                       network_rtt_ms=network_rtt_ms, split=split)
+    result.notes += span_notes
     scrape_json = run_dir / "metrics" / "scrape.json"
     if scrape_json.is_file():
         result.scrape = orjson.loads(scrape_json.read_bytes())
@@ -313,6 +363,25 @@ def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Deco
         origin = _origin_ns(run_dir) or snapshots[0].t_ns
         write_json(run_dir / "server_timeseries.json", server_timeseries(snapshots, origin))
     return result
+
+
+def _join_run_spans(run_dir: Path, records: list[RequestRecord]
+                    ) -> tuple[PerRequestSplit | None, list[str]]:
+    """The run's records joined with ``spans.jsonl`` (written to ``per_request.json``), and a
+    note when the requests were traced but no span came back."""
+    from latscope.server.otlp import STATUS_FILE, read_spans
+
+    traced = any(r.trace_id for r in records)
+    spans = read_spans(run_dir)
+    split = join_spans(records, spans) if traced and spans else None
+    if split is not None and split.joined:
+        write_json(run_dir / "per_request.json", split.to_dict())
+        return split, []
+    if traced and (run_dir / STATUS_FILE).is_file():
+        return None, ["requests carried a traceparent but the server sent no request spans "
+                      "(tracing off? start vLLM with --otlp-traces-endpoint; see docs/observe.md)"
+                      ": server rows from the next source (per-request fields, histograms)"]
+    return None, []
 
 
 def _origin_ns(run_dir: Path) -> int | None:

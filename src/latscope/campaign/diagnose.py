@@ -113,6 +113,7 @@ class Diagnosis:
     ranked: list[Finding] = field(default_factory=list)
     verdict: dict[str, Any] = field(default_factory=dict)
     client: dict[str, Any] = field(default_factory=dict)
+    collector: Any = None  # the local server's OTLP receiver: per-request spans (docs/observe.md)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -143,6 +144,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
                      running: Running | None) -> None:
     budget = Budget(state.opts.budget_s)
     base = _bench_base(state, running)
+    state.collector = running.collector if running else None
     _stage(state, "doctor", lambda: _doctor(state, running))
     _stage(state, "net", lambda: _net(state, base))
     _stage(state, "sweep", lambda: _sweep(state, base, budget))
@@ -301,7 +303,8 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         # warm-up: one full wave, flowing into the measured requests (steady state, no burst)
         cfg = with_load(base, concurrency=c, num_requests=max(16, 2 * c),
                         output_dir=out / f"step-{i:02d}-c{c}", warmup=c, seed=100 + i)
-        obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms)
+        obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms,
+                      collector=state.collector)
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs
         step = step_of(load, obs)

@@ -49,10 +49,15 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
             network_rtt_ms: float | None = None, measured_at: str = "",
             same_host: bool | None = None, max_num_seqs: int | None = None,
             max_num_seqs_source: str = "", observers: Sequence[Any] = (),
-            on_record: Callable[[RequestRecord], None] | None = None) -> Observation:
+            on_record: Callable[[RequestRecord], None] | None = None,
+            collector: Any = None) -> Observation:
     """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
-    decompose it and make its findings; everything is also written to the run directory."""
+    decompose it and make its findings; everything is also written to the run directory.
+    With ``collector`` (a ``SpanCollector`` the server exports to), requests are traced and the
+    decomposition is per request, from the server's spans."""
     scrapers = [MetricsScraper(interval_s=scrape_interval_s)] if scrape_interval_s > 0 else []
+    if collector is not None:
+        config, observers, on_record = _traced(config, collector, observers, on_record)
     result = run_bench(config, [*scrapers, *observers], on_record=on_record)
     snapshots = read_snapshots(result.run_dir) if scrapers else []
     decomposition = (decompose_run(result.run_dir, network_rtt_ms=network_rtt_ms)
@@ -69,6 +74,21 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
     return Observation(result, decomposition, findings, snapshots, client,
                        prefix_cache_hit_rate=prefix_cache_hit_rate(snapshots),
                        warm=bool(config.warmup))
+
+
+def _traced(config: BenchConfig, collector: Any, observers: Sequence[Any],
+            on_record: Callable[[RequestRecord], None] | None) -> tuple[Any, list[Any], Any]:
+    from latscope.server.otlp import SpanRecorder
+
+    recorder = SpanRecorder(collector)
+
+    def expect(record: RequestRecord) -> None:
+        if record.ok and not record.warmup:  # its span is awaited before the run ends
+            recorder.expect(record.trace_id)
+        if on_record is not None:
+            on_record(record)
+
+    return (dataclasses.replace(config, trace_requests=True), [*observers, recorder], expect)
 
 
 def client_reliability(summary: dict[str, Any], decomposition: Decomposition | None

@@ -13,7 +13,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from latscope.errors import ConfigError
 
@@ -85,6 +85,8 @@ class Running:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str | None] = field(default_factory=dict)
     profiler_dir: Path | None = None
+    # latscope's OTLP receiver the server sends its per-request spans to (local target), if any
+    collector: Any = None
 
 
 class ServerControl:
@@ -130,18 +132,22 @@ class LocalControl(ServerControl):
 
     @contextlib.contextmanager
     def start(self, change: Change | None, log_dir: Path) -> Iterator[Running]:
+        from latscope.server.otlp import SpanCollector
         from latscope.server.target import LocalTarget
 
         args = change.apply_args(self.serve_args) if change else self.serve_args
         env = change.apply_env(self.extra_env) if change else self.extra_env
         t0 = time.monotonic()
-        target = LocalTarget(serve_args=args, env=env, log_dir=log_dir,
-                             profiler_dir=self.profiler_dir if change is None else None)
-        with target:
-            yield Running(target.url, target.model_name, target.pid, target.log_path,
-                          str(target.tokenizer_dir) if target.tokenizer_dir else None,
-                          time.monotonic() - t0, list(args), dict(env),
-                          self.profiler_dir if change is None else None)
+        # tracing on: each measured request is joined to vLLM's span of it (docs/observe.md)
+        with SpanCollector() as collector:
+            target = LocalTarget(serve_args=args, env=env, log_dir=log_dir,
+                                 profiler_dir=self.profiler_dir if change is None else None,
+                                 otlp_endpoint=collector.http_endpoint)
+            with target:
+                yield Running(target.url, target.model_name, target.pid, target.log_path,
+                              str(target.tokenizer_dir) if target.tokenizer_dir else None,
+                              time.monotonic() - t0, list(args), dict(env),
+                              self.profiler_dir if change is None else None, collector)
 
 
 class CommandControl(ServerControl):

@@ -80,6 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--scrape-interval", type=float, default=2.0,
                      help="scrape /metrics every S seconds during the run (0: off)")
 
+    trace = parser.add_argument_group("per-request server spans (OTLP)")
+    trace.add_argument("--trace-requests", action=argparse.BooleanOptionalAction, default=None,
+                       help="send a fresh W3C traceparent per request (default: on against "
+                       "the local target or with --otlp-listen)")
+    trace.add_argument("--otlp-listen", metavar="HOST:PORT",
+                       help="receive the server's OTLP/HTTP spans here and join them to the "
+                       "requests (local target: a free loopback port)")
+    trace.add_argument("--otlp-grpc-listen", metavar="HOST:PORT",
+                       help="also receive OTLP/gRPC (vLLM's default protocol) here")
+
 
 def run(args: argparse.Namespace) -> int:
     import sys
@@ -92,25 +102,32 @@ def run(args: argparse.Namespace) -> int:
     from latscope.report.bench import print_bench
 
     console = Console()
-    with _target(args, console) as (url, tokenizer_dir):
+    with contextlib.ExitStack() as stack:
+        collector = _collector(args, console, stack)
+        url, tokenizer_dir = stack.enter_context(_target(args, console, collector))
         config = build_config(args, url, tokenizer_dir)
+        config.trace_requests = (args.trace_requests if args.trace_requests is not None
+                                 else collector is not None)
         if config.output_dir is None:  # named up front, so Ctrl-C users know where results are
             config.output_dir = default_run_dir()
         console.print(f"[dim]writing to {config.output_dir}[/dim]")
         observers = _observers(args)
+        recorder = _recorder(collector)
         try:
             with _Progress(console, config, enabled=not args.no_progress) as progress:
+                watchers = observers + ([recorder] if recorder else [])
+                on_record = _on_record(progress, recorder)
                 if args.workers is None and args.ray is None:
-                    result = run_bench(config, observers, on_record=progress.on_record)
+                    result = run_bench(config, watchers, on_record=on_record)
                 else:
-                    result = _run_workers(args, config, observers, progress.on_record)
+                    result = _run_workers(args, config, watchers, on_record)
         except RunInterrupted as exc:  # SIGTERM: handled as Ctrl-C, with its own exit status
             print(f"stopped by {exc}: finished requests, the in-flight ones as cancelled and "
                   f"the summary are in {config.output_dir}", file=sys.stderr)
             return 128 + exc.signum
     print_bench(result.summary, console)
     console.print(f"run directory: {result.run_dir}")
-    if observers:
+    if observers or recorder:
         _print_decomposition(result.run_dir, console)
     for failure in result.summary.get("workers_failed", []):
         console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
@@ -139,6 +156,41 @@ def _run_workers(args: argparse.Namespace, config: Any, observers: list[Any],
             raise ConfigError("--workers must be at least 1")
     return run_workers(config, workers, backend="local" if args.ray is None else "ray",
                        ray_address=args.ray or None, observers=observers, on_record=on_record)
+
+
+def _collector(args: argparse.Namespace, console: Any, stack: contextlib.ExitStack) -> Any:
+    """The OTLP receiver, started before the server so that its address can be passed to it."""
+    listen = args.otlp_listen or (None if args.url else "127.0.0.1:0")
+    if listen is None or args.trace_requests is False:
+        return None
+    from latscope.server.otlp import SpanCollector, remote_instructions
+
+    collector = stack.enter_context(SpanCollector(listen, grpc_listen=args.otlp_grpc_listen))
+    console.print(f"[dim]OTLP receiver at {collector.http_endpoint}[/dim]")
+    if args.url:
+        for line in remote_instructions(collector):
+            console.print(f"[dim]{line}[/dim]")
+    return collector
+
+
+def _recorder(collector: Any) -> Any:
+    if collector is None:
+        return None
+    from latscope.server.otlp import SpanRecorder
+
+    return SpanRecorder(collector)
+
+
+def _on_record(progress: Any, recorder: Any) -> Any:
+    if recorder is None:
+        return progress.on_record
+
+    def on_record(record: Any) -> None:
+        if record.ok and not record.warmup:  # its span is awaited before the run's file closes
+            recorder.expect(record.trace_id)
+        progress.on_record(record)
+
+    return on_record
 
 
 def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) -> Any:
@@ -202,14 +254,15 @@ def _extra_body(text: str | None) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _target(args: argparse.Namespace, console: Any):
+def _target(args: argparse.Namespace, console: Any, collector: Any = None):
     if args.url:
         yield args.url, None
         return
     from latscope.server.target import LocalTarget
 
     console.print("[dim]no --url: starting the embedded local vLLM (tiny model)...[/dim]")
-    with LocalTarget() as target:
+    endpoint = collector.http_endpoint if collector is not None else None
+    with LocalTarget(otlp_endpoint=endpoint) as target:
         console.print(f"[dim]vLLM ready at {target.url} (log: {target.log_path})[/dim]")
         tokenizer = getattr(target, "tokenizer_dir", None)
         yield target.url, str(tokenizer) if tokenizer else None
@@ -228,12 +281,15 @@ def _print_decomposition(run_dir: Any, console: Any) -> None:
     from latscope.findings.latency import findings_from_decomposition
     from latscope.findings.server import findings_from_metrics
     from latscope.report.observe import print_decomposition
+    from latscope.report.perrequest import print_per_request
     from latscope.server.scrape import read_snapshots
 
     result = decompose_run(run_dir)
     result.findings = (findings_from_decomposition(result)
                        + findings_from_metrics(read_snapshots(run_dir)))
     print_decomposition(result, console)
+    if result.split is not None:
+        print_per_request(result.split, console)
 
 
 class _Progress:

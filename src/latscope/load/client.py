@@ -194,7 +194,8 @@ class StreamingClient:
     """Sends prepared OpenAI-style requests and fills in ``RequestRecord``s."""
 
     def __init__(self, base_url: str, path: str, headers: dict[str, str],
-                 timeout_s: float, max_response_bytes: int = _NO_LIMIT) -> None:
+                 timeout_s: float, max_response_bytes: int = _NO_LIMIT, *,
+                 trace: bool = False) -> None:
         parts = urlsplit(base_url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
@@ -212,10 +213,16 @@ class StreamingClient:
                       f"{extra}x-request-id: ").encode("utf-8")
         self.timeout_ns = int(timeout_s * 1e9)
         self.max_response_bytes = max_response_bytes
+        self._trace = trace
         self._idle: list[_Connection] = []
 
-    def request_bytes(self, request_id: str, body: bytes) -> bytes:
-        return b"".join((self._head, request_id.encode(), b"\r\ncontent-length: ",
+    def request_bytes(self, request_id: str, body: bytes, trace_id: str | None = None) -> bytes:
+        # traceparent: version 00, the record's trace id, a parent id (its first 16 hex digits:
+        # random, so unique enough) and flags 01 = sampled: without "sampled" vLLM's
+        # parent-based sampler drops the span.
+        trace = (b"\r\ntraceparent: 00-%s-%s-01" % (trace_id.encode(), trace_id[:16].encode())
+                 if self._trace and trace_id else b"")
+        return b"".join((self._head, request_id.encode(), trace, b"\r\ncontent-length: ",
                          str(len(body)).encode(), b"\r\n\r\n", body))
 
     async def _connect(self) -> _Connection:
@@ -251,7 +258,7 @@ class StreamingClient:
     async def execute(self, body: bytes, record: RequestRecord) -> _Exchange:
         """Send one request and wait for its end; never raises for a failed request. The record
         gets ``sent_ns``; ``finalize(record, exchange, stream)`` fills in the rest later."""
-        request = self.request_bytes(record.request_id, body)
+        request = self.request_bytes(record.request_id, body, record.trace_id)
         for attempt in (0, 1):
             conn = self._take_idle() if attempt == 0 else None
             reused = conn is not None

@@ -109,6 +109,8 @@ class BenchConfig:
     tokenizer: str | None = None  # a dir or tokenizer.json for exact token counts
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
     per_chunk_usage: bool = False  # ask vLLM for usage in every chunk (tokens per chunk)
+    trace_requests: bool = False  # send a fresh W3C traceparent per request (its trace id joins
+    # the request with the server's OTLP span of it)
     use_uvloop: bool = True
     # A response larger than this is cut and counted as an error (a runaway or hostile server
     # must not take the client's memory): 64 MiB is ~300k streamed tokens of vLLM's SSE.

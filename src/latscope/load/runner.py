@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
+import random
 import signal
 import time
 from array import array
@@ -197,7 +199,11 @@ class _Run:
         self.config, self.model, self.workload, self.on_record = config, model, workload, on_record
         path = "/v1/chat/completions" if config.endpoint == "chat" else "/v1/completions"
         self.client = StreamingClient(base_url, path, headers, config.request_timeout_s,
-                                      max_response_bytes=config.max_response_bytes)
+                                      max_response_bytes=config.max_response_bytes,
+                                      trace=config.trace_requests)
+        # Trace ids drawn before the run, so none of that work lands in a send.
+        self.trace_ids = ([os.urandom(16).hex() for _ in workload.prompts]
+                          if config.trace_requests else [])
         self.writer = RunWriter(config.output_dir or default_run_dir())
         self.tag = f"{time.time_ns():x}"[-8:]
         self.stats = RunStats(config.percentiles, config.slo)
@@ -222,7 +228,8 @@ class _Run:
         record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
                                scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
                                prompt_tokens=prompt.prompt_tokens,
-                               expected_output_tokens=prompt.output_tokens)
+                               expected_output_tokens=prompt.output_tokens, group=prompt.group,
+                               trace_id=self._trace_id(index))
         self.in_flight[index] = record
         exchange = await self.client.execute(body or self.body(index), record)
         del self.in_flight[index]
@@ -233,6 +240,13 @@ class _Run:
         if not self.finalizing:
             self.finalizing = True
             asyncio.get_running_loop().call_soon(self._finalize_one)
+
+    def _trace_id(self, index: int) -> str | None:
+        if not self.trace_ids:
+            return None
+        if index < len(self.trace_ids):
+            return self.trace_ids[index]
+        return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
 
     def _finalize_one(self) -> None:
         """Parse a few finished responses per event-loop turn, so that parsing a burst of them

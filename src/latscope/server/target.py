@@ -39,6 +39,10 @@ BASE_ENV = {
     "HF_HUB_OFFLINE": "1",  # the model is local; never try the Hub
     "TRANSFORMERS_OFFLINE": "1",
 }
+# With an OTLP endpoint: vLLM exports one span per request over OTLP/HTTP protobuf (its default
+# is gRPC), flushed every 200 ms instead of the SDK's 5 s, so a run's spans arrive soon after it.
+TRACING_ENV = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+               "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_BSP_MAX_QUEUE_SIZE": "16384"}
 MODEL_CHOICES = ("tiny", "tiny-dummy")
 PORT_ATTEMPTS = 3
 
@@ -101,6 +105,8 @@ class LocalTarget:
     ``url`` (no ``/v1``), ``model_name``, ``log_path`` (kept after stop), ``pid`` and
     ``tokenizer_dir``. With ``profiler_dir``, ``POST /start_profile`` and ``/stop_profile`` write
     torch profiler traces there (stacks off: with them, ``/stop_profile`` blocked for 3 minutes).
+    With ``otlp_endpoint`` (an OTLP/HTTP traces URL, e.g. a ``SpanCollector``'s), vLLM traces
+    every request there (``--otlp-traces-endpoint`` and ``TRACING_ENV``).
     """
 
     def __init__(self, port: int | None = None, model: str | Path = "tiny",
@@ -109,7 +115,8 @@ class LocalTarget:
                  ready_timeout: float = DEFAULT_READY_TIMEOUT_S, *, host: str = "127.0.0.1",
                  detach: bool = False, pid_file: Path | str | None = None,
                  stop_grace: float = DEFAULT_STOP_GRACE_S,
-                 profiler_dir: Path | str | None = None) -> None:
+                 profiler_dir: Path | str | None = None,
+                 otlp_endpoint: str | None = None) -> None:
         self.port = port
         self.model = str(model)
         self.serve_args = [str(arg) for arg in serve_args]
@@ -121,6 +128,7 @@ class LocalTarget:
         self.pid_file = Path(pid_file) if pid_file else None
         self.stop_grace = stop_grace
         self.profiler_dir = Path(profiler_dir).resolve() if profiler_dir else None
+        self.otlp_endpoint = otlp_endpoint
         self.server: ManagedServer | None = None
         self.model_dir: Path | None = None
         self.model_name = ""
@@ -164,7 +172,8 @@ class LocalTarget:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.log_path = self.log_dir / f"vllm-{stamp}-{port}.log"
         self.server = ManagedServer(
-            self._command(port, load_flags), env={**BASE_ENV, **self.env}, log_path=self.log_path,
+            self._command(port, load_flags), env={**BASE_ENV, **self._tracing_env(), **self.env},
+            log_path=self.log_path,
             health_url=f"{self.url}/health", ready_timeout=self.ready_timeout,
             stop_grace=self.stop_grace, detach=self.detach,
         )
@@ -207,8 +216,14 @@ class LocalTarget:
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", self.model_name,
             "--host", self.host, "--port", str(port), *BASE_FLAGS, *load_flags,
-            *self._profiler_flags(), *self.serve_args,
+            *self._profiler_flags(), *self._tracing_flags(), *self.serve_args,
         ]
+
+    def _tracing_flags(self) -> list[str]:
+        return ["--otlp-traces-endpoint", self.otlp_endpoint] if self.otlp_endpoint else []
+
+    def _tracing_env(self) -> dict[str, str]:
+        return dict(TRACING_ENV) if self.otlp_endpoint else {}
 
     def _profiler_flags(self) -> list[str]:
         if not self.profiler_dir:

@@ -1,0 +1,202 @@
+"""Each request joined with the server's own record of it: per-request queue, prefill, decode, frontend.
+
+The client sends a fresh W3C ``traceparent`` per request (``RequestRecord.trace_id``); vLLM started
+with ``--otlp-traces-endpoint`` exports one ``llm_request`` span per request in that trace
+(``latscope.server.otlp``). Matching the two by trace id gives, per request:
+
+- ``client_ttft_ms``: the client's TTFT (``latscope.analysis.stats.ttft_ms``) and ``send_lag_ms``
+  (latency origin -> sent, the client's own send delay: client TTFT - (first chunk - sent));
+- ``server_ttft_ms``: ``gen_ai.latency.time_to_first_token`` (frontend arrival, taken before
+  tokenization, -> the first token handled by the frontend's output processor);
+- ``queue_ms`` (QUEUED -> SCHEDULED), ``prefill_ms`` (SCHEDULED -> first token), ``decode_ms``
+  (first -> last token), all engine-core timestamps; ``scheduler_ms`` when the span has it;
+- ``other_ms`` = server TTFT - queue - prefill: tokenization, IPC between API server and engine
+  core, output processing;
+- ``frontend_network_ms`` = client TTFT - send lag - server TTFT: the network both ways, the HTTP
+  frontend before ``arrival_time`` is taken, streaming the first chunk out and the client's
+  receive path.
+
+The span's durations are seconds (floats); this module works in milliseconds. Percentiles are
+numpy's linear ones over requests, exact (no buckets). A pure function of records and spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from latscope.analysis.stats import distribution, e2e_ms, ttft_ms
+from latscope.model import RequestRecord
+
+SOURCE = "per-request spans (OTLP)"
+PERCENTILES = (50, 90, 99)
+# span attribute (seconds) -> our field (ms); vllm/tracing/utils.py SpanAttributes
+SPAN_FIELDS = {
+    "gen_ai.latency.time_to_first_token": "server_ttft_ms",
+    "gen_ai.latency.time_in_queue": "queue_ms",
+    "gen_ai.latency.time_in_model_prefill": "prefill_ms",
+    "gen_ai.latency.time_in_model_decode": "decode_ms",
+    "gen_ai.latency.e2e": "server_e2e_ms",
+    "gen_ai.latency.time_in_scheduler": "scheduler_ms",  # declared by vLLM, not set in 0.32
+}
+# (field, label) in the order reports print them
+COMPONENTS = (
+    ("client_ttft_ms", "TTFT (client)"),
+    ("send_lag_ms", "client send lag"),
+    ("frontend_network_ms", "network + HTTP frontend"),
+    ("server_ttft_ms", "server TTFT"),
+    ("queue_ms", "queue"),
+    ("prefill_ms", "prefill"),
+    ("other_ms", "tokenize + IPC + output"),
+    ("scheduler_ms", "time in scheduler"),
+    ("decode_ms", "decode (engine)"),
+    ("client_e2e_ms", "E2E (client)"),
+    ("server_e2e_ms", "E2E (server)"),
+)
+_TTFT_ATTR = "gen_ai.latency.time_to_first_token"
+
+
+@dataclass(slots=True)
+class RequestSplit:
+    """One request: the client's timing and the server's span of it, in ms."""
+
+    index: int
+    request_id: str
+    trace_id: str
+    group: str
+    client_ttft_ms: float
+    send_lag_ms: float
+    client_e2e_ms: float | None
+    server_ttft_ms: float | None = None
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    server_e2e_ms: float | None = None
+    scheduler_ms: float | None = None
+    other_ms: float | None = None
+    frontend_network_ms: float | None = None
+    sent_ns: int = 0  # client clock, to order requests by send time
+
+
+@dataclass(slots=True)
+class PerRequestSplit:
+    rows: list[RequestSplit]  # joined requests, in send order
+    completed: int  # ok, measured (non-warm-up) requests of the run
+    joined: int
+    without_span: int  # traced, completed, but no span arrived for them
+    untraced: int  # completed requests sent without a trace id
+    other_spans: int  # request spans matching no completed request (warm-up, other traffic)
+    stats: dict[str, dict[str, Any]]  # field -> distribution (count, mean, p50, p90, p99, ...)
+    groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    slowest: list[RequestSplit] = field(default_factory=list)  # by client TTFT, slowest first
+    source: str = SOURCE
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float:
+        return self.joined / self.completed if self.completed else 0.0
+
+    def to_dict(self, *, rows: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        if not rows:
+            data.pop("rows")
+        data["coverage"] = self.coverage
+        return data
+
+
+def request_spans(spans: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """trace id -> the span that carries a request's timings (the first, if a trace has many)."""
+    out: dict[str, dict[str, Any]] = {}
+    for span in spans:
+        attrs = span.get("attributes") or {}
+        if _TTFT_ATTR in attrs and span.get("trace_id"):
+            out.setdefault(span["trace_id"], span)
+    return out
+
+
+def join_spans(records: Iterable[RequestRecord], spans: Iterable[dict[str, Any]], *,
+               percentiles: Sequence[float] = PERCENTILES, slowest: int = 5) -> PerRequestSplit:
+    """Join a run's records with the spans its server exported, by trace id."""
+    done = [r for r in records if r.ok and not r.warmup and ttft_ms(r) is not None]
+    by_trace = request_spans(spans)
+    rows: list[RequestSplit] = []
+    untraced = without = 0
+    matched: set[str] = set()
+    for record in sorted(done, key=lambda r: r.sent_ns):
+        if not record.trace_id:
+            untraced += 1
+            continue
+        span = by_trace.get(record.trace_id)
+        if span is None:
+            without += 1
+            continue
+        matched.add(record.trace_id)
+        rows.append(_split(record, span))
+    stats = _stats(rows, percentiles)
+    groups = {}
+    names = sorted({r.group for r in rows})
+    if len(names) > 1:
+        groups = {name: _stats([r for r in rows if r.group == name], percentiles)
+                  for name in names}
+    result = PerRequestSplit(
+        rows=rows, completed=len(done), joined=len(rows), without_span=without,
+        untraced=untraced, other_spans=len(set(by_trace) - matched), stats=stats, groups=groups,
+        slowest=sorted(rows, key=lambda r: r.client_ttft_ms, reverse=True)[:slowest])
+    result.notes = _notes(result)
+    return result
+
+
+def _split(record: RequestRecord, span: dict[str, Any]) -> RequestSplit:
+    client_ttft = ttft_ms(record)
+    assert client_ttft is not None
+    row = RequestSplit(index=record.index, request_id=record.request_id,
+                       trace_id=record.trace_id or "", group=record.group,
+                       client_ttft_ms=client_ttft,
+                       send_lag_ms=_send_delay_ms(record, client_ttft),
+                       client_e2e_ms=e2e_ms(record), sent_ns=record.sent_ns)
+    attrs = span.get("attributes") or {}
+    for attr, name in SPAN_FIELDS.items():
+        value = attrs.get(attr)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            setattr(row, name, float(value) * 1e3)
+    if row.server_ttft_ms is not None:
+        row.frontend_network_ms = row.client_ttft_ms - row.send_lag_ms - row.server_ttft_ms
+        if row.queue_ms is not None and row.prefill_ms is not None:
+            row.other_ms = row.server_ttft_ms - row.queue_ms - row.prefill_ms
+    return row
+
+
+def _send_delay_ms(record: RequestRecord, client_ttft: float) -> float:
+    """How long after its latency origin the request was sent: client TTFT minus send -> first
+    chunk (so whatever origin ``ttft_ms`` uses, the rest of the split is from the send)."""
+    assert record.first_token_ns is not None
+    return max(0.0, client_ttft - (record.first_token_ns - record.sent_ns) / 1e6)
+
+
+def _stats(rows: list[RequestSplit], percentiles: Sequence[float]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, _ in COMPONENTS:
+        values = [v for r in rows if (v := getattr(r, name)) is not None]
+        if values:
+            out[name] = distribution(values, percentiles)
+    return out
+
+
+def _notes(result: PerRequestSplit) -> list[str]:
+    notes = []
+    if result.without_span:
+        notes.append(f"{result.without_span} of {result.completed} completed requests got no "
+                     "span from the server (dropped by its exporter, or it was still batching "
+                     "them when the run's wait ended)")
+    if result.untraced:
+        notes.append(f"{result.untraced} completed requests were sent without a traceparent")
+    if result.other_spans:
+        notes.append(f"{result.other_spans} request spans match no completed request of the "
+                     "run (warm-up, failed requests or other traffic)")
+    negative = sum(1 for r in result.rows
+                   if r.frontend_network_ms is not None and r.frontend_network_ms < 0)
+    if negative:
+        notes.append(f"{negative} requests have server TTFT > client TTFT - send lag: the "
+                     "server's and client's clocks disagree (server on another host?)")
+    return notes
