@@ -215,7 +215,7 @@ def test_trace_ray_analyses_rank_files_as_tasks(ray_cluster, tmp_path, fixtures_
     out = _latscope(env, "trace", *map(str, ranks), "--ray", address, "--quiet",
                     "-o", str(tmp_path / "t.json"))
     assert out.returncode == 0, out.stderr + out.stdout
-    view = json.loads((tmp_path / "t.json").read_text())["cross_rank"]
+    view = json.loads((tmp_path / "t.json" / "trace.json").read_text())["cross_rank"]
     assert len(view["ranks"]) == 2
     assert len({w["pid"] for w in view["workers"]}) == 2  # max_calls=1: a process per trace
     assert view["collectives"]["matched"] > 0

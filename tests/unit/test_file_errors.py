@@ -70,23 +70,24 @@ def test_unreadable_folder_is_named_as_such(tmp_path, monkeypatch):
         read_trace(folder)
 
 
-@pytest.mark.parametrize("where", ["missing/out.json", "."], ids=["missing_folder", "a_folder"])
-def test_trace_output_to_a_missing_folder_or_a_folder(tmp_path, capsys, where, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_trace_run_directory_that_cannot_be_made(tmp_path, capsys):
     path = tracefiles.kineto(tmp_path, tracefiles.good_rows(True))
-    assert main(["trace", str(path), "-o", where]) == 1
-    assert _one_line_error(capsys).startswith("error: -o ")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["trace", str(path), "-o", str(blocker / "run")]) == 1
+    assert "cannot create output dir" in _one_line_error(capsys)
 
 
-@pytest.mark.parametrize("where", ["missing/out.json", "."], ids=["missing_folder", "a_folder"])
-def test_logs_json_to_a_missing_folder_or_a_folder(fixtures_dir, tmp_path, capsys, where,
-                                                   monkeypatch):
-    """Before: the report printed, then a FileNotFoundError/IsADirectoryError traceback."""
-    monkeypatch.chdir(tmp_path)
+def test_logs_json_is_stdout_only_and_the_run_directory_has_it(fixtures_dir, tmp_path,
+                                                               capsys):
+    import json
+
     log = fixtures_dir / "vllm" / "cpu-vllm0.32" / "server.log"
-    assert main(["logs", str(log), "--json", where]) == 1
-    assert _one_line_error(capsys).startswith("error: --json ")
-    assert not (tmp_path / "missing").exists()
+    assert main(["logs", str(log), "--json", "-o", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out) == json.loads((tmp_path / "run" / "log.json").read_text())
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["kind"] == "logs" and manifest["status"] == "ok"
 
 
 def test_logs_on_a_folder(tmp_path, capsys):
@@ -94,15 +95,16 @@ def test_logs_on_a_folder(tmp_path, capsys):
     assert "is a folder" in _one_line_error(capsys)
 
 
-def test_doctor_and_net_json_to_a_missing_folder_fail_before_probing(tmp_path, capsys):
-    missing = str(tmp_path / "missing" / "out.json")
-    assert main(["doctor", "--json", missing]) == 1
-    assert _one_line_error(capsys).startswith("error: --json ")
+def test_doctor_and_net_outputs_that_cannot_be_made_fail_before_probing(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["doctor", "-o", str(blocker / "run")]) == 1
+    assert "cannot create output dir" in _one_line_error(capsys)
     assert main(["doctor", "--collect", str(tmp_path / "missing" / "c.tar.gz")]) == 1
     assert _one_line_error(capsys).startswith("error: --collect ")
     # port 9 (discard) on 127.0.0.1: nothing is sent, the check comes first
-    assert main(["net", "--url", "http://127.0.0.1:9", "--json", missing]) == 1
-    assert _one_line_error(capsys).startswith("error: --json ")
+    assert main(["net", "--url", "http://127.0.0.1:9", "-o", str(blocker / "run")]) == 1
+    assert "cannot create output dir" in _one_line_error(capsys)
 
 
 def test_a_failed_write_leaves_no_half_file(tmp_path, monkeypatch):

@@ -46,3 +46,35 @@ def parse_loads(text: str | None) -> list[float] | None:
     if not values or any(v <= 0 for v in values):
         raise ConfigError("loads must be > 0")
     return values
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
+    """``-o/--output-dir`` and ``--json``: the same two flags on every verb."""
+    parser.add_argument("-o", "--output-dir", metavar="DIR",
+                        help=f"run directory (default ./latscope-runs/{kind}-TIME)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as JSON on stdout, and nothing else")
+
+
+def open_run(args: argparse.Namespace, kind: str, **target: Any) -> Any:
+    """The verb's run directory, made before the slow work (a bad path fails at once)."""
+    from latscope.rundir import RunDir
+
+    return RunDir.create(kind, args.output_dir, target=target or None)
+
+
+def finish_run(run: Any, data_name: str, data: Any, findings: list[Any], *, as_json: bool,
+               status: str = "ok") -> None:
+    """Write the verb's data and findings into its run directory, close the manifest, and
+    with ``--json`` print the data on stdout."""
+    import sys
+
+    import orjson
+
+    run.write(data_name, data)
+    run.write_findings(findings)
+    run.finish(status)
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 |
+                                             orjson.OPT_SERIALIZE_NUMPY, default=str) + b"\n")
+        sys.stdout.flush()

@@ -7,6 +7,8 @@ Prints the findings (with evidence and fixes); ``--json`` writes them with the r
 from __future__ import annotations
 
 import argparse
+
+from latscope.cli.common import add_output_arguments
 import os
 
 HELP = "check host, GPU and server config for known latency killers (no load sent)"
@@ -22,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect", metavar="OUT.tar.gz",
                         help="capture this host's /proc, /sys and GPU tool outputs (secrets "
                         "redacted) into OUT.tar.gz, for --root elsewhere")
-    parser.add_argument("--json", metavar="FILE", help="also write findings and facts as JSON")
+    add_output_arguments(parser, "doctor")
     parser.add_argument("--all", action="store_true", help="also show passed and skipped checks")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                         help="environment variable holding the server's API key (default: "
@@ -33,17 +35,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
 
-    from latscope.cli.output import check_writable, write_atomic
+    from latscope.cli.common import finish_run, open_run
+    from latscope.cli.output import check_writable
     from latscope.env.collect import collect
     from latscope.env.doctor import run_doctor
     from latscope.model import Severity
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
 
-    console = make_console()
-    for flag, value in (("--json", args.json), ("--collect", args.collect)):
-        if value:
-            check_writable(value, flag)  # before the probes, not after them
+    console = make_console(stderr=args.json)
+    if args.collect:
+        check_writable(args.collect, "--collect")  # before the probes, not after them
     if args.collect:
         out = collect(Path(args.collect), url=args.url, pid=args.pid, log=args.log)
         console.print(f"wrote {out.path} ({out.files} files; tools: {', '.join(out.tools) or 'none'}"
@@ -52,9 +54,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     key = os.environ.get(args.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    from latscope.env.redact import redact_url_password
+
+    run = open_run(args, "doctor", url=redact_url_password(args.url) if args.url else None,
+                   root=args.root)
     report = run_doctor(url=args.url, pid=args.pid, log=args.log, root=args.root, headers=headers)
+    finish_run(run, "doctor.json", report.to_dict(), report.findings, as_json=args.json)
     if args.json:
-        write_atomic(args.json, report.to_json(), "--json")
+        return 0
     facts = report.facts
     where = f"captured tree {args.root}" if args.root else "this host"
     console.print(f"[bold]latscope doctor[/bold] on {where}; server pid: "
@@ -65,4 +72,5 @@ def run(args: argparse.Namespace) -> int:
     counts = {s: sum(f.severity == s for f in report.findings) for s in Severity}
     console.print(", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
                   + ("" if args.all else "  (--all shows passed and skipped checks)"))
+    console.print(f"[dim]run directory: {run.path}[/dim]")
     return 0

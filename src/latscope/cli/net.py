@@ -4,6 +4,8 @@ gaps and iperf3, ending with the network's share of the server's measured TTFT."
 from __future__ import annotations
 
 import argparse
+
+from latscope.cli.common import add_output_arguments
 import os
 
 HELP = "measure the network path to a server and its share of TTFT"
@@ -23,31 +25,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "counts)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    parser.add_argument("--json", metavar="FILE", help="also write the report (raw samples) as JSON")
+    add_output_arguments(parser, "net")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                         help="environment variable holding the API key (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
-
-    import orjson
-
-    from latscope.cli.output import check_writable, write_atomic
+    from latscope.cli.common import finish_run, open_run
     from latscope.env.net import probe
+    from latscope.env.redact import redact_url_password
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
 
-    if args.json:
-        check_writable(args.json, "--json")  # before the probes, not after them
-
+    run = open_run(args, "net", url=redact_url_password(args.url))
     key = os.environ.get(args.api_key_env)
     report = probe(args.url, args.probes, timeout_s=args.timeout,
                    headers={"Authorization": f"Bearer {key}"} if key else {},
                    verify_tls=not args.insecure, stream_requests=args.stream_requests,
                    iperf3_server=args.iperf3, path=args.path)
-    if args.json:
-        write_atomic(args.json, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2),
-                     "--json")
-    console = make_console()
-    print_findings(report.findings, console, title=f"net: {report.url}", show_ok=True)
+    finish_run(run, "net.json", report.to_dict(), report.findings, as_json=args.json,
+               status=f"failed: {report.error}" if report.error else "ok")
+    if not args.json:
+        console = make_console()
+        print_findings(report.findings, console, title=f"net: {report.url}", show_ok=True)
+        console.print(f"[dim]run directory: {run.path}[/dim]")
     return 1 if report.error else 0

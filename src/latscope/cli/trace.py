@@ -4,6 +4,8 @@ time went and why the GPU waited, write JSON; `--compare A B` diffs two traces."
 from __future__ import annotations
 
 import argparse
+
+from latscope.cli.common import add_output_arguments, open_run
 from pathlib import Path
 
 HELP = "explain a GPU profiler trace: breakdown, top kernels, copies, idle gaps, findings"
@@ -22,8 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=10, help="kernels shown (default 10)")
     parser.add_argument("--no-clamp", action="store_true",
                         help="keep AMD same-queue overlapping timestamps as recorded")
-    parser.add_argument("-o", "--output", type=Path, default=Path("latscope-trace.json"),
-                        help="JSON results file (default latscope-trace.json)")
+    add_output_arguments(parser, "trace")
     parser.add_argument("--quiet", action="store_true", help="print findings only")
     parser.add_argument("--jobs", "-j", type=int, default=1,
                         help="analyse N traces at once, each in its own process (per-rank "
@@ -34,9 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import orjson
 
-    from latscope.cli.output import check_writable
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
     from latscope.report.text import make_console
@@ -58,26 +57,35 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top {args.top}: must be at least 1")
     if args.step_pattern:
         _check_regex(args.step_pattern, ConfigError)
-    check_writable(args.output, "-o")  # fail before the slow work, clobbering nothing
+    for name in [*args.files, *(args.compare or [])]:  # inputs first, then the run directory
+        if not Path(name).exists():
+            raise ConfigError(f"{name}: no such trace file or folder")
+    run = open_run(args, "trace", traces=[*args.files, *(args.compare or [])])
     options = AnalysisOptions(window=args.window, top_n=max(args.top, 15),
                               clamp_queues=False if args.no_clamp else None)
     if args.step_pattern:
         options.step_pattern = args.step_pattern
-    console = make_console()
+    console = make_console(stderr=args.json)
     output: dict = {"traces": []}
+    all_findings: list = []
     results = []
     analyses = analyze_files(args.files, options, jobs=args.jobs, use_ray=args.ray is not None,
                              ray_address=args.ray or None) if args.files else []
     for analysis in analyses:
         if analysis.error is not None:
-            if output["traces"]:
-                _write(args.output, output, orjson)  # the good traces' results are on disk
+            if output["traces"]:  # the good traces' results are on disk
+                _save(run, output, all_findings, f"failed: {analysis.error}")
+            else:
+                run.finish(f"failed: {analysis.error}")
             raise analysis.error
         path, result = analysis.path, analysis.result
         findings = trace_findings(result)
         results.append(result)
         output["traces"].append({**to_json_units(result), "findings": findings_to_json(findings)})
-        _write(args.output, output, orjson)  # results so far survive a later bad file
+        all_findings += findings
+        _save(run, output, all_findings)  # results so far survive a later bad file
+        if args.json:
+            continue
         if not args.quiet:
             print_result(result, console, top_n=args.top)
         if not result["devices"]:
@@ -95,8 +103,11 @@ def run(args: argparse.Namespace) -> int:
         diff = compare_results(a, b)
         output["compare"] = to_json_units(diff)
         print_comparison(diff, console, top_n=args.top)
-    _write(args.output, output, orjson)
-    console.print(f"[dim]wrote {args.output}[/dim]")
+    from latscope.cli.common import finish_run
+
+    finish_run(run, "trace.json", output, all_findings, as_json=args.json)
+    if not args.json:
+        console.print(f"[dim]run directory: {run.path} (trace.json, findings.json)[/dim]")
     return 0
 
 
@@ -109,8 +120,8 @@ def _check_regex(pattern: str, error: type[Exception]) -> None:
         raise error(f"--step-pattern {pattern!r}: not a valid regex ({exc})") from None
 
 
-def _write(path: Path, data: dict, orjson) -> None:
-    from latscope.cli.output import write_atomic
-
-    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
-                 "-o")
+def _save(run: object, output: dict, findings: list, status: str | None = None) -> None:
+    run.write("trace.json", output)  # type: ignore[attr-defined]
+    run.write_findings(findings)  # type: ignore[attr-defined]
+    if status:
+        run.finish(status)  # type: ignore[attr-defined]

@@ -127,8 +127,8 @@ def test_bad_root_is_a_config_error(tmp_path):
 
 def test_cli_writes_json_and_prints_error_line(h200_capture, tmp_path, capsys):
     out = tmp_path / "doctor.json"
-    assert main(["doctor", "--root", str(h200_capture), "--json", str(out)]) == 0
-    data = orjson.loads(out.read_bytes())
+    assert main(["doctor", "--root", str(h200_capture), "-o", str(out)]) == 0
+    data = orjson.loads((out / "doctor.json").read_bytes())
     assert data["findings"][0]["severity"] == "critical"  # sorted most severe first
     assert data["facts"]["pid"] == 423
     # planted: CUDA_LAUNCH_BLOCKING (critical); DEBUG level, NCCL_DEBUG, a second GPU tenant

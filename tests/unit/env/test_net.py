@@ -137,8 +137,8 @@ def test_jitter_is_mean_absolute_consecutive_difference():
 def test_cli_writes_raw_samples(fake_server, tmp_path):
     out = tmp_path / "net.json"
     assert main(["net", "--url", fake_server.url, "-n", "3", "--stream-requests", "1",
-                 "--json", str(out)]) == 0
-    data = orjson.loads(out.read_bytes())
+                 "-o", str(out)]) == 0
+    data = orjson.loads((out / "net.json").read_bytes())
     assert len(data["keepalive_ms"]) == 3 and len(data["stream"]["ttft_ms"]) == 1
     assert {f["id"] for f in data["findings"]} >= {"net.connect", "net.http_rtt", "net.verdict"}
 

@@ -116,6 +116,6 @@ def test_log_non_default_args_with_an_integer_wider_than_64_bits(tmp_path, capsy
     fz.vllm_log([line])
     log = tmp_path / "server.log"
     log.write_text(line)
-    assert main(["logs", str(log), "--json", str(tmp_path / "out.json")]) == 0
-    assert json.loads((tmp_path / "out.json").read_text())["log"]["config"][
+    assert main(["logs", str(log), "-o", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "log.json").read_text())["log"]["config"][
         "non_default_args"]["seed"] == "18446744073709551616"

@@ -169,7 +169,7 @@ def test_cli_trace_fits_80_columns_one_kernel_per_line(fixtures_dir, trace, tmp_
     assert "\x1b[" not in text  # no colour codes in a log file
     lines = text.splitlines()
     _assert_fits(lines)
-    data = orjson.loads(out.read_bytes())["traces"][0]
+    data = orjson.loads((out / "trace.json").read_bytes())["traces"][0]
     for dev in data["devices"]:
         top = dev["kernels"]["top"][:10]
         rows = _block(lines, "top kernels")

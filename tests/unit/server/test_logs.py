@@ -129,9 +129,9 @@ def test_request_logging_and_full_batch_queue():
                                  "h200-vllm0.26/server.log"])
 def test_cli_logs_reads_every_fixture(fixtures_dir, rel, tmp_path, capsys):
     out = tmp_path / "log.json"
-    assert main(["logs", str(_log(fixtures_dir, rel)), "--json", str(out)]) == 0
+    assert main(["logs", str(_log(fixtures_dir, rel)), "-o", str(out)]) == 0
     import json
-    data = json.loads(out.read_text())
+    data = json.loads((out / "log.json").read_text())
     assert data["log"]["config"]["version"] and data["log"]["stats"]
     assert "Server configuration" in capsys.readouterr().out
 

@@ -91,7 +91,7 @@ def test_all_negative_durations_exit_1_with_one_line_and_no_output(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
     assert "5 negative duration" in err[0]
-    assert not out.exists()
+    assert not (out / "trace.json").exists()  # nothing analysed: no results file
 
 
 @pytest.mark.parametrize("bad", [(1e17, 5.0), (10.0, 1e308), (10.0, "abc"), ({}, 5.0), "hello"],
@@ -102,7 +102,7 @@ def test_issue_cases_give_sane_shares_through_the_cli(tmp_path, capsys, bad):
     path = tracefiles.kineto(tmp_path, [*tracefiles.good_rows(True), bad])
     out = tmp_path / "out.json"
     assert main(["trace", str(path), "-o", str(out)]) == 0
-    data = json.loads(out.read_text())
+    data = json.loads((out / "trace.json").read_text())
     trace = data["traces"][0]
     assert sum(trace["source"]["skipped"].values()) == 1
     b = trace["devices"][0]["breakdown"]

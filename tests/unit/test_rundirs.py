@@ -1,0 +1,84 @@
+"""Every verb writes the same kind of run directory: a manifest with schema_version and kind, its
+own data file and a findings.json that validates against the one Finding schema; `latscope show`
+re-renders each from disk, at 80 columns, and refuses a directory of an unknown schema."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from latscope.cli.main import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakeserver
+from fakeserver import FakeServer  # noqa: E402
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "src" / "latscope" / "findings"
+                     / "schema.json").read_text())
+CAPTURE = Path(__file__).parent / "env" / "data" / "h200_collect.tar.gz"
+
+
+def _check(run: Path, kind: str, data_file: str) -> None:
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1 and manifest["kind"] == kind
+    assert manifest["status"] == "ok" and manifest["ended"]
+    assert manifest["command"].startswith("latscope ")
+    assert (run / data_file).is_file()
+    jsonschema.validate(json.loads((run / "findings.json").read_text()), SCHEMA)
+
+
+def _show(run: Path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    return out
+
+
+def test_logs_trace_doctor_and_net_write_run_directories_show_rerenders(
+        fixtures_dir, traces_dir, tmp_path, capsys):
+    log = fixtures_dir / "vllm" / "h200-vllm0.26" / "server.log"
+    trace = traces_dir / "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz"
+    with FakeServer(ttft_ms=5.0, itl_ms=1.0) as server:
+        runs = {
+            "logs": (["logs", str(log)], "log.json"),
+            "trace": (["trace", str(trace), "--quiet"], "trace.json"),
+            "doctor": (["doctor", "--root", str(CAPTURE)], "doctor.json"),
+            "net": (["net", "--url", server.url, "-n", "4", "--stream-requests", "1"],
+                    "net.json"),
+        }
+        for kind, (argv, data_file) in runs.items():
+            run = tmp_path / kind
+            assert main([*argv, "-o", str(run)]) == 0, kind
+            _check(run, kind, data_file)
+            out = _show(run, capsys)
+            assert f"{kind} run" in out
+            findings = json.loads((run / "findings.json").read_text())["findings"]
+            shown = [f for f in findings if f["severity"] in ("critical", "warning")]
+            for f in shown:  # what needs acting on is shown again, from disk alone
+                assert f["title"].split()[0] in out
+
+
+def test_json_flag_prints_the_result_and_nothing_else(fixtures_dir, tmp_path, capsys):
+    log = fixtures_dir / "vllm" / "cpu-vllm0.32" / "server.log"
+    assert main(["logs", str(log), "--json", "-o", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["log"]["config"]  # the whole of stdout is one JSON document
+
+
+def test_show_rebuilds_a_killed_bench_and_refuses_unknown_schemas(tmp_path, capsys):
+    with FakeServer(ttft_ms=2.0, itl_ms=1.0) as server:
+        assert main(["bench", "--url", server.url, "-n", "6", "-c", "2", "--no-progress",
+                     "--scrape-interval", "0", "--output-dir", str(tmp_path / "b")]) == 0
+    (tmp_path / "b" / "summary.json").unlink()  # as after a SIGKILL
+    out = _show(tmp_path / "b", capsys)
+    assert "rebuilt from requests.jsonl" in out
+    manifest = tmp_path / "b" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "schema_version": 99}))
+    assert main(["show", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "schema_version 99" in err[0]
