@@ -155,6 +155,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
         _stage(state, "trace", lambda: _trace(state, base, running))
     _rank(state)
     _stage(state, "prove", lambda: _prove(state, control, running, base, budget))
+    _propose_gateway(state, base)
     _rank(state)
 
 
@@ -668,6 +669,33 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
         state.run.write("experiments.json", state.experiments)
         done.append(f"{f.id}: {_experiment_text(state.experiments[-1])}")
     return "; ".join(done)
+
+
+def _propose_gateway(state: Diagnosis, base: Any) -> None:
+    """Propose latscope's short-first gateway where queueing dominates TTFT and request sizes
+    differ widely (``gateway.gateway_fits``); its A/B is ``benchmarks/gateway.py``."""
+    from latscope.gateway.fits import gateway_fits
+
+    for f in state.ranked:
+        if f.layer != "queue" or not f.impact or f.impact.get("target") != "ttft_mean":
+            continue
+        load = _load_of(f, state)
+        obs = state.observations.get(float(load)) if load is not None else None
+        if obs is None:
+            continue
+        sizes = [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
+                 if r.ok and not r.warmup]
+        if len(sizes) < 2:
+            continue
+        fit = gateway_fits(f.impact["share"], sizes)
+        if fit.propose:
+            state.proposals.append({
+                "finding_id": f.id, "change": "latscope gateway --policy sjf in front of it",
+                "why": fit.reason, "note": "not measured by diagnose: benchmarks/gateway.py runs "
+                "its A/B (direct vs gateway-fcfs vs gateway-sjf, alternating)",
+                "command": f"latscope gateway --upstream {state.target.get('url', 'URL')} "
+                           "--policy sjf --max-inflight auto"})
+        return
 
 
 class _NoControl(ServerControl):
