@@ -117,7 +117,18 @@ def run(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    report = diagnose(opts, progress)
+    import signal
+
+    def on_term(signum: int, frame: object) -> None:
+        # SIGTERM like Ctrl-C: the stages done so far and the report of them reach disk, and
+        # the servers latscope started are stopped by their process groups
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        report = diagnose(opts, progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
