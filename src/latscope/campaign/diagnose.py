@@ -748,11 +748,9 @@ def _finish(state: Diagnosis, status: str) -> dict[str, Any]:
 
 
 def _render(run: RunDir, report: dict[str, Any]) -> None:
-    """report.html and report.md beside report.json (when the renderers are installed)."""
-    try:
-        from latscope.report.write import write_reports
-    except ImportError:  # the HTML/markdown renderers are a separate module of the report layer
-        return
+    """report.html and report.md beside report.json."""
+    from latscope.report.write import write_reports
+
     write_reports(run.path, report)
 
 

@@ -59,21 +59,47 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
     if collector is not None:
         config, observers, on_record = _traced(config, collector, observers, on_record)
     result = run_bench(config, [*scrapers, *observers], on_record=on_record)
-    snapshots = read_snapshots(result.run_dir) if scrapers else []
+    return observation_of(result, scraped=bool(scrapers), network_rtt_ms=network_rtt_ms,
+                          measured_at=measured_at, same_host=same_host,
+                          max_num_seqs=max_num_seqs, max_num_seqs_source=max_num_seqs_source)
+
+
+def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float | None = None,
+                   measured_at: str = "", same_host: bool | None = None,
+                   max_num_seqs: int | None = None, max_num_seqs_source: str = "",
+                   ) -> Observation:
+    """A finished bench run's decomposition, findings, client reliability and prefix-cache hit
+    rate, from its run directory (``bench`` and every campaign use this one function). The hit
+    rate and the warm-up are also recorded in the run's ``summary.json`` under ``server``, so
+    any two runs compared later say whether the prefix cache served them alike."""
+    snapshots = read_snapshots(result.run_dir) if scraped else []
     decomposition = (decompose_run(result.run_dir, network_rtt_ms=network_rtt_ms)
-                     if scrapers else None)
+                     if scraped else None)
     client = client_reliability(result.summary, decomposition)
     ctx = Context(measured_at=measured_at, same_host=same_host,
                   client_reliable=client["reliable"], client_why=client["why"])
     findings = findings_from_decomposition(decomposition, ctx) if decomposition else []
-    if scrapers:
+    if scraped:
         findings += findings_from_metrics(snapshots, source=f"/metrics during the run "
                                           f"({measured_at or result.run_dir.name})",
                                           max_num_seqs=max_num_seqs,
                                           max_num_seqs_source=max_num_seqs_source)
+    hit_rate = prefix_cache_hit_rate(snapshots)
+    warm = bool(result.config.warmup)
+    _record_comparability(result, hit_rate, warm)
+    if decomposition is not None:
+        decomposition.findings = findings
     return Observation(result, decomposition, findings, snapshots, client,
-                       prefix_cache_hit_rate=prefix_cache_hit_rate(snapshots),
-                       warm=bool(config.warmup))
+                       prefix_cache_hit_rate=hit_rate, warm=warm)
+
+
+def _record_comparability(result: BenchResult, hit_rate: float | None, warm: bool) -> None:
+    from latscope.rundir import write_json
+
+    result.summary["server"] = {**(result.summary.get("server") or {}),
+                                "prefix_cache_hit_rate": hit_rate,
+                                "warmup_requests": result.config.warmup, "warm": warm}
+    write_json(result.run_dir / "summary.json", result.summary)
 
 
 def _traced(config: BenchConfig, collector: Any, observers: Sequence[Any],

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     print_bench(result.summary, console)
     console.print(f"run directory: {result.run_dir}")
     if observers or recorder:
-        _print_decomposition(result.run_dir, console)
+        _print_decomposition(result, console)
     for failure in result.summary.get("workers_failed", []):
         console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
     failure = run_failure(result.summary)
@@ -276,20 +276,20 @@ def _observers(args: argparse.Namespace) -> list[Any]:
     return [MetricsScraper(interval_s=args.scrape_interval)]
 
 
-def _print_decomposition(run_dir: Any, console: Any) -> None:
-    from latscope.analysis.decompose import decompose_run
-    from latscope.findings.latency import findings_from_decomposition
-    from latscope.findings.server import findings_from_metrics
+def _print_decomposition(result: Any, console: Any) -> None:
+    from latscope.campaign.observe import observation_of
     from latscope.report.observe import print_decomposition
     from latscope.report.perrequest import print_per_request
-    from latscope.server.scrape import read_snapshots
 
-    result = decompose_run(run_dir)
-    result.findings = (findings_from_decomposition(result)
-                       + findings_from_metrics(read_snapshots(run_dir)))
-    print_decomposition(result, console)
-    if result.split is not None:
-        print_per_request(result.split, console)
+    obs = observation_of(result, scraped=True)
+    if obs.decomposition is None:
+        return
+    print_decomposition(obs.decomposition, console)
+    if obs.decomposition.split is not None:
+        print_per_request(obs.decomposition.split, console)
+    if obs.prefix_cache_hit_rate is not None:
+        console.print(f"prefix-cache hit rate over the run: {obs.prefix_cache_hit_rate:.1%} "
+                      "(compare runs only with alike rates)")
 
 
 class _Progress:

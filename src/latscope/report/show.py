@@ -38,12 +38,8 @@ def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
 
 
 def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) -> dict[str, Any]:
-    try:
-        from latscope.load.rundir import rebuild_summary  # type: ignore[attr-defined]
-    except ImportError:
-        from latscope.analysis.stats import summarize
+    from latscope.load.rundir import rebuild_summary
 
-        return summarize(records)
     return rebuild_summary(run.path)
 
 
