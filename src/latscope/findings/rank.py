@@ -48,14 +48,21 @@ def _larger_impact(a: dict | None, b: dict | None) -> dict | None:
     return min((a, b), key=_impact_key) if (a or b) else None
 
 
+def _rank_key(f: Finding) -> tuple:
+    acting = f.severity in (Severity.CRITICAL, Severity.WARNING)
+    # what to act on: causes before symptoms; information: where the time goes (a measured
+    # share) before facts without one
+    second = f.role != "cause" if acting else not f.impact
+    return (f.severity.rank, f.layer == "client", second, *_impact_key(f.impact))
+
+
 def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
     """Most severe first; within a severity, the server's before latscope's own client, causes
     before symptoms, then findings with a measured impact, ordered by target (TTFT before E2E
     before the GPU window) and share. Returns the ranked list and notes
     naming where two findings could not be compared because they were measured against different
     targets or on different runs."""
-    ranked = sorted(merge(findings), key=lambda f: (f.severity.rank, f.layer == "client",
-                                                    f.role != "cause", *_impact_key(f.impact)))
+    ranked = sorted(merge(findings), key=_rank_key)
     notes = []
     top = [f for f in ranked if f.severity in (Severity.CRITICAL, Severity.WARNING) and f.impact]
     if len(top) >= 2:
