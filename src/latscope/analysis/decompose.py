@@ -209,6 +209,13 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
             total: float | None, note: str = "") -> Component:
         stats = stats or {"mean_ms": None}
         share = (stats["mean_ms"] / total if stats.get("mean_ms") is not None and total else None)
+        if share is not None and not -1e-9 <= share <= 1 + 1e-9:
+            # not a share of the client's total: the server's window also holds other requests
+            # (warm-up requests still finishing, other clients), or the parts disagree
+            note = (note + "; " if note else "") + (
+                f"{share:.0%} of the client's total: not a share (the server's window holds "
+                "other requests too)")
+            share = None
         comp = Component(key, label, parent, source, stats.get("mean_ms"), stats.get("p50_ms"),
                          stats.get("p99_ms"), stats.get("p50_error_ms"), stats.get("p99_error_ms"),
                          stats.get("p50_lower_ms"), stats.get("p99_lower_ms"),

@@ -301,9 +301,11 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         i = len(state.steps)
         c = int(load)
         t0 = time.monotonic()
-        # warm-up: one full wave, flowing into the measured requests (steady state, no burst)
+        # warm-up: two full waves, flowing into the measured requests: the first wave is the
+        # start burst, and it has ended before the measured window (the server's histograms
+        # over that window hold the second wave's tail at most, not the burst)
         cfg = with_load(base, concurrency=c, num_requests=max(16, 2 * c),
-                        output_dir=out / f"step-{i:02d}-c{c}", warmup=c, seed=100 + i)
+                        output_dir=out / f"step-{i:02d}-c{c}", warmup=2 * c, seed=100 + i)
         obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms,
                       collector=state.collector)
         step_times.append(time.monotonic() - t0)

@@ -11,9 +11,11 @@ from latscope.rundir import RunDir
 
 def show(run: RunDir, console: Console, *, show_ok: bool = False) -> None:
     m = run.manifest
-    console.print(f"{run.path}: {m.get('kind', '?')} run, {m.get('command', '')}".rstrip(", "))
-    console.print(f"started {m.get('started') or m.get('created_wall') or '?'}, "
-                  f"status {m.get('status') or 'unknown'}")
+    console.print(f"{m.get('kind', '?')} run, status {m.get('status') or 'unknown'}, started "
+                  f"{m.get('started') or m.get('created_wall') or '?'}")
+    console.print(f"directory: {run.path}")
+    if m.get("command"):
+        console.print(f"command: {m['command']}")
     renderer = _RENDERERS.get(run.kind, _findings_only)
     renderer(run, console, show_ok)
 
