@@ -145,11 +145,12 @@ async def test_streaming_is_byte_exact(upstream, model, path):
 @pytest.mark.parametrize("policy, expected", [("sjf", ["short1", "long", "short2"]),
                                               ("fcfs", ["long", "short1", "short2"])])
 async def test_limit_one_serves_short_first_and_ages_long(upstream, model, policy, expected):
-    # aging: deadline = arrival + cost / 1000 tokens/s; the long request's (~140 tokens) passes
-    # a short one's (~10) only for a short one arriving > ~0.13 s after it: short2 comes 0.8 s
-    # later, so it must wait for the long one even under sjf
+    # aging: deadline = arrival + cost / 10000 tokens/s; the long request (~1510 tokens, due
+    # 0.2 + 0.151 s) passes a short one (~10 tokens) only when the short one arrives more than
+    # ~0.15 s after it: short1 (0.3 s, due 0.301) still goes first, short2 (1.0 s) after the long
+    # one even under sjf
     with running_gateway(upstream, policy=policy, max_inflight=1, mode="thread",
-                         aging_factor=1.0, aging_rate=1000.0) as url:
+                         aging_factor=1.0, aging_rate=10000.0) as url:
         finished: list[str] = []
 
         async def one(name: str, max_tokens: int, delay: float) -> None:
