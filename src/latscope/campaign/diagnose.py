@@ -181,11 +181,14 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
         what = "the embedded local vLLM (tiny model, CPU build)"
     state.progress(f"starting {what} ...")
     with control.start(None, state.run.path / "server") as running:
+        from latscope.env.redact import redact_argv
+
         state.progress(f"server ready at {running.url} after {running.start_s:.0f} s")
         state.target = {"url": running.url, "local": control.kind == "local",
                         "controlled": True, "model": running.model, "same_host": True,
                         "start_s": round(running.start_s, 1),
-                        "server_args": running.argv, "log": str(running.log_path or "")}
+                        "server_args": redact_argv(running.argv),  # --api-key values and the like
+                        "log": str(running.log_path or "")}
         state.run.update(target=state.target)
         yield control, running
 
