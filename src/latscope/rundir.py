@@ -52,10 +52,15 @@ def host_info() -> dict[str, Any]:
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON atomically (temp file in the same directory + rename)."""
+    write_bytes(path, orjson.dumps(data, option=_JSON_OPTIONS, default=_fallback))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` whole or not at all (temp file in the same directory + rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(orjson.dumps(data, option=_JSON_OPTIONS, default=_fallback))
+        tmp.write_bytes(data)
         tmp.replace(path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

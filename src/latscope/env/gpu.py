@@ -13,6 +13,7 @@ from latscope.env import gputools
 from latscope.env.facts import Facts, GpuFacts, ev, skipped
 from latscope.env.host import pci_gpus
 from latscope.env.hostview import HostView
+from latscope.findings import reference as _ref
 from latscope.model import Finding, Severity
 
 REF = "docs/findings.md"
@@ -22,8 +23,6 @@ AMD_GPU_SPECS = "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html"
 HIP_ENV_DOC = "https://rocm.docs.amd.com/projects/HIP/en/latest/reference/env_variables.html"
 
 
-def _ref(check_id: str, public: str) -> str:
-    return f"{REF}#{check_id}; {public}"
 GOOD_LINK = {"nvidia": re.compile(r"NV\d+"), "amd": re.compile(r"XGMI")}
 
 

@@ -14,6 +14,7 @@ import re
 
 from latscope.env.facts import Facts, PciGpu, ev, skipped
 from latscope.env.hostview import HostView, format_cpulist, parse_cpulist
+from latscope.findings import reference as _ref
 from latscope.model import Finding, Severity
 
 REF = "docs/findings.md"
@@ -23,8 +24,6 @@ CPUFREQ_DOC = "https://docs.kernel.org/admin-guide/pm/cpufreq.html"
 NUMACTL_DOC = "https://man7.org/linux/man-pages/man8/numactl.8.html"
 
 
-def _ref(check_id: str, public: str) -> str:
-    return f"{REF}#{check_id}; {public}"
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
 # Display/3D controllers and "processing accelerators" (MI300X enumerates as class 0x1200).
 GPU_CLASS_PREFIXES = ("0x0300", "0x0302", "0x0380", "0x1200")

@@ -25,6 +25,7 @@ import numpy as np
 
 from latscope.analysis.stats import distribution
 from latscope.findings.latency import Context, network_fix, share_finding
+from latscope.findings import reference as _ref
 from latscope.model import Evidence, Finding, Severity
 
 # Client TTFT - server TTFT above this on a LAN points at the network or a proxy: a LAN round
@@ -34,8 +35,6 @@ REF = "docs/findings.md"
 MEASURED_AT = "latscope net probe"
 
 
-def _ref(finding_id: str) -> str:
-    return f"{REF}#{finding_id}"
 
 
 def _p50(values: list[float]) -> float | None:

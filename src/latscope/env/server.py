@@ -13,6 +13,7 @@ from typing import Any
 
 from latscope.env.facts import Facts, ev, skipped
 from latscope.findings import server as server_rules
+from latscope.findings import reference as _ref
 from latscope.model import Finding, Severity
 
 REF = "docs/findings.md"
@@ -25,8 +26,6 @@ AMD_VLLM_DOC = ("https://rocm.docs.amd.com/en/docs-7.2.0/how-to/rocm-for-ai/"
                 "inference-optimization/vllm-optimization.html")
 
 
-def _ref(check_id: str, public: str) -> str:
-    return f"{REF}#{check_id}; {public}"
 STALE_FROM_020 = ("VLLM_ATTENTION_BACKEND", "VLLM_TORCH_PROFILER_DIR")
 
 

@@ -13,9 +13,17 @@ layers, so that findings measured on the same run can be ranked against each oth
 (``findings.rank``); severity follows from the measured impact where there is one.
 """
 
+DOCS = "docs/findings.md"
+
+
+def reference(finding_id: str, public: str = "") -> str:
+    """``docs/findings.md#ID`` (the section that documents the id), then a public source."""
+    return f"{DOCS}#{finding_id}" + (f"; {public}" if public else "")
+
+
 from latscope.findings.impact import (IMPACT_TARGETS, ImpossibleShare, make_impact,
                                       severity_for_share)
 from latscope.findings.rank import merge, rank
 
-__all__ = ["IMPACT_TARGETS", "ImpossibleShare", "make_impact", "merge", "rank",
+__all__ = ["DOCS", "reference", "IMPACT_TARGETS", "ImpossibleShare", "make_impact", "merge", "rank",
            "severity_for_share"]

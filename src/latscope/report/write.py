@@ -7,13 +7,13 @@ Ctrl-C) never sees half a report.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from latscope.errors import ConfigError
+from latscope.rundir import write_bytes
 from latscope.report.schema import check_version
 
 REPORT_JSON, REPORT_HTML, REPORT_MD = "report.json", "report.html", "report.md"
@@ -32,10 +32,10 @@ def write_reports(run_dir: str | Path, report: dict[str, Any]) -> dict[str, Path
         raise ConfigError(f"cannot create {run_dir}: {exc.strerror}") from None
     paths = {"json": run_dir / REPORT_JSON, "html": run_dir / REPORT_HTML,
              "md": run_dir / REPORT_MD}
-    _write_atomic(paths["json"], orjson.dumps(report, option=orjson.OPT_INDENT_2
+    write_bytes(paths["json"], orjson.dumps(report, option=orjson.OPT_INDENT_2
                                               | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-    _write_atomic(paths["html"], render_html(report).encode())
-    _write_atomic(paths["md"], render_markdown(report).encode())
+    write_bytes(paths["html"], render_html(report).encode())
+    write_bytes(paths["md"], render_markdown(report).encode())
     return paths
 
 
@@ -56,13 +56,3 @@ def read_report(run_dir: str | Path) -> dict[str, Any]:
         raise ReportError(f"{path}: not valid JSON ({exc})") from None
     check_version(data)
     return data
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
