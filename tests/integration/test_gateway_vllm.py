@@ -68,6 +68,20 @@ def _metrics(url: str):
         return parse_metrics_text(resp.read().decode())
 
 
+async def _gateway_holds(url: str, inflight: int, queued: int, timeout: float = 10.0) -> None:
+    """Wait until the gateway's own gauges show this state: fixed sleeps raced the decode speed
+    of the box (a CI machine decoded 1900 tokens before a 1 s sleep ended, and nothing was
+    queued any more when the request meant to be refused arrived)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metrics = await asyncio.to_thread(_metrics, url)
+        if (metrics.value("latscope_gateway_inflight") == inflight
+                and metrics.value("latscope_gateway_queue_length") == queued):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the gateway never held {inflight} in flight and {queued} queued")
+
+
 class Tap:
     """A TCP pass-through between the gateway and vLLM that keeps every byte each way, so the
     client's bytes can be held against what vLLM really sent for the very same request (two
@@ -170,10 +184,11 @@ async def test_limit_one_serves_short_first_and_ages_long(upstream, model, polic
 async def test_full_queue_answers_429_with_retry_after(upstream, model):
     with running_gateway(upstream, policy="sjf", max_inflight=1, max_queue=1,
                          mode="thread") as url:
-        busy = asyncio.create_task(_stream(url, _body(model, MAX_OUTPUT)))  # several s
-        await asyncio.sleep(0.5)
+        busy = asyncio.create_task(_stream(url, _body(model, MAX_OUTPUT)))  # ~1-3 s
+        await _gateway_holds(url, inflight=1, queued=0)
         queued = asyncio.create_task(_stream(url, _body(model, 4)))
-        await asyncio.sleep(0.5)
+        await _gateway_holds(url, inflight=1, queued=1)
+        assert not busy.done(), "the long request must still hold the only slot"
         async with aiohttp.ClientSession() as session:
             async with session.post(url + "/v1/completions", json=_body(model, 4)) as resp:
                 status, retry_after = resp.status, resp.headers.get("Retry-After")
