@@ -140,6 +140,9 @@ def _child_main(launch: Launch, measure: Measure, config: Config, trial_dir: Pat
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_once)
     try:
+        # the pool forked this process with SIGTERM blocked: a stop sent before the handler
+        # was in place was held until now, and is taken here as an orderly "interrupted"
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         result = _run_trial(launch, measure, config, trial_dir, env)
     except KeyboardInterrupt:  # TrialStopped, or the bench's own RunInterrupted on SIGTERM
         result = ("interrupted", "")
@@ -188,7 +191,14 @@ class LocalPool:
         proc = self._ctx.Process(target=_child_main, name=f"latscope-trial-{index}",
                                  args=(self.launch, self.measure, config, tuner.trial_dir(trial),
                                        device_env(slot), sender))
-        proc.start()
+        # SIGTERM blocked across the fork (the child unblocks it once its handler is set): a
+        # Ctrl-C right after the start would otherwise kill the trial by the default action,
+        # before it could record that it was interrupted
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         sender.close()
         return _Running(index, trial, slot, proc, receiver)
 

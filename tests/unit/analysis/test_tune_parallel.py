@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def _fake_launch(config: dict, trial_dir: Path, env: dict | None = None):
     if config["max_num_seqs"] == 128:
         raise TargetError("server exited during startup (fake)")
     note = {"pid": os.getpid(), "start": time.monotonic_ns(), "env": env or {}}
+    (trial_dir / "started").touch()  # the "server" is up
     try:
         yield "http://127.0.0.1:1", "fake"
         note["end"] = time.monotonic_ns()
@@ -191,18 +193,25 @@ def test_ctrl_c_stops_the_running_trials_and_marks_them_interrupted(tmp_path):
     state = _state(tmp_path, [Param("max_num_seqs", (1, 2, 4, 8, 16, 32))], "grid")
     finished = []
 
+    stopping = []
+
     def stop_after_first(trial):
         finished.append(trial)
-        raise KeyboardInterrupt  # as if Ctrl-C came while the other trials run
+        # as if Ctrl-C came while the other trials run: both "servers" are up (a loaded box can
+        # be slow to start the third trial's process)
+        deadline = time.monotonic() + 15
+        while len(list(tmp_path.glob("trials/*/started"))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stopping.append(time.monotonic())
+        raise KeyboardInterrupt
 
     # max_num_seqs=1 ends at once; the two trials beside it would run for 30 s
     measure = _measure_for(state, hold=lambda config: 0 if config["max_num_seqs"] == 1 else 30)
     tuner = Tuner(state, _fake_launch, measure, on_trial=stop_after_first,
                   pool=LocalPool(_fake_launch, measure, device_sets(3, 0, [])))
-    began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         tuner.search()
-    assert time.monotonic() - began < 20  # stopped, not waited for
+    assert time.monotonic() - stopping[0] < 20  # stopped, not waited for (they hold 30 s)
     saved = json.loads((tmp_path / "tune.json").read_text())["trials"]
     statuses = sorted(t["status"] for t in saved)
     assert statuses.count("done") == 1 and statuses.count("interrupted") == 2
@@ -214,6 +223,22 @@ def test_ctrl_c_stops_the_running_trials_and_marks_them_interrupted(tmp_path):
             os.kill(n["pid"], 0)  # no trial process left behind
     resumed = TuneState.load(tmp_path)
     assert len(resumed.cache()) == 1  # the interrupted two run again on --resume
+
+
+def test_a_stop_right_after_the_start_is_an_orderly_interruption(tmp_path):
+    """SIGTERM sent the instant the trial process exists, before it could set its handler, is
+    held (blocked across the fork) and taken as "interrupted", not a silent death."""
+    state = _state(tmp_path, [Param("max_num_seqs", (1, 2))], "grid")
+    measure = _measure_for(state, hold=lambda config: 30)
+    pool = LocalPool(_fake_launch, measure, device_sets(1, 0, []))
+    tuner = Tuner(state, _fake_launch, measure, pool=pool)
+    for index in range(5):
+        job = pool._start(tuner, index, {"max_num_seqs": 1}, (), "search")
+        os.kill(job.proc.pid, signal.SIGTERM)
+        assert job.result.poll(20), "the trial process neither reported nor died"
+        assert job.result.recv() == ("interrupted", "")
+        job.proc.join(5)
+        assert job.proc.exitcode == 0
 
 
 FAKE_SERVER = Path(__file__).resolve().parents[2] / "fakeserver.py"
