@@ -138,6 +138,19 @@ def _saturation_seen(points: Sequence[CurvePoint], index: int) -> bool:
                for later in points[index + 1:])
 
 
+def _not_saturated_reason(points: Sequence[CurvePoint], index: int) -> str:
+    """Why saturation was not seen, with the measured gains, so the reason can be checked."""
+    knee = points[index]
+    later = points[index + 1:]
+    if not later or knee.throughput <= 0:
+        return ("no load above the knee was measured: saturation not yet seen, the knee may lie "
+                "further right")
+    gains = ", ".join(f"{p.load:g}: {p.throughput / knee.throughput - 1:+.0%}" for p in later)
+    return (f"every load above the knee still gave more than {SATURATION_GAIN:.0%} more "
+            f"throughput than the knee ({gains}): saturation not yet seen, the knee may lie "
+            "further right")
+
+
 def find_knee(points: Sequence[CurvePoint], latency_name: str = "latency") -> Knee | None:
     """The knee of a sweep's curve with a stated confidence; None with fewer than three steps.
 
@@ -159,8 +172,7 @@ def find_knee(points: Sequence[CurvePoint], latency_name: str = "latency") -> Kn
                f"{stability:.0%} of {len(refits)} refits (leave-one-out"
                + (", noise resamples" if len(refits) > len(pts) else "") + ") agree"]
     if not past:
-        reasons.append(f"no higher load was measured whose throughput grew < {SATURATION_GAIN:.0%}: "
-                       "saturation not yet seen, the knee may lie further right")
+        reasons.append(_not_saturated_reason(pts, idx))
     if past and score >= 0.2 and stability >= 0.8:
         confidence = "high"
     elif past and stability >= 0.5:

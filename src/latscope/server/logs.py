@@ -153,7 +153,9 @@ def parse_log(path_or_lines: str | Path | Iterable[str], *, name: str = "") -> S
         label = name or str(path)
         opener = gzip.open if path.suffix == ".gz" else open  # rotated logs are often gzipped
         try:
-            with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+            # newline="\n": a progress bar's bare "\r" is not a line end, so the line numbers
+            # cited are the ones grep -n and an editor show
+            with opener(path, "rt", encoding="utf-8", errors="replace", newline="\n") as fh:
                 return _parse(fh, label)
         except (OSError, EOFError) as exc:  # unreadable, not gzip, or a gzip cut short
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
@@ -164,7 +166,10 @@ def parse_log(path_or_lines: str | Path | Iterable[str], *, name: str = "") -> S
 def _parse(lines: Iterable[str], label: str) -> ServerLog:
     state = _State(label)
     for number, raw in enumerate(lines, start=1):
-        state.feed(number, strip_ansi(raw.rstrip("\n")))
+        # a tqdm bar redraws with "\r" inside one line; a log record may follow it there
+        segments = [s for s in raw.rstrip("\n").split("\r") if s] or [""]
+        for segment in segments:
+            state.feed(number, strip_ansi(segment))
     return state.finish()
 
 
@@ -177,6 +182,7 @@ class _State:
         self.warnings: list[dict[str, Any]] = []
         self.levels: dict[str, int] = {}
         self.total = self.timestamped = self.access = self.request_lines = self.steps = 0
+        self.last_timestamped = 0
         self.request_ids: set[str] = set()
         self.per_window: dict[int, int] = {}  # 10 s window index -> timestamped lines
         self.first_ts: datetime | None = None
@@ -188,7 +194,8 @@ class _State:
             self.config_lines[key] = line
 
     def feed(self, number: int, text: str) -> None:
-        self.total += 1
+        """One record of physical line ``number`` (a line may hold several, split at "\r")."""
+        self.total = number
         access = _ACCESS_LINE.match(text)
         if access:
             if access.group("method") == "POST" and access.group("path").startswith("/v1/"):
@@ -198,7 +205,9 @@ class _State:
         if not m:
             self._config_from_text(number, text)  # progress bars, banners without a prefix
             return
-        self.timestamped += 1
+        if number != self.last_timestamped:  # lines are counted, not the records in them
+            self.timestamped += 1
+            self.last_timestamped = number
         level, msg = m.group("level"), m.group("msg")
         self.levels[level] = self.levels.get(level, 0) + 1
         ts = _timestamp(m.group("date"), m.group("time"))

@@ -55,6 +55,10 @@ def test_h200_curve_cut_before_the_collapse_is_not_called_confident():
     assert not knee.measured_past
     assert knee.confidence == "low"
     assert any("further right" in r for r in knee.reasons)
+    # the reason cites the gains it judged by, each above 10% (not "no higher load measured")
+    reason = next(r for r in knee.reasons if "further right" in r)
+    later = [p for p in h200_points()[:-1] if p.load > knee.load]
+    assert later and all(f"{p.load:g}: +" in reason for p in later)
 
 
 def test_knee_matches_analytic_saturation_point_of_littles_law_model():

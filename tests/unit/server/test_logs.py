@@ -200,3 +200,20 @@ def test_unreadable_logs_are_one_line_errors(tmp_path, capsys):
     assert main(["logs", str(cut)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "cannot read log" in err and err.count("\n") == 1
+
+
+def test_cited_line_numbers_are_grep_line_numbers_past_progress_bars(fixtures_dir):
+    # this log's CUDA-graph tqdm bars redraw with bare "\r" inside lines 40-41: a reader that
+    # took each "\r" as a line end cited line 78 for what grep -n and an editor show at line 42
+    path = _log(fixtures_dir, "h200-vllm0.26/server.log")
+    physical = path.read_bytes().split(b"\n")  # what grep -n counts
+    assert any(b"\r" in line.rstrip(b"\r") for line in physical[:45])  # the bars are there
+    log = parse_log(path)
+    expected = {"graph_capture_gib": b"Graph capturing finished",
+                "profiler_enabled": b"Torch profiler enabled",
+                "kv_cache_tokens": b"KV cache size",
+                "max_num_batched_tokens": b"max_num_batched_tokens=8192"}
+    for key, text in expected.items():
+        assert text in physical[log.config_lines[key] - 1], key
+    # records after a bar in the same line are still read
+    assert log.config["graph_capture_gib"] == pytest.approx(0.98)
