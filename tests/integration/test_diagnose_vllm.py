@@ -56,6 +56,30 @@ def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
     assert all(r is None or r < 0.5 for r in exp["prefix_cache_hit_rate"]["B"])
 
 
+def test_queueing_under_a_spread_mix_gets_the_gateway_proven_by_an_ab(tmp_path):
+    # 90% short (32 in, 8 out), 10% long (512 in, 256 out): size CV ~1.9; two sequences at a
+    # time make a queue at c=16. The flag fix is only proposed here (max_proofs=0), so the
+    # prove time goes to the gateway's A/B: the same server direct and behind the gateway
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=200,
+                                      loads=(1, 16), mix="short:0.9:32:8,long:0.1:512:256",
+                                      output_dir=str(tmp_path / "run"), max_proofs=0))
+    _check_run_dir(report)
+    gateway = next(s for s in report["stages"] if s["name"] == "gateway")
+    assert gateway["status"] == "ok", gateway
+    [exp] = [e for e in report["experiments"] if e["change"].startswith("latscope gateway")]
+    assert exp["change"] == "latscope gateway --policy sjf --max-inflight auto"
+    assert exp["metric"] == "short_ttft_mean_ms" and exp["load"] == 16
+    assert exp["arms"] == ["A", "B"] * 4
+    assert exp["ci95_pct"] is not None and exp["ci95_pct"][0] <= exp["ci95_pct"][1]
+    assert exp["guard"]["metric"] == "long_e2e_mean_ms" and exp["guard"]["ci95_pct"]
+    # the verdict on it is the interval's: helped only when the whole interval is below zero
+    assert exp["helped"] == (exp["ci95_pct"][1] < 0)
+    finding = next(f for f in report["findings"] if f["id"] == exp["finding_id"])
+    assert any(e["name"].startswith("A/B: latscope gateway") for e in finding["evidence"])
+    print("gateway A/B:", exp["change_pct"], exp["ci95_pct"], exp["guard"]["change_pct"],
+          exp["guard"]["ci95_pct"])
+
+
 def test_a_kv_cache_too_small_for_the_load_is_named_first(tmp_path):
     # 17 blocks of 128 tokens: 2-block requests (128 + 64 tokens) fit eight at a time, so 16
     # in flight are admitted on their first block and preempted when they need the second

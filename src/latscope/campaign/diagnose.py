@@ -43,7 +43,11 @@ REPORT_SCHEMA = 1
 CAUSES_OF = {
     "latency.queue": ("server.queue_max_num_seqs", "server.kv_saturation", "server.preemptions",
                       "server.queue_token_budget"),
+    # DEBUG and per-request logging are written by the API server, on its own CPU
+    "latency.engine_frontend": ("server.debug_logging", "server.request_logging"),
+    "latency.http_frontend": ("server.debug_logging", "server.request_logging"),
 }
+_ACTING = (Severity.CRITICAL, Severity.WARNING)
 # Share of the budget the sweep may use; the rest is for proving fixes and the profile.
 SWEEP_SHARE = 0.6
 
@@ -69,6 +73,8 @@ class DiagnoseOptions:
     model: str | None = None
     input_len: str = "128"
     output_len: str = "64"
+    mix: str | None = None  # NAME:WEIGHT:IN:OUT,... (load.config.parse_mix)
+    dataset: str | None = None
     max_load: int = 64
     loads: tuple[int, ...] | None = None  # explicit concurrencies to measure (default: auto)
     prove: bool = True
@@ -155,7 +161,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
         _stage(state, "trace", lambda: _trace(state, base, running))
     _rank(state)
     _stage(state, "prove", lambda: _prove(state, control, running, base, budget))
-    _propose_gateway(state, base)
+    _stage(state, "gateway", lambda: _gateway(state, control, running, base, budget))
     _rank(state)
 
 
@@ -197,13 +203,16 @@ def _bench_base(state: Diagnosis, running: Running | None) -> Any:
     import os
 
     from latscope.load import BenchConfig, WorkloadSpec
+    from latscope.load.config import parse_mix
 
     opts = state.opts
     url = running.url if running else opts.url
     return BenchConfig(url=url, model=opts.model or (running.model if running else None),
                        api_key=opts.api_key or os.environ.get("LATSCOPE_API_KEY")
                        or os.environ.get("OPENAI_API_KEY"),
-                       workload=WorkloadSpec(input_len=opts.input_len, output_len=opts.output_len),
+                       workload=WorkloadSpec(input_len=opts.input_len, output_len=opts.output_len,
+                                             mix=parse_mix(opts.mix) if opts.mix else [],
+                                             dataset=opts.dataset),
                        tokenizer=running.tokenizer_dir if running else None,
                        concurrency=1, num_requests=16)
 
@@ -527,7 +536,10 @@ def join_causes(findings: list[Finding]) -> list[Finding]:
     dropped = set()
     for symptom_id, causes in CAUSES_OF.items():
         symptom = by_id.get(symptom_id)
-        cause = next((by_id[c] for c in causes if c in by_id), None)
+        # only a cause that was found (an OK "batch not full" or "not DEBUG" explains nothing),
+        # and one that has not taken another symptom's share already
+        cause = next((by_id[c] for c in causes if c in by_id and by_id[c].severity in _ACTING
+                      and not by_id[c].impact), None)
         if symptom is None or cause is None or not symptom.impact:
             continue
         cause.impact = symptom.impact
@@ -567,7 +579,13 @@ def _experiment_text(exp: dict[str, Any]) -> str:
     ci = exp.get("ci95_pct")
     interval = f" [95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%]" if ci else ""
     word = "helped" if exp["helped"] else "did not measurably help"
-    return f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {word}"
+    text = f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {word}"
+    guard = exp.get("guard") or {}
+    if guard.get("change_pct") is not None:
+        gci = guard.get("ci95_pct")
+        text += (f"; {guard['metric']} {guard['change_pct']:+.1f}%"
+                 + (f" [95% CI {gci[0]:+.1f}% .. {gci[1]:+.1f}%]" if gci else ""))
+    return text
 
 
 def _client(state: Diagnosis) -> dict[str, Any]:
@@ -580,8 +598,9 @@ def _client(state: Diagnosis) -> dict[str, Any]:
 
 
 def verdict(ranked: list[Finding], state: Diagnosis) -> dict[str, Any]:
-    top = next((f for f in ranked if f.severity in (Severity.CRITICAL, Severity.WARNING)
-                and f.role == "cause" and f.layer != "client"), None)
+    # the ranking puts measured findings first: a measured share (even a symptom's, when no
+    # finding names its cause) is the answer before a setting whose cost was not measured
+    top = next((f for f in ranked if f.severity in _ACTING and f.layer != "client"), None)
     if top is not None:
         impact = top.impact or {}
         share = describe(impact)
@@ -606,6 +625,8 @@ def _target_words(impact: dict[str, Any]) -> str:
 
 
 def _layer_words(f: Finding) -> str:
+    if f.id == "latency.engine_frontend":
+        return "the API server's own processing"
     return {"queue": "queueing", "network": "the network", "frontend": "the HTTP frontend",
             "prefill": "prefill", "decode": "decode", "gpu": "GPU time", "config": "configuration",
             "host": "the host"}.get(f.layer, f.layer or "this")
@@ -676,9 +697,40 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
     return "; ".join(done)
 
 
-def _propose_gateway(state: Diagnosis, base: Any) -> None:
-    """Propose latscope's short-first gateway where queueing dominates TTFT and request sizes
-    differ widely (``gateway.gateway_fits``); its A/B is ``benchmarks/gateway.py``."""
+def _gateway(state: Diagnosis, control: ServerControl | None, running: Running | None,
+             base: Any, budget: Budget) -> str:
+    """Latscope's short-first gateway where queueing dominates TTFT and request sizes differ
+    widely (``gateway.gateway_fits``); with the server running and time left, proven by an A/B:
+    the same server direct (A) and behind the gateway (B), short requests' mean TTFT the metric
+    and long requests' mean E2E the guard. The gateway needs no control of the server, only a
+    workload whose sizes spread (``--mix`` or ``--dataset``)."""
+    fit, f = _gateway_fit(state)
+    if f is None:
+        return "skipped: no queueing finding measured on mean TTFT"
+    if not fit.propose:
+        return f"skipped: {fit.reason}"
+    from latscope.campaign.experiment import Proposal, run_experiment
+    from latscope.campaign.servers import Change
+
+    at = _proof_load(f, state) or int(_load_of(f, state) or 1)
+    proposal = Proposal(f.id, Change(), metric="short_ttft_mean_ms", guard="long_e2e_mean_ms",
+                        why=fit.reason, gateway={"policy": "sjf", "max_inflight": None})
+    url = running.url if running else state.opts.url
+    if not state.opts.prove or budget.left() < 20:
+        why = "--no-prove" if not state.opts.prove else "the budget left no time"
+        state.proposals.append(_gateway_proposal(f, proposal, url, why))
+        return f"skipped: {why}; the gateway proposed"
+    state.progress(f"    proving {f.id}: {proposal.describe()} at c={at}")
+    current = running or _remote(url, base)
+    exp = run_experiment(proposal, control or _NoControl(), current, base, at,
+                         state.run.path / "prove" / "gateway", pairs=state.opts.pairs,
+                         progress=state.progress)
+    state.experiments.append(exp.to_dict())
+    state.run.write("experiments.json", state.experiments)
+    return f"{f.id}: {_experiment_text(state.experiments[-1])}"
+
+
+def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
     from latscope.gateway.fits import gateway_fits
 
     for f in state.ranked:
@@ -690,17 +742,23 @@ def _propose_gateway(state: Diagnosis, base: Any) -> None:
             continue
         sizes = [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
                  if r.ok and not r.warmup]
-        if len(sizes) < 2:
-            continue
-        fit = gateway_fits(f.impact["share"], sizes)
-        if fit.propose:
-            state.proposals.append({
-                "finding_id": f.id, "change": "latscope gateway --policy sjf in front of it",
-                "why": fit.reason, "note": "not measured by diagnose: benchmarks/gateway.py runs "
-                "its A/B (direct vs gateway-fcfs vs gateway-sjf, alternating)",
-                "command": f"latscope gateway --upstream {state.target.get('url', 'URL')} "
-                           "--policy sjf --max-inflight auto"})
-        return
+        if len(sizes) >= 2:
+            return gateway_fits(f.impact["share"], sizes), f
+    return None, None
+
+
+def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> dict[str, Any]:
+    return {"finding_id": f.id, "change": p.describe(), "why": p.why,
+            "note": f"not measured ({why}): benchmarks/gateway.py runs the same A/B (direct vs "
+                    "gateway-fcfs vs gateway-sjf, alternating)",
+            "command": f"latscope gateway --upstream {url or 'URL'} --policy sjf "
+                       "--max-inflight auto"}
+
+
+def _remote(url: str | None, base: Any) -> Running:
+    """A server latscope did not start, as the A/B's A arm (the gateway's B needs no restart)."""
+    return Running(url=url or "", model=base.model, pid=None, log_path=None,
+                   tokenizer_dir=base.tokenizer, start_s=0.0)
 
 
 class _NoControl(ServerControl):

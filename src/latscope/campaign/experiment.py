@@ -35,6 +35,18 @@ class Proposal:
     why: str = ""
     cost_measurable: bool = True  # False: the change cannot show its effect on this host
     note: str = ""
+    # B is the same server behind latscope's gateway (these GatewayConfig options), not a
+    # relaunch: the fix no server flag gives (docs/gateway.md)
+    gateway: dict[str, Any] | None = None
+    # a second metric the fix must not make much worse, measured and reported beside the first
+    guard: str | None = None
+
+    def describe(self) -> str:
+        if self.gateway is not None:
+            return "latscope gateway " + " ".join(
+                f"--{k.replace('_', '-')} {'auto' if v is None else v}"
+                for k, v in self.gateway.items())
+        return self.change.describe()
 
 
 @dataclass
@@ -45,6 +57,8 @@ class Experiment:
     b_values: list[float] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
     hit_rates: dict[str, list[float | None]] = field(default_factory=lambda: {"A": [], "B": []})
+    guard_values: dict[str, list[float | None]] = field(
+        default_factory=lambda: {"A": [], "B": []})
     run_dirs: list[str] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # ok | failed: why | cut: why
@@ -65,7 +79,7 @@ class Experiment:
         caveat = comparability(self.hit_rates)
         if caveat:
             note = (note + "; " if note else "") + caveat
-        return {"finding_id": self.proposal.finding_id, "change": self.proposal.change.describe(),
+        out = {"finding_id": self.proposal.finding_id, "change": self.proposal.describe(),
                 "metric": self.proposal.metric, "load": self.load, "arms": self.arms,
                 "a_values": a, "b_values": b,
                 "a_mean": sum(a) / len(a) if a else None, "b_mean": sum(b) / len(b) if b else None,
@@ -74,6 +88,20 @@ class Experiment:
                 "helped": helped, "verdict": self.result.get("verdict", self.status),
                 "warmup_excluded": True, "prefix_cache_hit_rate": self.hit_rates,
                 "run_dirs": self.run_dirs, "note": note.strip()}
+        if self.proposal.guard:
+            out["guard"] = self._guard()
+        return out
+
+    def _guard(self) -> dict[str, Any]:
+        from latscope.analysis.tune import paired_change
+
+        a, b = self.guard_values["A"], self.guard_values["B"]
+        result = paired_change(a, b, higher_better=False)
+        ci = result.get("ci")
+        return {"metric": self.proposal.guard, "a_values": a, "b_values": b,
+                "change_pct": result["change"] * 100 if result.get("change") is not None
+                else None, "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
+                "verdict": result.get("verdict")}
 
 
 # Prefix-cache hit rates of two arms further apart than this make their latencies incomparable.
@@ -202,19 +230,21 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
     exp = Experiment(proposal, load)
     n = requests or max(24, 4 * load)
     warmup = load  # one full wave, flowing into the measured requests
-    with _arms(control, current, proposal.change, out_dir) as arm_url:
+    with _arms(control, current, proposal, out_dir) as arm_url:
         for i in range(pairs):
             for arm in ("A", "B"):
                 run_dir = out_dir / f"{i:02d}-{arm}"
-                progress(f"  {arm}{i + 1}: {proposal.change.describe() if arm == 'B' else 'as is'}"
+                progress(f"  {arm}{i + 1}: {proposal.describe() if arm == 'B' else 'as is'}"
                          f" at c={load}, {n} requests")
                 with arm_url(arm) as (url, model, tokenizer):
                     cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
                                     num_requests=n, output_dir=run_dir, warmup=warmup,
                                     seed=seed0 + 2 * i + (arm == "B"))
                     obs = observe(cfg, scrape_interval_s=scrape_interval_s)
-                value = _metric(obs.summary, proposal.metric)
+                value = metric_of(obs, proposal.metric)
                 (exp.a_values if arm == "A" else exp.b_values).append(value)
+                if proposal.guard:
+                    exp.guard_values[arm].append(metric_of(obs, proposal.guard))
                 exp.arms.append(arm)
                 exp.hit_rates[arm].append(obs.prefix_cache_hit_rate)
                 exp.run_dirs.append(str(run_dir))
@@ -231,15 +261,62 @@ def _at(base: BenchConfig, url: str, model: str | None, tokenizer: str | None) -
                                tokenizer=base.tokenizer or tokenizer)
 
 
-def _metric(summary: dict[str, Any], metric: str) -> float | None:
+def metric_of(obs: Any, metric: str) -> float | None:
+    """A run's figure by name: ``ttft_mean_ms``, ``e2e_p99_ms``... from its summary; with a
+    ``short_`` or ``long_`` prefix, over its short or long requests only (``size_class``)."""
+    size, _, rest = metric.partition("_")
+    if size in ("short", "long"):
+        return _class_metric(obs.records, size, rest)
     name, _, stat = metric.removesuffix("_ms").rpartition("_")
-    return ((summary.get(f"{name}_ms") or {}).get(stat))
+    return ((obs.summary.get(f"{name}_ms") or {}).get(stat))
+
+
+def size_class(records: list[Any]) -> dict[str, list[Any]]:
+    """Measured requests split by size (prompt + output tokens): *short* at or below the median,
+    *long* at or above the 90th percentile and above the median (in a 90/10 mix: each class)."""
+    import numpy as np
+
+    done = [r for r in records if r.ok and not r.warmup]
+    sizes = np.array([(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in done], dtype=float)
+    if sizes.size == 0:
+        return {"short": [], "long": []}
+    p50, p90 = np.percentile(sizes, 50), np.percentile(sizes, 90)
+    return {"short": [r for r, s in zip(done, sizes) if s <= p50],
+            "long": [r for r, s in zip(done, sizes) if s >= p90 and s > p50]}
+
+
+def _class_metric(records: list[Any], size: str, metric: str) -> float | None:
+    import numpy as np
+
+    from latscope.analysis.stats import e2e_ms, ttft_ms
+
+    name, _, stat = metric.removesuffix("_ms").rpartition("_")
+    of = {"ttft": ttft_ms, "e2e": e2e_ms}[name]
+    values = [v for v in map(of, size_class(records)[size]) if v is not None]
+    if not values:
+        return None
+    return float(np.mean(values) if stat == "mean" else np.percentile(values, float(stat[1:])))
 
 
 @contextlib.contextmanager
-def _arms(control: ServerControl, current: Running, change: Change, out_dir: Path):
+def _arms(control: ServerControl, current: Running, proposal: Proposal, out_dir: Path):
     """Yields ``arm_url(arm)``: a context manager giving (url, model, tokenizer) of that arm's
-    server. Concurrent controls keep B running beside A; others restart the server per run."""
+    server. Concurrent controls keep B running beside A; others restart the server per run; a
+    gateway's B is the running server behind one gateway (its own process: in this one it would
+    share the client's CPU and event loop) kept for all B runs."""
+    change = proposal.change
+    if proposal.gateway is not None:
+        from latscope.gateway import running_gateway
+
+        with running_gateway(current.url, mode="process", **proposal.gateway) as gateway_url:
+            urls = {"A": current.url, "B": gateway_url}
+
+            @contextlib.contextmanager
+            def through(arm: str) -> Iterator[tuple[str, str | None, str | None]]:
+                yield urls[arm], current.model, current.tokenizer_dir
+
+            yield through
+        return
     if control.concurrent_arms:
         with control.start(change, out_dir / "server-B") as b:
             servers = {"A": current, "B": b}

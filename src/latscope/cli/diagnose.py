@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work = parser.add_argument_group("load")
     work.add_argument("--input-len", default="128", help="prompt tokens (bench's syntax)")
     work.add_argument("--output-len", default="64", help="output tokens (bench's syntax)")
+    work.add_argument("--mix", help="your traffic's size mix NAME:WEIGHT:IN:OUT,... e.g. "
+                      "short:0.9:128:32,long:0.1:1024:128 (a spread mix lets diagnose judge "
+                      "and A/B the short-first gateway)")
+    work.add_argument("--dataset", help="prompts from a ShareGPT JSON or JSONL file instead")
     work.add_argument("--max-load", type=int, default=64, help="highest concurrency to sweep")
     work.add_argument("-c", "--concurrency", help="concurrencies to measure instead of the "
                       "automatic sweep, e.g. 1,4,16")
@@ -96,13 +100,17 @@ def build_options(args: argparse.Namespace) -> object:
         if any(v != int(v) for v in values):
             raise ConfigError(f"--concurrency {args.concurrency}: whole numbers")
         loads = tuple(sorted(int(v) for v in values))
+    if args.mix:
+        from latscope.load.config import parse_mix
+
+        parse_mix(args.mix)  # a bad mix is told before the server starts, not after
     return DiagnoseOptions(
         url=args.url, serve_cmd=args.serve_cmd, serve_args=tuple(server_args),
         serve_env=_env(args.env), log=args.log, trace=args.trace, profile=args.profile,
         trace_dir=args.trace_dir, slo=args.slo, budget_s=parse_duration(args.budget),
         output_dir=args.output_dir, api_key=args.api_key, model=args.model,
-        input_len=args.input_len, output_len=args.output_len, max_load=args.max_load,
-        loads=loads,
+        input_len=args.input_len, output_len=args.output_len, mix=args.mix,
+        dataset=args.dataset, max_load=args.max_load, loads=loads,
         prove=not args.no_prove, pairs=args.pairs, argv=sys.argv[1:])
 
 

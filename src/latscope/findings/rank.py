@@ -49,17 +49,19 @@ def _larger_impact(a: dict | None, b: dict | None) -> dict | None:
 
 
 def _rank_key(f: Finding) -> tuple:
+    # measured before unmeasured: a share of the latency seen in this run comes before a setting
+    # whose cost was not measured here (a cause that explains a symptom carries its share); then,
+    # to act on, causes before symptoms
     acting = f.severity in (Severity.CRITICAL, Severity.WARNING)
-    # what to act on: causes before symptoms; information: where the time goes (a measured
-    # share) before facts without one
-    second = f.role != "cause" if acting else not f.impact
-    return (f.severity.rank, f.layer == "client", second, *_impact_key(f.impact))
+    symptom = acting and f.role != "cause"
+    unmeasured = not f.impact or f.impact.get("share") is None
+    return (f.severity.rank, f.layer == "client", unmeasured, symptom, *_impact_key(f.impact))
 
 
 def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
-    """Most severe first; within a severity, the server's before latscope's own client, causes
-    before symptoms, then findings with a measured impact, ordered by target (TTFT before E2E
-    before the GPU window) and share. Returns the ranked list and notes
+    """Most severe first; within a severity, the server's before latscope's own client, findings
+    with a measured impact before those without, causes before symptoms, then by target (TTFT
+    before E2E before the GPU window) and share. Returns the ranked list and notes
     naming where two findings could not be compared because they were measured against different
     targets or on different runs."""
     ranked = sorted(merge(findings), key=_rank_key)

@@ -94,9 +94,19 @@ def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str
         word = "helped" if e.get("helped") else "did NOT measurably help"
         out += _wrap(f"{e['finding_id']}: {e['change']} at c={e['load']:g}: {e['metric']} "
                      f"{e['a_mean']:.1f} -> {e['b_mean']:.1f} ({e['change_pct']:+.1f}%)"
-                     f"{interval}: {word}" + (f"; {e['note']}" if e.get("note") else ""),
+                     f"{interval}: {word}" + _guard_text(e.get("guard"))
+                     + (f"; {e['note']}" if e.get("note") else ""),
                      "    ", "  - ", width)
     return out
+
+
+def _guard_text(guard: dict[str, Any] | None) -> str:
+    """The metric the fix must not make much worse, e.g. long requests' E2E for the gateway."""
+    if not guard or guard.get("change_pct") is None:
+        return ""
+    ci = guard.get("ci95_pct")
+    interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
+    return f"; {guard['metric']} {guard['change_pct']:+.1f}%{interval}"
 
 
 def print_report(report: dict[str, Any], file: Any = None) -> None:

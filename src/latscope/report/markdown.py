@@ -153,6 +153,11 @@ def _experiments(r: dict[str, Any]) -> str:
             f"{_text(e.get('metric'))} {units.number(e.get('a_mean'))} -> "
             f"{units.number(e.get('b_mean'))}: {units.signed_pct(e.get('change_pct'))}, "
             f"95% interval {units.interval(e.get('ci95_pct'))}", "     ", "   - "))
+        guard = e.get("guard") or {}
+        if guard.get("change_pct") is not None:
+            out.append(_wrap(
+                f"guard {_text(guard.get('metric'))}: {units.signed_pct(guard.get('change_pct'))}"
+                f", 95% interval {units.interval(guard.get('ci95_pct'))}", "     ", "   - "))
         detail = [f"arms {' '.join(map(str, e.get('arms') or []))}",
                   f"{len(e.get('a_values') or [])}+{len(e.get('b_values') or [])} runs"]
         if e.get("warmup_excluded"):

@@ -1,0 +1,76 @@
+"""diagnose's A/B of the short-first gateway: the same server direct (A) and behind a gateway
+process (B), alternating, short requests' TTFT the metric and long requests' E2E the guard.
+Against the fake OpenAI server: the point is the experiment's mechanics, not the gain (that is
+measured on a real vLLM in tests/integration/test_diagnose_vllm.py and benchmarks/gateway.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from latscope.campaign.diagnose import _NoControl
+from latscope.campaign.experiment import Proposal, metric_of, run_experiment, size_class
+from latscope.campaign.servers import Change, Running
+from latscope.load import BenchConfig, WorkloadSpec
+from latscope.load.config import parse_mix
+from latscope.model import RequestRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver
+from fakeserver import FakeServer  # noqa: E402
+
+
+def _record(i: int, prompt: int, output: int, ttft_ms: float, e2e_ms: float) -> RequestRecord:
+    sent = 1_000_000_000 * (i + 1)
+    return RequestRecord(index=i, request_id=str(i), scheduled_ns=sent, sent_ns=sent,
+                         first_token_ns=sent + int(ttft_ms * 1e6), end_ns=sent + int(e2e_ms * 1e6),
+                         prompt_tokens=prompt, output_tokens=output, status=200)
+
+
+def test_size_classes_of_a_90_10_mix_are_its_two_classes():
+    records = [_record(i, 128, 32, 10.0, 50.0) for i in range(18)]
+    records += [_record(18 + i, 1024, 128, 40.0, 400.0) for i in range(2)]
+    records.append(_record(99, 2048, 0, 1.0, 1.0))
+    records[-1].error_kind = "http"  # a failed request is in no class
+    classes = size_class(records)
+    assert len(classes["short"]) == 18 and len(classes["long"]) == 2
+    assert all(r.prompt_tokens == 1024 for r in classes["long"])
+
+    class Obs:  # what metric_of reads: the run's records and summary
+        summary = {"ttft_ms": {"mean": 13.0}}
+
+    Obs.records = records
+    assert metric_of(Obs, "short_ttft_mean_ms") == 10.0
+    assert metric_of(Obs, "long_e2e_mean_ms") == 400.0
+    assert metric_of(Obs, "ttft_mean_ms") == 13.0
+
+
+def test_uniform_sizes_have_no_long_class():
+    classes = size_class([_record(i, 128, 32, 10.0, 50.0) for i in range(10)])
+    assert len(classes["short"]) == 10 and classes["long"] == []
+
+
+def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
+    mix = parse_mix("short:0.8:8:4,long:0.2:64:40")
+    with FakeServer(ttft_ms=5, itl_ms=1) as server:
+        base = BenchConfig(url=server.url, workload=WorkloadSpec(mix=mix))
+        current = Running(url=server.url, model=None, pid=None, log_path=None,
+                          tokenizer_dir=None, start_s=0.0)
+        proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
+                            guard="long_e2e_mean_ms", gateway={"policy": "sjf", "max_inflight": 2})
+        exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
+                             requests=30, scrape_interval_s=0)
+    result = exp.to_dict()
+    assert result["arms"] == ["A", "B", "A", "B"]
+    assert result["change"] == "latscope gateway --policy sjf --max-inflight 2"
+    assert len(result["a_values"]) == 2 and all(v > 0 for v in result["a_values"] + result["b_values"])
+    guard = result["guard"]
+    assert guard["metric"] == "long_e2e_mean_ms" and len(guard["b_values"]) == 2
+    # B's requests went to the gateway, A's straight to the server
+    configs = [json.loads((Path(d) / "manifest.json").read_text())["config"]
+               for d in result["run_dirs"]]
+    urls = [c["url"] for c in configs]
+    assert urls[0] == urls[2] == server.url
+    assert urls[1] == urls[3] != server.url
+    # each run had its own prompts (its own seed): no arm served from another's prefix cache
+    assert len({c["seed"] for c in configs}) == 4

@@ -1,0 +1,61 @@
+"""diagnose's verdict over ranked findings: a measured share comes before a setting whose cost no
+run measured, and a cause takes a symptom's share only when it was found. The findings are the
+ones diagnose gave on an H200 whose single API server was at 100% CPU (docs/gateway.md)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from latscope.campaign.diagnose import join_causes, verdict
+from latscope.findings.impact import make_impact
+from latscope.findings.rank import rank
+from latscope.model import Finding, Severity
+
+AT = "c=1024 (past the knee at c=128)"
+
+
+def _h200_findings(debug: Severity | None = None) -> list[Finding]:
+    found = [
+        Finding("server.profiler", Severity.WARNING, "the torch profiler is enabled",
+                layer="config"),
+        Finding("server.queue_token_budget", Severity.WARNING,
+                "Requests queue while the batch is below max_num_seqs", layer="queue"),
+        Finding("latency.engine_frontend", Severity.WARNING,
+                "tokenization + IPC + output processing: 1115.7 ms of a 1868.2 ms mean client "
+                "TTFT (60%)", layer="frontend", role="symptom",
+                impact=make_impact("ttft_mean", 0.597, value_ms=1115.7, measured_at=AT)),
+        Finding("latency.prefill", Severity.INFO, "prefill: 71% at c=1", layer="prefill",
+                role="symptom", impact=make_impact("ttft_mean", 0.71, measured_at="c=1")),
+    ]
+    if debug is not None:
+        found.append(Finding("server.debug_logging", debug, "vLLM logs at DEBUG"
+                             if debug != Severity.OK else "not DEBUG", layer="config"))
+    return found
+
+
+def _verdict(findings: list[Finding]) -> tuple[dict, list[Finding]]:
+    ranked, _ = rank(join_causes(findings))
+    return verdict(ranked, SimpleNamespace(experiments=[], levels={})), ranked
+
+
+def test_a_measured_share_is_the_verdict_before_an_unmeasured_setting():
+    result, ranked = _verdict(_h200_findings())
+    assert result["finding_id"] == "latency.engine_frontend"
+    assert result["text"].startswith(f"At {AT}, 60% of mean TTFT is the API server's own")
+    assert [f.id for f in ranked][:3] == ["latency.engine_frontend", "server.profiler",
+                                         "server.queue_token_budget"]
+
+
+def test_debug_logging_found_takes_the_api_servers_share():
+    result, ranked = _verdict(_h200_findings(debug=Severity.WARNING))
+    assert result["finding_id"] == "server.debug_logging"
+    debug = next(f for f in ranked if f.id == "server.debug_logging")
+    assert debug.impact["share"] == 0.597 and debug.severity == Severity.CRITICAL
+    assert "latency.engine_frontend" not in {f.id for f in ranked}  # joined to its cause
+
+
+def test_a_cause_that_was_not_found_explains_nothing():
+    result, ranked = _verdict(_h200_findings(debug=Severity.OK))
+    assert result["finding_id"] == "latency.engine_frontend"
+    ok = next(f for f in ranked if f.id == "server.debug_logging")
+    assert ok.impact is None and ok.severity == Severity.OK
