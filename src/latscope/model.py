@@ -182,17 +182,6 @@ class Finding:
         )
 
 
-def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; among equals, causes before symptoms, then the larger measured impact
-    (``latscope.findings.rank`` also merges duplicates and compares targets)."""
-
-    def key(f: Finding) -> tuple[int, int, float]:
-        share = (f.impact or {}).get("share") or 0.0
-        return (f.severity.rank, f.role != "cause", -float(share))
-
-    return sorted(findings, key=key)
-
-
 @dataclass(slots=True)
 class RunContext:
     """What a load run tells the things that watch it (metric scrapers, profilers).

@@ -1,4 +1,5 @@
-from latscope.model import Evidence, Finding, RequestRecord, Severity, sort_findings
+from latscope.findings.rank import sort_findings
+from latscope.model import Evidence, Finding, RequestRecord, Severity
 
 
 def test_request_record_round_trip_keeps_every_field():

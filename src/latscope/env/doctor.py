@@ -19,7 +19,8 @@ from latscope.env.redact import redact_argv, redact_env
 from latscope.env.serverfacts import (find_listening_pid, gather_server_facts, is_local,
                                       settings_from_cmdline, url_port)
 from latscope.errors import ConfigError, HostCheckError
-from latscope.model import Finding, Severity, sort_findings
+from latscope.findings.rank import sort_findings
+from latscope.model import Finding, Severity
 
 Check = Callable[[Facts], list[Finding]]
 ALL_CHECKS: tuple[Check, ...] = (*host.HOST_CHECKS, envrules.check_env_rules, *gpu.GPU_CHECKS,

@@ -58,6 +58,11 @@ def _rank_key(f: Finding) -> tuple:
     return (f.severity.rank, f.layer == "client", unmeasured, symptom, *_impact_key(f.impact))
 
 
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """The ranking's order without merging (doctor's and the renderers' lists)."""
+    return sorted(findings, key=_rank_key)
+
+
 def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
     """Most severe first; within a severity, the server's before latscope's own client, findings
     with a measured impact before those without, causes before symptoms, then by target (TTFT

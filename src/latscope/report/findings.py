@@ -15,7 +15,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from latscope.model import Evidence, Finding, Severity, sort_findings
+from latscope.findings.rank import sort_findings
+from latscope.model import Evidence, Finding, Severity
 from latscope.report.text import make_console
 
 _STYLE = {
