@@ -579,6 +579,8 @@ def _experiment_text(exp: dict[str, Any]) -> str:
     ci = exp.get("ci95_pct")
     interval = f" [95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%]" if ci else ""
     word = "helped" if exp["helped"] else "did not measurably help"
+    if exp["helped"] and (exp.get("guard") or {}).get("verdict") == "worse":
+        word = "helped, at a cost"
     text = f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {word}"
     guard = exp.get("guard") or {}
     if guard.get("change_pct") is not None:

@@ -92,6 +92,8 @@ def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str
         ci = e.get("ci95_pct")
         interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
         word = "helped" if e.get("helped") else "did NOT measurably help"
+        if e.get("helped") and (e.get("guard") or {}).get("verdict") == "worse":
+            word = "helped, at a cost"
         out += _wrap(f"{e['finding_id']}: {e['change']} at c={e['load']:g}: {e['metric']} "
                      f"{e['a_mean']:.1f} -> {e['b_mean']:.1f} ({e['change_pct']:+.1f}%)"
                      f"{interval}: {word}" + _guard_text(e.get("guard"))

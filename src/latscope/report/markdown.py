@@ -148,6 +148,8 @@ def _experiments(r: dict[str, Any]) -> str:
         out.append("No fix was tried in this run.")
     for n, e in enumerate(exps, 1):
         result = "**helped**" if e.get("helped") else "**did not help**"
+        if e.get("helped") and (e.get("guard") or {}).get("verdict") == "worse":
+            result = "**helped, at a cost**"
         out.append(_wrap(f"{n}. {_code(e.get('change'))}: {result}", "   "))
         out.append(_wrap(
             f"{_text(e.get('metric'))} {units.number(e.get('a_mean'))} -> "

@@ -74,3 +74,25 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
     assert urls[1] == urls[3] != server.url
     # each run had its own prompts (its own seed): no arm served from another's prefix cache
     assert len({c["seed"] for c in configs}) == 4
+
+
+def test_a_gain_bought_with_the_guards_loss_is_said_so():
+    from latscope.campaign.diagnose import _experiment_text
+    from latscope.campaign.experiment import Experiment
+    from latscope.report.diagnose import _experiment_lines
+
+    # the local vLLM with 2 sequences a batch at c=16: short TTFT -76%, long E2E +114%
+    proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
+                        guard="long_e2e_mean_ms", gateway={"policy": "sjf", "max_inflight": None})
+    exp = Experiment(proposal, 16, a_values=[900.0, 1000.0, 950.0, 1100.0],
+                     b_values=[210.0, 250.0, 220.0, 260.0], arms=["A", "B"] * 4,
+                     guard_values={"A": [2000.0, 2100.0, 1900.0, 2050.0],
+                                   "B": [4300.0, 4400.0, 4100.0, 4500.0]})
+    from latscope.analysis.tune import paired_change
+    exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
+    result = exp.to_dict()
+    assert result["helped"] and result["guard"]["verdict"] == "worse"
+    assert result["note"].startswith("at a cost: long_e2e_mean_ms +1")
+    assert "helped, at a cost" in _experiment_text(result)
+    assert "long_e2e_mean_ms +" in _experiment_text(result)
+    assert any("helped, at a cost" in line for line in _experiment_lines([result], 80))
