@@ -720,7 +720,7 @@ def _gateway(state: Diagnosis, control: ServerControl | None, running: Running |
     url = running.url if running else state.opts.url
     if not state.opts.prove or budget.left() < 20:
         why = "--no-prove" if not state.opts.prove else "the budget left no time"
-        state.proposals.append(_gateway_proposal(f, proposal, url, why))
+        state.proposals.append(_gateway_proposal(f, proposal, state.target.get("url"), why))
         return f"skipped: {why}; the gateway proposed"
     state.progress(f"    proving {f.id}: {proposal.describe()} at c={at}")
     current = running or _remote(url, base)
@@ -750,6 +750,7 @@ def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
 
 
 def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> dict[str, Any]:
+    """``url`` as the report shows it (``state.target``'s, its password redacted)."""
     return {"finding_id": f.id, "change": p.describe(), "why": p.why,
             "note": f"not measured ({why}): benchmarks/gateway.py runs the same A/B (direct vs "
                     "gateway-fcfs vs gateway-sjf, alternating)",
