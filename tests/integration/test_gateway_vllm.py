@@ -26,9 +26,7 @@ from latscope.server.metrics import parse_metrics_text
 
 pytestmark = pytest.mark.integration
 
-# Long outputs, so that a queued short one has time to overtake: on a quiet 2-core box the tiny
-# model decodes ~1.5 ms a token, so 1500 tokens hold the only slot ~2 s, past every arrival below
-# (128 tokens finished before the last arrival there, and nothing was left to queue)
+# The long request's cost (~1510 tokens: prompt + max_tokens), which sets how long aging waits
 LONG_TOKENS = 1500
 MAX_OUTPUT = 1900  # the target's max_model_len is 2048 (prompts here are ~10 tokens)
 
@@ -156,26 +154,76 @@ async def test_streaming_is_byte_exact(upstream, model, path):
     assert orjson.loads(_http_body(bytes(tap.to_upstream))) == body
 
 
+class HoldingTap(Tap):
+    """A tap that holds vLLM's answer to the request carrying ``marker`` until ``release`` is
+    set: that request holds the gateway's only slot for exactly as long as a test needs, however
+    fast the box decodes (fixed sleeps raced it: a quiet box ended a 1500-token request before
+    the last arrival, a loaded one was late with a /tokenize)."""
+
+    def __init__(self, upstream: str, marker: bytes) -> None:
+        super().__init__(upstream)
+        self.marker = marker
+        self.holding = asyncio.Event()  # the marked request has gone upstream
+        self.release = asyncio.Event()
+
+    async def _pipe(self, reader, writer) -> None:
+        self.pipes.append(asyncio.current_task())
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        gated = False
+
+        async def up() -> None:
+            nonlocal gated
+            while data := await reader.read(65536):
+                if self.marker in data:
+                    gated = True
+                    self.holding.set()
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.close()
+
+        async def down() -> None:
+            while data := await up_reader.read(65536):
+                if gated:
+                    await self.release.wait()
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        await asyncio.gather(up(), down(), return_exceptions=True)
+
+
 @pytest.mark.parametrize("policy, expected", [("sjf", ["short1", "long", "short2"]),
                                               ("fcfs", ["long", "short1", "short2"])])
 async def test_limit_one_serves_short_first_and_ages_long(upstream, model, policy, expected):
-    # aging: deadline = arrival + cost / 10000 tokens/s; the long request (~1510 tokens, due
-    # 0.2 + 0.151 s) passes a short one (~10 tokens) only when the short one arrives more than
-    # ~0.15 s after it: short1 (0.3 s, due 0.301) still goes first, short2 (1.0 s) after the long
-    # one even under sjf
-    with running_gateway(upstream, policy=policy, max_inflight=1, mode="thread",
-                         aging_factor=1.0, aging_rate=10000.0) as url:
-        finished: list[str] = []
+    # aging: deadline = arrival + cost / 5000 tokens/s; the long request (~1510 tokens) is due
+    # ~0.3 s after it arrived, so it passes a short one (~10 tokens) only when the short one
+    # arrives more than ~0.3 s after it: short1 (0.1 s later) still goes first, short2 (0.8 s
+    # later) after the long one even under sjf. The busy request holds the only slot (its answer
+    # held by the tap) until all three wait in the gateway.
+    tap = HoldingTap(upstream, b"hold the only slot")
+    async with tap as tapped:
+        # no start-up probe through the tap: its loop is this test's, blocked while the
+        # gateway starts (as in the byte-exact test)
+        with running_gateway(tapped, policy=policy, max_inflight=1, mode="thread",
+                             aging_factor=1.0, aging_rate=5000.0, upstream_priority="off",
+                             watch_waiting=False) as url:
+            finished: list[str] = []
 
-        async def one(name: str, max_tokens: int, delay: float) -> None:
-            await asyncio.sleep(delay)
-            status, _, _ = await _stream(url, _body(model, max_tokens))
-            assert status == 200
-            finished.append(name)
+            async def one(name: str, max_tokens: int, **body: str) -> None:
+                status, _, _ = await _stream(url, _body(model, max_tokens, **body))
+                assert status == 200
+                finished.append(name)
 
-        await asyncio.gather(one("busy", LONG_TOKENS, 0), one("long", LONG_TOKENS, 0.2),
-                             one("short1", 4, 0.3), one("short2", 4, 1.0))
-        waited = _metrics(url).value("latscope_gateway_queue_wait_seconds_count")
+            tasks = [asyncio.create_task(one("busy", 8, prompt="hold the only slot"))]
+            await asyncio.wait_for(tap.holding.wait(), 30)
+            for name, tokens, pause in (("long", LONG_TOKENS, 0.1), ("short1", 4, 0.7),
+                                        ("short2", 4, 0.0)):
+                tasks.append(asyncio.create_task(one(name, tokens)))
+                await _gateway_holds(url, inflight=1, queued=len(tasks) - 1)
+                await asyncio.sleep(pause)
+            tap.release.set()
+            await asyncio.gather(*tasks)
+            waited = _metrics(url).value("latscope_gateway_queue_wait_seconds_count")
     assert finished[0] == "busy", "the first request holds the only slot"
     assert finished[1:] == expected
     assert waited == 3

@@ -48,6 +48,8 @@ CAUSES_OF = {
     "latency.http_frontend": ("server.debug_logging", "server.request_logging"),
 }
 _ACTING = (Severity.CRITICAL, Severity.WARNING)
+# A symptom (its cause not named) is the verdict only from this share of its target on.
+SYMPTOM_VERDICT = 0.5
 # Share of the budget the sweep may use; the rest is for proving fixes and the profile.
 SWEEP_SHARE = 0.6
 
@@ -600,9 +602,13 @@ def _client(state: Diagnosis) -> dict[str, Any]:
 
 
 def verdict(ranked: list[Finding], state: Diagnosis) -> dict[str, Any]:
-    # the ranking puts measured findings first: a measured share (even a symptom's, when no
-    # finding names its cause) is the answer before a setting whose cost was not measured
-    top = next((f for f in ranked if f.severity in _ACTING and f.layer != "client"), None)
+    # the ranking puts measured findings first: a measured share is the answer before a setting
+    # whose cost was not measured, and a symptom no finding explains is the answer when it is
+    # half of its target or more (a smaller one is where time goes, not a fault: the healthy
+    # local target's API server takes a fixed ~48 ms, 27% of TTFT at its knee)
+    top = next((f for f in ranked if f.severity in _ACTING and f.layer != "client"
+                and (f.role == "cause" or (f.impact or {}).get("share", 0.0) >= SYMPTOM_VERDICT)),
+               None)
     if top is not None:
         impact = top.impact or {}
         share = describe(impact)

@@ -1,8 +1,9 @@
 """Admission: forward now while in-flight requests are under the limit, else wait in the queue.
 
-``acquire`` returns at once when a slot is free and nobody waits (the light-load path costs no
-tokenization and no queue work), else it computes the request's cost, queues it and waits for
-``release``/``dispatch`` to hand it a slot. A waiter whose client leaves (its task is cancelled)
+``try_now`` takes a slot at once when one is free and nobody waits (the light-load path costs
+no tokenization and no queue work); else ``wait`` queues the request at an estimated cost,
+refines it (the upstream's ``/tokenize``) while it waits, and returns when ``release``/
+``dispatch`` hand it a slot. A waiter whose client leaves (its task is cancelled)
 is taken out of the queue, or gives its slot back when it had just been handed one.
 """
 
@@ -42,17 +43,23 @@ class Admission:
             return True
         return False
 
-    async def wait(self, cost_of: Callable[[], Awaitable[float]]) -> float:
-        """Queue until a slot is handed over; returns the predicted cost used for ordering."""
+    async def wait(self, cost_of: Callable[[], Awaitable[float]], estimate: float = 0.0
+                   ) -> float:
+        """Queue until a slot is handed over; returns the predicted cost used for ordering.
+
+        The waiter is queued at its arrival with ``estimate`` (no I/O) and takes the exact cost
+        once ``cost_of`` returns: while a ``/tokenize`` round trip was outstanding, a request was
+        in no queue, and one that came later could take the slot freed meanwhile (seen in CI: a
+        long request with a slow first /tokenize served after a short one sent 0.8 s later).
+        """
         if len(self.queue) >= self.max_queue:
             raise QueueFull(self.retry_after_s())
-        arrival = time.monotonic()  # before the cost: a /tokenize round trip is no later arrival
-        cost = await cost_of()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = self.queue.push(Waiter(cost, arrival, future))
+        waiter = self.queue.push(Waiter(estimate, time.monotonic(), future))
         self.metrics.queue_length.set(len(self.queue))
-        self.dispatch()  # a slot may have freed while the cost was computed
+        self.dispatch()  # a slot may be free (the queue was not empty when try_now looked)
         try:
+            waiter.cost = await cost_of()
             await future
         except asyncio.CancelledError:
             if not self.queue.remove(waiter) and future.done() and not future.cancelled():
@@ -60,7 +67,7 @@ class Admission:
             self.metrics.queue_length.set(len(self.queue))
             raise
         self.metrics.queue_wait.observe(time.monotonic() - waiter.arrival_s)
-        return cost
+        return waiter.cost
 
     def release(self, cost: float) -> None:
         self.inflight -= 1

@@ -125,7 +125,9 @@ class Gateway:
         admitted_now = self.admission.try_now()
         if not admitted_now:
             try:
-                cost = await self.admission.wait(lambda: self._cost(request, body, exact=sjf))
+                estimate = await self._cost(request, body, exact=False)  # no I/O
+                cost = await self.admission.wait(lambda: self._cost(request, body, exact=sjf),
+                                                 estimate)
             except QueueFull as exc:
                 self.metrics.rejected.labels("queue_full").inc()
                 return _error(429, str(exc), "queue_full",

@@ -59,3 +59,14 @@ def test_a_cause_that_was_not_found_explains_nothing():
     assert result["finding_id"] == "latency.engine_frontend"
     ok = next(f for f in ranked if f.id == "server.debug_logging")
     assert ok.impact is None and ok.severity == Severity.OK
+
+
+def test_a_small_unexplained_share_is_no_verdict():
+    # the healthy local target in CI: the API server's fixed ~48 ms was 27% of TTFT at the knee
+    small = Finding("latency.engine_frontend", Severity.WARNING, "tokenization + IPC: 27%",
+                    layer="frontend", role="symptom",
+                    impact=make_impact("ttft_mean", 0.27, value_ms=47.7, measured_at="c=3"))
+    ranked, _ = rank(join_causes([small]))
+    state = SimpleNamespace(experiments=[], levels={}, observations={})
+    result = verdict(ranked, state)
+    assert result["finding_id"] is None  # no fault named (no load measured in this stub)

@@ -81,3 +81,34 @@ def test_bad_policy_and_aging_are_refused():
         WaitQueue("lifo")
     with pytest.raises(ValueError):
         WaitQueue("sjf", aging_factor=0)
+
+
+async def test_a_request_holds_its_place_while_its_cost_is_computed():
+    """A long request whose /tokenize is slow must not be overtaken by a short one that comes
+    later and finds the slot freed meanwhile (it did in CI before waiters were queued at once)."""
+    import asyncio
+
+    from latscope.gateway.admission import Admission
+    from latscope.gateway.limit import FixedLimit
+    from latscope.gateway.metrics import GatewayMetrics
+
+    admission = Admission(WaitQueue("sjf"), FixedLimit(1), 16, GatewayMetrics())
+    assert admission.try_now()  # the busy request holds the only slot
+    served: list[str] = []
+
+    async def slow_cost() -> float:
+        await asyncio.sleep(0.3)  # the upstream's /tokenize, slow
+        return 1510.0
+
+    async def long_request() -> None:
+        await admission.wait(slow_cost, estimate=1500.0)
+        served.append("long")
+
+    task = asyncio.create_task(long_request())
+    await asyncio.sleep(0.05)
+    admission.release(0.0)  # the busy one ends while the long one's cost is computed
+    if admission.try_now():  # a short request arrives now
+        served.append("short")
+    await task
+    assert served == ["long"]
+    assert admission.inflight == 1
