@@ -107,17 +107,25 @@ class Tap:
     async def _pipe(self, reader, writer) -> None:
         self.pipes.append(asyncio.current_task())
         up_reader, up_writer = await asyncio.open_connection(*self.target)
+        connection: dict = {}  # what the hooks note about this one connection
 
-        async def copy(src, dst, keep: bytearray) -> None:
+        async def copy(src, dst, keep: bytearray, hook) -> None:
             while data := await src.read(65536):
                 keep += data
+                await hook(connection, data)
                 dst.write(data)
                 await dst.drain()
             dst.close()
 
-        await asyncio.gather(copy(reader, up_writer, self.to_upstream),
-                             copy(up_reader, writer, self.from_upstream),
+        await asyncio.gather(copy(reader, up_writer, self.to_upstream, self._sent_up),
+                             copy(up_reader, writer, self.from_upstream, self._sent_down),
                              return_exceptions=True)
+
+    async def _sent_up(self, connection: dict, data: bytes) -> None:
+        """Called with each piece before it goes to vLLM (a subclass may note or hold it)."""
+
+    async def _sent_down(self, connection: dict, data: bytes) -> None:
+        """Called with each piece of vLLM's answer before it goes back."""
 
 
 def _http_body(raw: bytes) -> bytes:
@@ -166,30 +174,14 @@ class HoldingTap(Tap):
         self.holding = asyncio.Event()  # the marked request has gone upstream
         self.release = asyncio.Event()
 
-    async def _pipe(self, reader, writer) -> None:
-        self.pipes.append(asyncio.current_task())
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        gated = False
+    async def _sent_up(self, connection: dict, data: bytes) -> None:
+        if self.marker in data:
+            connection["held"] = True
+            self.holding.set()
 
-        async def up() -> None:
-            nonlocal gated
-            while data := await reader.read(65536):
-                if self.marker in data:
-                    gated = True
-                    self.holding.set()
-                up_writer.write(data)
-                await up_writer.drain()
-            up_writer.close()
-
-        async def down() -> None:
-            while data := await up_reader.read(65536):
-                if gated:
-                    await self.release.wait()
-                writer.write(data)
-                await writer.drain()
-            writer.close()
-
-        await asyncio.gather(up(), down(), return_exceptions=True)
+    async def _sent_down(self, connection: dict, data: bytes) -> None:
+        if connection.get("held"):
+            await self.release.wait()
 
 
 @pytest.mark.parametrize("policy, expected", [("sjf", ["short1", "long", "short2"]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 import sys
 
 HELP = "find out why a server is slow: doctor, net, sweep, logs, trace; a verdict and a report"
@@ -104,6 +105,8 @@ def build_options(args: argparse.Namespace) -> object:
         from latscope.load.config import parse_mix
 
         parse_mix(args.mix)  # a bad mix is told before the server starts, not after
+    if args.dataset and not Path(args.dataset).is_file():
+        raise ConfigError(f"--dataset {args.dataset}: no such file")
     return DiagnoseOptions(
         url=args.url, serve_cmd=args.serve_cmd, serve_args=tuple(server_args),
         serve_env=_env(args.env), log=args.log, trace=args.trace, profile=args.profile,

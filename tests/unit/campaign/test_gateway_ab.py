@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from latscope.campaign.diagnose import _NoControl
 from latscope.campaign.experiment import Proposal, metric_of, run_experiment, size_class
 from latscope.campaign.servers import Change, Running
@@ -103,3 +105,15 @@ def test_a_gain_bought_with_the_guards_loss_is_said_so():
     assert "helped, at a cost" in _experiment_text(result)
     assert "long_e2e_mean_ms +" in _experiment_text(result)
     assert any("helped, at a cost" in line for line in _experiment_lines([result], 80))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mix", "short:0.9:16"], "bad mix entry"),
+    (["--dataset", "/no/such/prompts.jsonl"], "--dataset /no/such/prompts.jsonl: no such file"),
+])
+def test_diagnose_refuses_a_bad_workload_before_starting_a_server(argv, message, capsys):
+    from latscope.cli.main import main
+
+    assert main(["diagnose", *argv]) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "starting" not in err
