@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
+from latscope.analysis.tune import outcome
 from latscope.campaign.observe import Observation, observe, with_load
 from latscope.campaign.servers import CommandControl, LocalControl, Running, ServerControl
 from latscope.campaign.sweep import step_of
@@ -50,6 +51,10 @@ CAUSES_OF = {
 _ACTING = (Severity.CRITICAL, Severity.WARNING)
 # A symptom (its cause not named) is the verdict only from this share of its target on.
 SYMPTOM_VERDICT = 0.5
+# An A/B needs two pairs for an interval; each run also prepares its prompts and connections.
+MIN_PAIRS = 2
+RUN_SETUP_S = 3.0
+
 # Share of the budget the sweep may use; the rest is for proving fixes and the profile.
 SWEEP_SHARE = 0.6
 
@@ -580,10 +585,7 @@ def _experiment_text(exp: dict[str, Any]) -> str:
         return exp.get("note") or exp.get("verdict", "not measured")
     ci = exp.get("ci95_pct")
     interval = f" [95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%]" if ci else ""
-    word = "helped" if exp["helped"] else "did not measurably help"
-    if exp["helped"] and (exp.get("guard") or {}).get("verdict") == "worse":
-        word = "helped, at a cost"
-    text = f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {word}"
+    text = f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {outcome(exp)}"
     guard = exp.get("guard") or {}
     if guard.get("change_pct") is not None:
         gci = guard.get("ci95_pct")
@@ -688,17 +690,18 @@ def _prove(state: Diagnosis, control: ServerControl | None, running: Running | N
         return f"skipped: {why}; {len(proposals)} experiment(s) proposed"
     done = []
     for f, p, at in proposals[:state.opts.max_proofs]:
-        if budget.left() < 20:
-            state.notes.append(f"prove: budget left no time for {f.id} ({p.change.describe()})")
+        if not p.cost_measurable:
             state.proposals.append(_proposal(f, p, at))
             continue
-        if not p.cost_measurable:
+        pairs = _pairs_that_fit(state, p, control, running, at, budget)
+        if pairs < MIN_PAIRS:
+            state.notes.append(f"prove: budget left no time for {f.id} ({p.change.describe()})")
             state.proposals.append(_proposal(f, p, at))
             continue
         state.progress(f"    proving {f.id}: {p.change.describe()} at c={at}")
         exp = run_experiment(p, control, running, base, at,
                              state.run.path / "prove" / f.id.replace(".", "_"),
-                             pairs=state.opts.pairs, progress=state.progress)
+                             pairs=pairs, progress=state.progress)
         state.experiments.append(exp.to_dict())
         state.run.write("experiments.json", state.experiments)
         done.append(f"{f.id}: {_experiment_text(state.experiments[-1])}")
@@ -724,18 +727,38 @@ def _gateway(state: Diagnosis, control: ServerControl | None, running: Running |
     proposal = Proposal(f.id, Change(), metric="short_ttft_mean_ms", guard="long_e2e_mean_ms",
                         why=fit.reason, gateway={"policy": "sjf", "max_inflight": None})
     url = running.url if running else state.opts.url
-    if not state.opts.prove or budget.left() < 20:
+    current = running or _remote(url, base)
+    control = control or _NoControl()
+    pairs = _pairs_that_fit(state, proposal, control, current, at, budget)
+    if not state.opts.prove or pairs < MIN_PAIRS:
         why = "--no-prove" if not state.opts.prove else "the budget left no time"
         state.proposals.append(_gateway_proposal(f, proposal, state.target.get("url"), why))
         return f"skipped: {why}; the gateway proposed"
     state.progress(f"    proving {f.id}: {proposal.describe()} at c={at}")
-    current = running or _remote(url, base)
-    exp = run_experiment(proposal, control or _NoControl(), current, base, at,
-                         state.run.path / "prove" / "gateway", pairs=state.opts.pairs,
+    exp = run_experiment(proposal, control, current, base, at,
+                         state.run.path / "prove" / "gateway", pairs=pairs,
                          progress=state.progress)
     state.experiments.append(exp.to_dict())
     state.run.write("experiments.json", state.experiments)
     return f"{f.id}: {_experiment_text(state.experiments[-1])}"
+
+
+def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
+                    current: Running, load: int, budget: Budget) -> int:
+    """A/B pairs (up to ``--pairs``) that the budget left has time for: each run timed from
+    the sweep's throughput at that load, plus a server start where every run needs its own.
+    Unknown throughput: as many as asked, once 20 s are left."""
+    from latscope.campaign.experiment import requests_per_run, restarts_per_run
+
+    left = budget.left()
+    obs = state.observations.get(float(load))
+    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None)
+    if not rps:
+        return state.opts.pairs if left >= 20 else 0
+    run_s = (requests_per_run(load) + load) / rps + RUN_SETUP_S
+    if restarts_per_run(control, proposal):
+        run_s += current.start_s
+    return min(state.opts.pairs, int(left // (2 * run_s)))
 
 
 def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:

@@ -229,7 +229,7 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                    seed0: int = 10_000, scrape_interval_s: float = 1.0) -> Experiment:
     """Alternate A (``current``, already running) and B (``proposal.change``) ``pairs`` times."""
     exp = Experiment(proposal, load)
-    n = requests or max(24, 4 * load)
+    n = requests or requests_per_run(load)
     warmup = load  # one full wave, flowing into the measured requests
     with _arms(control, current, proposal, out_dir) as arm_url:
         for i in range(pairs):
@@ -241,7 +241,9 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                     cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
                                     num_requests=n, output_dir=run_dir, warmup=warmup,
                                     seed=seed0 + 2 * i + (arm == "B"))
-                    obs = observe(cfg, scrape_interval_s=scrape_interval_s)
+                    # behind a gateway, the server's own /metrics (its prefix-cache hits)
+                    obs = observe(cfg, scrape_interval_s=scrape_interval_s,
+                                  metrics_url=current.url if proposal.gateway else None)
                 value = metric_of(obs, proposal.metric)
                 (exp.a_values if arm == "A" else exp.b_values).append(value)
                 if proposal.guard:
@@ -253,6 +255,16 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
 
     exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
     return exp
+
+
+def requests_per_run(load: int) -> int:
+    """Measured requests of one A/B run at ``load`` in flight (its warm-up is one more wave)."""
+    return max(24, 4 * load)
+
+
+def restarts_per_run(control: ServerControl, proposal: Proposal) -> bool:
+    """Whether each run of the A/B starts its own server (see ``_arms``)."""
+    return proposal.gateway is None and not control.concurrent_arms
 
 
 def _at(base: BenchConfig, url: str, model: str | None, tokenizer: str | None) -> BenchConfig:

@@ -50,12 +50,14 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
             same_host: bool | None = None, max_num_seqs: int | None = None,
             max_num_seqs_source: str = "", observers: Sequence[Any] = (),
             on_record: Callable[[RequestRecord], None] | None = None,
-            collector: Any = None) -> Observation:
+            collector: Any = None, metrics_url: str | None = None) -> Observation:
     """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
     decompose it and make its findings; everything is also written to the run directory.
+    ``metrics_url``: the server to scrape when the load goes through a proxy in front of it.
     With ``collector`` (a ``SpanCollector`` the server exports to), requests are traced and the
     decomposition is per request, from the server's spans."""
-    scrapers = [MetricsScraper(interval_s=scrape_interval_s)] if scrape_interval_s > 0 else []
+    scrapers = ([MetricsScraper(interval_s=scrape_interval_s, base_url=metrics_url)]
+                if scrape_interval_s > 0 else [])
     if collector is not None:
         config, observers, on_record = _traced(config, collector, observers, on_record)
     result = run_bench(config, [*scrapers, *observers], on_record=on_record)

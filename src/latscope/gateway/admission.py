@@ -47,10 +47,12 @@ class Admission:
                    ) -> float:
         """Queue until a slot is handed over; returns the predicted cost used for ordering.
 
-        The waiter is queued at its arrival with ``estimate`` (no I/O) and takes the exact cost
-        once ``cost_of`` returns: while a ``/tokenize`` round trip was outstanding, a request was
-        in no queue, and one that came later could take the slot freed meanwhile (seen in CI: a
-        long request with a slow first /tokenize served after a short one sent 0.8 s later).
+        The waiter is queued at its arrival with ``estimate`` (no I/O): while a ``/tokenize``
+        round trip was outstanding, a request was in no queue, and one that came later could
+        take the slot freed meanwhile (seen in CI). ``cost_of`` refines the cost beside the
+        wait, and a slot handed over first is used at once: awaiting the count first held the
+        slot idle for a round trip to the upstream's API server, the very process that is busy
+        when requests queue.
         """
         if len(self.queue) >= self.max_queue:
             raise QueueFull(self.retry_after_s())
@@ -58,14 +60,17 @@ class Admission:
         waiter = self.queue.push(Waiter(estimate, time.monotonic(), future))
         self.metrics.queue_length.set(len(self.queue))
         self.dispatch()  # a slot may be free (the queue was not empty when try_now looked)
+        refining = None if future.done() else asyncio.ensure_future(_refine(waiter, cost_of))
         try:
-            waiter.cost = await cost_of()
             await future
         except asyncio.CancelledError:
             if not self.queue.remove(waiter) and future.done() and not future.cancelled():
                 self.release(0.0)  # handed a slot just as the client left: give it back
             self.metrics.queue_length.set(len(self.queue))
             raise
+        finally:
+            if refining is not None:
+                refining.cancel()
         self.metrics.queue_wait.observe(time.monotonic() - waiter.arrival_s)
         return waiter.cost
 
@@ -94,8 +99,9 @@ class Admission:
 
     def tick(self) -> int:
         """One step of the control loop; returns the new limit."""
-        obs = Observation(self.ttft_s, self.upstream_waiting, self.upstream_running,
-                          len(self.queue), self.peak_inflight, self.inflight)
+        obs = Observation(ttft_s=self.ttft_s, upstream_waiting=self.upstream_waiting,
+                          upstream_running=self.upstream_running, queued=len(self.queue),
+                          inflight=self.inflight, peak_inflight=self.peak_inflight)
         self.ttft_s, self.peak_inflight = [], self.inflight
         value = self.limit.update(obs)
         self.metrics.limit.set(value)
@@ -113,3 +119,9 @@ class Admission:
         self.peak_inflight = max(self.peak_inflight, self.inflight)
         self.metrics.inflight.set(self.inflight)
         self.metrics.admitted.inc()
+
+
+async def _refine(waiter: Waiter, cost_of: Callable[[], Awaitable[float]]) -> None:
+    """The exact cost in place of the estimate, if it comes before the waiter's turn (the
+    proxy's ``cost_of`` falls back to the estimate itself when the upstream cannot count)."""
+    waiter.cost = await cost_of()

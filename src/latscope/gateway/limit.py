@@ -11,11 +11,18 @@ congestion control, and Netflix's concurrency-limits ``AIMDLimit``) once per ``i
   The headroom (a quarter of what it takes, at least 1) keeps a request or two waiting *inside*
   the upstream: measured on the local vLLM with 4 sequences a batch, a limit held at exactly its
   batch size left a slot idle after every finished request for the hops from vLLM's last chunk
-  back through the gateway to the next request's first step, and cost up to half the throughput;
+  back through the gateway to the next request's first step, and cost up to half the throughput.
+  This acts only while the gateway has requests upstream: other clients' queue alone leaves the
+  limit as it is (else it decays to 1 while an A/B's direct runs fill the server, and the next
+  gateway run starts from there; on an H200, diagnose's gateway runs had 3x direct's TTFT);
 - too slow, when a TTFT target is set: the median upstream TTFT of the requests that got their
   first token during the interval was above it: the limit is multiplied by ``backoff``;
 - not congested and the limit was in use (requests waited in the gateway, or every slot was busy):
-  the limit grows by ``max(1, 10%)`` of itself;
+  the limit doubles until the upstream has queued once (TCP's slow start), then grows by
+  ``max(1, 10%)`` of itself. Growing by a tenth from the start was too slow for a GPU server:
+  against an H200 whose vLLM held ~450 requests at that load, a tenth every 0.5 s needs 21 s to
+  climb from 8 to 450; the A/B's 20 s runs ended with the limit at 422 and 461, the gateway's
+  queue grew all along, and short TTFT was 11x direct's;
 - otherwise it stays. It always stays within ``[min_limit, max_limit]``.
 
 The TTFT target is off unless given: on the local vLLM (256 sequences a batch, chunked prefill)
@@ -52,7 +59,7 @@ class AimdLimit:
     ttft_target_s: float | None = None
     initial: int = 8
     min_limit: int = 1
-    max_limit: int = 1024
+    max_limit: int = 4096  # above vLLM's largest default batch (1024 sequences) plus headroom
     backoff: float = 0.8
     growth: float = 0.1
     interval_s: float = 0.5
@@ -60,6 +67,7 @@ class AimdLimit:
     value: int = 0
     last_reason: str = "start"
     _waited_before: bool = False
+    _slow_start: bool = True  # doubling until the first sign of congestion
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_limit <= self.max_limit:
@@ -75,7 +83,9 @@ class AimdLimit:
         waiting = math.ceil(obs.upstream_waiting or 0)
         taken = obs.inflight - waiting
         headroom = max(1, round(taken * self.headroom))
-        over = waiting > headroom
+        # others' queue while none of ours is upstream says nothing of our limit: cutting on it
+        # took the limit to 1 while diagnose's A runs went straight to the server
+        over = waiting > headroom and max(obs.inflight, obs.peak_inflight) >= 1
         queued_upstream, self._waited_before = over and self._waited_before, over
         if queued_upstream:
             self._set(min(taken + headroom, self.value) if taken >= 1
@@ -86,6 +96,8 @@ class AimdLimit:
                       f"median upstream TTFT {ttft * 1e3:.0f} ms > target")
         elif over:
             self.last_reason = "upstream waiting once: watching"
+        elif (obs.queued or obs.peak_inflight >= self.value) and self._slow_start:
+            self._set(self.value * 2, "room, no congestion seen yet: doubling")
         elif obs.queued or obs.peak_inflight >= self.value:
             self._set(self.value + max(1, round(self.value * self.growth)), "room: growing")
         else:
@@ -93,6 +105,8 @@ class AimdLimit:
         return self.value
 
     def _set(self, value: int, reason: str) -> None:
+        if value < self.value:
+            self._slow_start = False
         self.value = min(max(value, self.min_limit), self.max_limit)
         self.last_reason = reason
 

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from typing import Any
 
+from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
 
 WIDTH = 80
@@ -91,9 +92,7 @@ def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str
             continue
         ci = e.get("ci95_pct")
         interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
-        word = "helped" if e.get("helped") else "did NOT measurably help"
-        if e.get("helped") and (e.get("guard") or {}).get("verdict") == "worse":
-            word = "helped, at a cost"
+        word = outcome(e)
         out += _wrap(f"{e['finding_id']}: {e['change']} at c={e['load']:g}: {e['metric']} "
                      f"{e['a_mean']:.1f} -> {e['b_mean']:.1f} ({e['change_pct']:+.1f}%)"
                      f"{interval}: {word}" + _guard_text(e.get("guard"))

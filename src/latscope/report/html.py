@@ -12,6 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from latscope.analysis.tune import outcome
 from latscope.report import plots, units
 from latscope.report.schema import actionable, check_report, checks, component_tree, ttft_leaves
 
@@ -64,6 +65,7 @@ def _template():
                        interval=units.interval, num=units.number, value_unit=units.value_unit,
                        impact=units.impact_line, href=_safe_href)
     env.globals["load_label"] = units.load_label
+    env.globals["outcome"] = outcome
     return env.from_string(_asset("report.html.j2"))
 
 

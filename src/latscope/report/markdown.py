@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from latscope.analysis.tune import outcome
 from latscope.report import units
 from latscope.report.schema import actionable, check_report, checks, component_tree
 
@@ -147,9 +148,7 @@ def _experiments(r: dict[str, Any]) -> str:
     if not exps:
         out.append("No fix was tried in this run.")
     for n, e in enumerate(exps, 1):
-        result = "**helped**" if e.get("helped") else "**did not help**"
-        if e.get("helped") and (e.get("guard") or {}).get("verdict") == "worse":
-            result = "**helped, at a cost**"
+        result = f"**{outcome(e)}**"
         out.append(_wrap(f"{n}. {_code(e.get('change'))}: {result}", "   "))
         out.append(_wrap(
             f"{_text(e.get('metric'))} {units.number(e.get('a_mean'))} -> "

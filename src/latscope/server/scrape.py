@@ -43,15 +43,17 @@ _MAX_ERRORS_KEPT = 5
 
 
 class MetricsScraper:
-    """Scrape ``ctx.base_url + path`` at start, every ``interval_s``, and at stop."""
+    """Scrape ``ctx.base_url + path`` at start, every ``interval_s``, and at stop; ``base_url``
+    scrapes another server instead (the one behind a gateway the load is sent to)."""
 
     def __init__(self, interval_s: float = 2.0, *, path: str = "/metrics",
                  timeout_s: float | None = None, parse_during_run: bool = False,
-                 keep_raw: bool = False) -> None:
+                 keep_raw: bool = False, base_url: str | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
         self.path = path
+        self.base_url = base_url
         self.parse_during_run = parse_during_run
         self.keep_raw = keep_raw
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, min(10.0, interval_s * 2))
@@ -110,7 +112,7 @@ class MetricsScraper:
     async def _scrape(self, ctx: RunContext, *, first: bool = False) -> None:
         if self._session is None or self._missing_endpoint:
             return
-        url = ctx.base_url.rstrip("/") + self.path
+        url = (self.base_url or ctx.base_url).rstrip("/") + self.path
         sent_ns = time.perf_counter_ns()
         try:
             async with self._session.get(url) as resp:

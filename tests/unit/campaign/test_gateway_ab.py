@@ -117,3 +117,52 @@ def test_diagnose_refuses_a_bad_workload_before_starting_a_server(argv, message,
     assert main(["diagnose", *argv]) != 0
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "starting" not in err
+
+
+class _Budget:
+    def __init__(self, left_s: float) -> None:
+        self.left_s = left_s
+
+    def left(self) -> float:
+        return self.left_s
+
+
+def _state_with_throughput(rps: float | None, pairs: int = 4):
+    from types import SimpleNamespace
+
+    obs = SimpleNamespace(summary={"throughput": {"requests_per_s": rps}})
+    return SimpleNamespace(observations={16.0: obs}, opts=SimpleNamespace(pairs=pairs))
+
+
+@pytest.mark.parametrize("left_s, restart, expected", [
+    (1000.0, False, 4),  # room for all that were asked
+    (180.0, False, 2),   # a run at c=16: (64 + 16) requests at 2 req/s + 3 s = 43 s
+    (80.0, False, 0),    # less than one pair: nothing run, the fix only proposed
+    (300.0, True, 1),    # a server start of 60 s in every run: 103 s a run
+])
+def test_ab_pairs_are_cut_to_the_budget_left(left_s, restart, expected):
+    from latscope.campaign.diagnose import _pairs_that_fit
+
+    class Control(_NoControl):
+        concurrent_arms = not restart
+
+    current = Running(url="http://127.0.0.1:1", model=None, pid=None, log_path=None,
+                      tokenizer_dir=None, start_s=60.0)
+    proposal = Proposal("server.queue_max_num_seqs", Change(flags=("--max-num-seqs", "8")))
+    assert _pairs_that_fit(_state_with_throughput(2.0), proposal, Control(), current, 16,
+                           _Budget(left_s)) == expected
+    # the gateway's B arm is a gateway in front of the running server: never a restart
+    gateway = Proposal("server.queue_max_num_seqs", Change(), gateway={"policy": "sjf"})
+    assert _pairs_that_fit(_state_with_throughput(2.0), gateway, Control(), current, 16,
+                           _Budget(180.0)) == 2
+
+
+def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left():
+    from latscope.campaign.diagnose import _pairs_that_fit
+
+    current = Running(url="http://127.0.0.1:1", model=None, pid=None, log_path=None,
+                      tokenizer_dir=None, start_s=0.0)
+    proposal = Proposal("x", Change())
+    state = _state_with_throughput(None, pairs=3)
+    assert _pairs_that_fit(state, proposal, _NoControl(), current, 16, _Budget(25.0)) == 3
+    assert _pairs_that_fit(state, proposal, _NoControl(), current, 16, _Budget(10.0)) == 0

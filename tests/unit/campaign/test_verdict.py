@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from latscope.campaign.diagnose import join_causes, verdict
 from latscope.findings.impact import make_impact
 from latscope.findings.rank import rank
@@ -70,3 +72,16 @@ def test_a_small_unexplained_share_is_no_verdict():
     state = SimpleNamespace(experiments=[], levels={}, observations={})
     result = verdict(ranked, state)
     assert result["finding_id"] is None  # no fault named (no load measured in this stub)
+
+
+@pytest.mark.parametrize("exp, words", [
+    ({"verdict": "better", "helped": True}, "helped"),
+    ({"verdict": "better", "helped": True, "guard": {"verdict": "worse"}}, "helped, at a cost"),
+    ({"verdict": "worse", "helped": False}, "made it worse"),
+    ({"verdict": "no significant difference", "helped": False}, "did not measurably help"),
+])
+def test_an_ab_outcome_has_one_wording(exp, words):
+    # +200% [+125%, +300%] was printed "did not measurably help" (the H200 gateway A/B)
+    from latscope.analysis.tune import outcome
+
+    assert outcome(exp) == words

@@ -112,3 +112,59 @@ async def test_a_request_holds_its_place_while_its_cost_is_computed():
     await task
     assert served == ["long"]
     assert admission.inflight == 1
+
+
+async def test_a_slot_handed_over_is_used_at_once_not_after_the_cost_is_counted():
+    """The count (the upstream's /tokenize) only orders the queue: a waiter given a slot goes,
+    even while its count is outstanding (waiting for it held the slot idle for a round trip to
+    the busy API server: 3x short TTFT on an H200 with a full batch)."""
+    import asyncio
+
+    from latscope.gateway.admission import Admission
+    from latscope.gateway.limit import FixedLimit
+    from latscope.gateway.metrics import GatewayMetrics
+
+    admission = Admission(WaitQueue("sjf"), FixedLimit(1), 16, GatewayMetrics())
+    assert admission.try_now()
+    counting = asyncio.Event()
+
+    async def slow_cost() -> float:
+        counting.set()
+        await asyncio.sleep(30)  # a /tokenize stuck behind a busy server
+        return 99.0
+
+    task = asyncio.create_task(admission.wait(slow_cost, estimate=40.0))
+    await counting.wait()
+    admission.release(0.0)
+    cost = await asyncio.wait_for(task, timeout=2)
+    assert cost == 40.0  # the estimate it was ordered by
+    assert admission.inflight == 1 and len(admission.queue) == 0
+
+
+async def test_the_count_reorders_the_queue_when_it_comes_first():
+    import asyncio
+
+    from latscope.gateway.admission import Admission
+    from latscope.gateway.limit import FixedLimit
+    from latscope.gateway.metrics import GatewayMetrics
+
+    admission = Admission(WaitQueue("sjf", rate=100.0), FixedLimit(1), 16, GatewayMetrics())
+    assert admission.try_now()
+    order: list[str] = []
+
+    async def request(name: str, estimate: float, exact: float) -> None:
+        async def count() -> float:
+            return exact
+        await admission.wait(count, estimate=estimate)
+        order.append(name)
+        await asyncio.sleep(0.01)
+        admission.release(exact)
+
+    # the first looks short by its text, and is long by its tokens: the count puts it last
+    first = asyncio.create_task(request("long", 10.0, 5000.0))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(request("short", 20.0, 20.0))
+    await asyncio.sleep(0.01)
+    admission.release(0.0)
+    await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
+    assert order == ["short", "long"]

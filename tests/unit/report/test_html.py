@@ -64,7 +64,7 @@ def test_experiments_show_interval_and_plain_did_not_help(page):
     exp = _section(page, "experiments")
     assert "[-90.1%, -86.0%]" in exp and "-88.2%" in exp
     assert "[-4.2%, +7.5%]" in exp
-    assert exp.count("<b>did not help</b>") == 1 and exp.count("<b>helped</b>") == 1
+    assert exp.count("<b>did not measurably help</b>") == 1 and exp.count("<b>helped</b>") == 1
     assert "warm-up excluded" in exp and "arms A B A B A B" in exp
     assert "sudo sysctl kernel.numa_balancing=0" in exp  # the proposal's command
 

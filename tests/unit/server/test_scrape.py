@@ -119,3 +119,21 @@ async def test_live_parsing_and_interrupted_run(fixtures_dir, tmp_path):
         await runner.cleanup()
     snaps = read_snapshots(tmp_path / "killed")  # recovered from raw.jsonl
     assert len(snaps) == 1 and snapshot_value(snaps[0], "vllm:num_requests_running") is not None
+
+
+async def test_base_url_scrapes_the_server_behind_a_proxy(fixtures_dir, tmp_path):
+    # the load goes to a gateway (its own /metrics has no vllm: series); the server's are wanted
+    page = (fixtures_dir / "vllm" / "h200-vllm0.26" / "metrics_after_c512.txt").read_text()
+    server, server_url, _ = await _serve({"/metrics": (200, page)})
+    proxy, proxy_url, proxy_seen = await _serve({"/metrics": (200, "gateway_only 1\n")})
+    try:
+        scraper = MetricsScraper(interval_s=0.1, base_url=server_url)
+        ctx = _ctx(proxy_url, tmp_path)
+        await scraper.start(ctx)
+        await scraper.stop(ctx)
+    finally:
+        await server.cleanup()
+        await proxy.cleanup()
+    snaps = read_snapshots(tmp_path)
+    assert snaps and proxy_seen == []
+    assert snapshot_value(snaps[-1], "vllm:request_queue_time_seconds_count") == 2768.0
