@@ -1,9 +1,9 @@
 """Session-wide real vLLM servers for the integration tests, started only when a test asks.
 
 - ``vllm_target``: the tiny model with latscope's default flags.
-- ``vllm_target_constrained``: ``--max-num-seqs 2 --enable-log-requests`` and
-  ``VLLM_LOGGING_LEVEL=DEBUG``, so that queueing appears under light load and the log carries
-  per-request and per-step lines.
+- ``vllm_target_constrained``: ``--max-num-seqs 2 --enable-log-requests``,
+  ``VLLM_LOGGING_LEVEL=DEBUG`` and ``VLLM_LOG_STATS_INTERVAL=2``, so that queueing appears under
+  light load and the log carries per-request and per-step lines.
 
 Both are ``LocalTarget``s (``.url``, ``.model_name``, ``.log_path``, ``.tokenizer_dir``, ``.pid``),
 stopped (whole process group) at session end. If vLLM is not importable the test FAILS: CI installs
@@ -20,7 +20,9 @@ import pytest
 from latscope.server.target import LocalTarget
 
 CONSTRAINED_ARGS = ("--max-num-seqs", "2", "--enable-log-requests")
-CONSTRAINED_ENV = {"VLLM_LOGGING_LEVEL": "DEBUG"}
+# stats lines every 2 s, not 10: a log rule reads the batch at those instants, and the two or
+# three lines of a 24 s run once showed no full batch (CI: a queue at Running < 2 only)
+CONSTRAINED_ENV = {"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOG_STATS_INTERVAL": "2"}
 
 
 def _started(tmp_path_factory: pytest.TempPathFactory, name: str, **kwargs) -> LocalTarget:

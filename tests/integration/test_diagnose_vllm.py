@@ -68,7 +68,9 @@ def test_queueing_under_a_spread_mix_gets_the_gateway_proven_by_an_ab(tmp_path):
     gateway = next(s for s in report["stages"] if s["name"] == "gateway")
     assert gateway["status"] == "ok", gateway
     [exp] = [e for e in report["experiments"] if e["change"].startswith("latscope gateway")]
-    assert exp["change"] == "latscope gateway --policy sjf --max-inflight auto"
+    # auto's limit starts at the server's batch size, read from its command line
+    assert exp["change"] == ("latscope gateway --policy sjf --max-inflight auto "
+                             "--initial-inflight 2")
     assert exp["metric"] == "short_ttft_mean_ms" and exp["load"] == 16
     pairs = len(exp["arms"]) // 2
     assert pairs >= 2 and exp["arms"] == ["A", "B"] * pairs

@@ -621,11 +621,25 @@ def verdict(ranked: list[Finding], state: Diagnosis) -> dict[str, Any]:
         proof = next((e for e in state.experiments if e["finding_id"] == top.id), None)
         if proof is not None:
             text += f". Fix measured: {proof['change']}: {_experiment_text(proof)}"
+        untried = _untried_fix(top, state, proof)
+        if untried:
+            text += f". Not measured here, to try next: {untried}"
         return {"text": text, "finding_id": top.id, "healthy": False,
                 "severity": top.severity.value, "share": impact.get("share"),
                 "target": impact.get("target"), "measured_at": impact.get("measured_at"),
                 "impact": share}
     return _healthy_verdict(state)
+
+
+def _untried_fix(top: Finding, state: Diagnosis, proof: dict[str, Any] | None) -> str | None:
+    """The finding's proposed fix that no A/B measured, when the one measured did not help (on
+    an H200 with a full batch the verdict told only of the gateway that made it worse, not of
+    the --max-num-seqs it could not prove through --url)."""
+    if proof is not None and proof.get("helped"):
+        return None
+    measured = {e["change"] for e in state.experiments}
+    return next((p["change"] for p in state.proposals
+                 if p["finding_id"] == top.id and p["change"] not in measured), None)
 
 
 def _target_words(impact: dict[str, Any]) -> str:
@@ -724,8 +738,14 @@ def _gateway(state: Diagnosis, control: ServerControl | None, running: Running |
     from latscope.campaign.servers import Change
 
     at = _proof_load(f, state) or int(_load_of(f, state) or 1)
+    # auto's limit starts at the server's batch size when known: from its default of 8, the
+    # slow start spends the first B run's first seconds below what the server takes
+    seqs = _server_limits(state)[0]
+    options: dict[str, Any] = {"policy": "sjf", "max_inflight": None}
+    if seqs:
+        options["initial_inflight"] = int(seqs)
     proposal = Proposal(f.id, Change(), metric="short_ttft_mean_ms", guard="long_e2e_mean_ms",
-                        why=fit.reason, gateway={"policy": "sjf", "max_inflight": None})
+                        why=fit.reason, gateway=options)
     url = running.url if running else state.opts.url
     current = running or _remote(url, base)
     control = control or _NoControl()

@@ -37,7 +37,7 @@ def _h200_findings(debug: Severity | None = None) -> list[Finding]:
 
 def _verdict(findings: list[Finding]) -> tuple[dict, list[Finding]]:
     ranked, _ = rank(join_causes(findings))
-    return verdict(ranked, SimpleNamespace(experiments=[], levels={})), ranked
+    return verdict(ranked, SimpleNamespace(experiments=[], levels={}, proposals=[])), ranked
 
 
 def test_a_measured_share_is_the_verdict_before_an_unmeasured_setting():
@@ -69,7 +69,7 @@ def test_a_small_unexplained_share_is_no_verdict():
                     layer="frontend", role="symptom",
                     impact=make_impact("ttft_mean", 0.27, value_ms=47.7, measured_at="c=3"))
     ranked, _ = rank(join_causes([small]))
-    state = SimpleNamespace(experiments=[], levels={}, observations={})
+    state = SimpleNamespace(experiments=[], levels={}, observations={}, proposals=[])
     result = verdict(ranked, state)
     assert result["finding_id"] is None  # no fault named (no load measured in this stub)
 
@@ -85,3 +85,32 @@ def test_an_ab_outcome_has_one_wording(exp, words):
     from latscope.analysis.tune import outcome
 
     assert outcome(exp) == words
+
+
+def _full_batch() -> list[Finding]:
+    # diagnose --url on an H200 with --max-num-seqs 64 (KV cache 3% used)
+    return [Finding("server.queue_max_num_seqs", Severity.WARNING,
+                    "Requests queue because the batch is full: Running 64 = max_num_seqs 64",
+                    layer="queue",
+                    impact=make_impact("ttft_mean", 0.95, measured_at="c=512 (past the knee)"))]
+
+
+def _gateway_ab(helped: bool) -> dict:
+    return {"finding_id": "server.queue_max_num_seqs",
+            "change": "latscope gateway --policy sjf --max-inflight auto",
+            "metric": "short_ttft_mean_ms", "change_pct": 200.0 if not helped else -60.0,
+            "ci95_pct": [110.3, 327.9] if not helped else [-80.0, -16.0], "helped": helped,
+            "verdict": "better" if helped else "worse"}
+
+
+def test_a_measured_fix_that_made_it_worse_points_to_the_one_not_measured():
+    ranked, _ = rank(join_causes(_full_batch()))
+    proposal = {"finding_id": "server.queue_max_num_seqs", "change": "--max-num-seqs 256"}
+    state = SimpleNamespace(experiments=[_gateway_ab(helped=False)], levels={},
+                            proposals=[proposal])
+    text = verdict(ranked, state)["text"]
+    assert "Fix measured: latscope gateway" in text and "made it worse" in text
+    assert text.endswith("Not measured here, to try next: --max-num-seqs 256")
+    # a fix that helped is the answer: nothing more to try is added
+    state.experiments = [_gateway_ab(helped=True)]
+    assert "to try next" not in verdict(ranked, state)["text"]
