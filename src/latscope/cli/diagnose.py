@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 import sys
+from pathlib import Path
 
 HELP = "find out why a server is slow: doctor, net, sweep, logs, trace; a verdict and a report"
 
