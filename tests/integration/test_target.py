@@ -121,9 +121,9 @@ def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constra
     assert grew["vllm:request_queue_time_seconds_count"] == 6
     # A round is timed by the engine's own clock (mean seconds a request ran), not the client's,
     # which also counts the API server: on the CI box 4.5 s of queueing once failed a bound taken
-    # from the shortest request's 2.85 s end to end (6 rounds of 0.75 s fit). With two slots, requests 3-4 wait one round and 5-6 two: >= 6 rounds
-    # of queueing in all; without the cap there would be next to none. Asserting a third of that
-    # leaves room for a noisy box.
+    # from the shortest request's 2.85 s end to end (6 rounds of 0.75 s fit). With two slots,
+    # requests 3-4 wait one round and 5-6 two: >= 6 rounds of queueing in all; without the cap
+    # there would be next to none. Asserting a third of that leaves room for a noisy box.
     round_s = grew["vllm:request_inference_time_seconds_sum"] / 6
     queued_s = grew["vllm:request_queue_time_seconds_sum"]
     assert queued_s >= 2 * round_s * 0.9, (queued_s, round_s)
