@@ -315,16 +315,15 @@ def gateway_arm(arm: str) -> dict[str, Any]:
 def parse_arms(text: str) -> tuple[str, ...]:
     arms = tuple(a.strip() for a in text.split(",") if a.strip())
     if not arms or arms[0] != "direct" or len(set(arms)) != len(arms):
-        raise argparse.ArgumentTypeError("--arms: direct first, then distinct gateway arms")
+        raise argparse.ArgumentTypeError("direct first, then distinct gateway arms")
     for arm in arms[1:]:
-        policy, _, factor = arm.partition("@")
         try:
-            ok = policy in ("fcfs", "sjf") and (not factor or (policy == "sjf"
-                                                                and float(factor) > 0))
-        except ValueError:
-            ok = False
-        if not ok:
-            raise argparse.ArgumentTypeError(f"--arms: {arm!r} is not fcfs, sjf or sjf@K (K > 0)")
+            options = gateway_arm(arm)
+        except ValueError:  # sjf@x
+            options = {}
+        if options.get("policy") not in ("fcfs", "sjf") or options.get("aging_factor", 1) <= 0 \
+                or (options["policy"] == "fcfs" and "aging_factor" in options):
+            raise argparse.ArgumentTypeError(f"{arm!r} is not fcfs, sjf or sjf@K (K > 0)")
     return arms
 
 

@@ -803,8 +803,9 @@ def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> dict[str
     return {"finding_id": f.id, "change": p.describe(), "why": p.why,
             "note": f"not measured ({why}): benchmarks/gateway.py runs the same A/B (direct vs "
                     "gateway-fcfs vs gateway-sjf, alternating)",
-            "command": f"latscope gateway --upstream {url or 'URL'} --policy sjf "
-                       "--max-inflight auto"}
+            # the same flags as the change measured (or proposed), --initial-inflight included
+            "command": p.describe().replace("latscope gateway",
+                                            f"latscope gateway --upstream {url or 'URL'}", 1)}
 
 
 def _remote(url: str | None, base: Any) -> Running:

@@ -166,3 +166,18 @@ def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left(
     state = _state_with_throughput(None, pairs=3)
     assert _pairs_that_fit(state, proposal, _NoControl(), current, 16, _Budget(25.0)) == 3
     assert _pairs_that_fit(state, proposal, _NoControl(), current, 16, _Budget(10.0)) == 0
+
+
+def test_the_proposed_gateway_command_carries_the_flags_of_the_change():
+    from latscope.campaign.diagnose import _gateway_proposal
+    from latscope.model import Finding, Severity
+
+    f = Finding("server.queue_max_num_seqs", Severity.WARNING, "batch full", layer="queue")
+    p = Proposal(f.id, Change(), metric="short_ttft_mean_ms", guard="long_e2e_mean_ms",
+                 why="queueing dominates",
+                 gateway={"policy": "sjf", "max_inflight": None, "initial_inflight": 64})
+    out = _gateway_proposal(f, p, "http://127.0.0.1:8000", "no time left")
+    assert out["change"] == ("latscope gateway --policy sjf --max-inflight auto "
+                             "--initial-inflight 64")
+    assert out["command"] == ("latscope gateway --upstream http://127.0.0.1:8000 --policy sjf "
+                              "--max-inflight auto --initial-inflight 64")
