@@ -222,19 +222,23 @@ async def test_limit_one_serves_short_first_and_ages_long(upstream, model, polic
 
 
 async def test_full_queue_answers_429_with_retry_after(upstream, model):
-    with running_gateway(upstream, policy="sjf", max_inflight=1, max_queue=1,
-                         mode="thread") as url:
-        busy = asyncio.create_task(_stream(url, _body(model, MAX_OUTPUT)))  # ~1-3 s
-        await _gateway_holds(url, inflight=1, queued=0)
-        queued = asyncio.create_task(_stream(url, _body(model, 4)))
-        await _gateway_holds(url, inflight=1, queued=1)
-        assert not busy.done(), "the long request must still hold the only slot"
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url + "/v1/completions", json=_body(model, 4)) as resp:
-                status, retry_after = resp.status, resp.headers.get("Retry-After")
-                error = (await resp.json())["error"]
-        assert [r[0] for r in await asyncio.gather(busy, queued)] == [200, 200]
-        rejected = _metrics(url).value("latscope_gateway_rejected_total", reason="queue_full")
+    # the busy request's answer is held by the tap: decoding 1900 tokens to hold the slot raced
+    # the box (a CI machine ended it before the gateway's gauges were read once)
+    tap = HoldingTap(upstream, b"hold the only slot")
+    async with tap as tapped:
+        with running_gateway(tapped, policy="sjf", max_inflight=1, max_queue=1, mode="thread",
+                             upstream_priority="off", watch_waiting=False) as url:
+            busy = asyncio.create_task(_stream(url, _body(model, 8, prompt="hold the only slot")))
+            await asyncio.wait_for(tap.holding.wait(), 30)
+            queued = asyncio.create_task(_stream(url, _body(model, 4)))
+            await _gateway_holds(url, inflight=1, queued=1)
+            async with aiohttp.ClientSession() as session:
+                async with session.post(url + "/v1/completions", json=_body(model, 4)) as resp:
+                    status, retry_after = resp.status, resp.headers.get("Retry-After")
+                    error = (await resp.json())["error"]
+            tap.release.set()
+            assert [r[0] for r in await asyncio.gather(busy, queued)] == [200, 200]
+            rejected = _metrics(url).value("latscope_gateway_rejected_total", reason="queue_full")
     assert status == 429
     assert retry_after is not None and int(retry_after) >= 1
     assert "queue is full" in error["message"]
