@@ -20,6 +20,7 @@
     python3 benchmarks/gateway.py overhead --requests 500
     python3 benchmarks/gateway.py ab --url http://127.0.0.1:8000   # a server already running
     python3 benchmarks/gateway.py ab --arms direct,sjf@1,sjf@4      # aging factors compared
+    python3 benchmarks/gateway.py ab --keep-gateway   # one gateway for all rounds, as diagnose
 
 Goals from issue #12: short mean TTFT >= 40% lower than direct, long E2E within +10%, added p99
 under 1 ms at light load. The script reports what it measured against them, met or not.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import urllib.request
@@ -41,6 +43,10 @@ from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+# the gateway arms run `python -m latscope gateway` in a process of their own: this checkout's
+# latscope there too, installed or not
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"),
+                                                         os.environ.get("PYTHONPATH")]))
 
 from latscope.gateway import running_gateway  # noqa: E402
 from latscope.load import BenchConfig, WorkloadSpec, run_bench  # noqa: E402
@@ -238,6 +244,9 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             args.rate = float(args.rate)
         runs: list[dict[str, Any]] = []
         arms = args.arms
+        # --keep-gateway: one gateway per arm for all rounds, as diagnose's A/B keeps one
+        kept = {arm: stack.enter_context(_gateway(url, args, arm))
+                for arm in arms[1:]} if args.keep_gateway else {}
         for rnd in range(args.rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
             for arm in order:
@@ -247,10 +256,8 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 if arm == "direct":
                     result = _bench(url, args, seed, run_out)
                 else:
-                    with running_gateway(url, max_inflight=args.max_inflight,
-                                         ttft_target_ms=args.ttft_target, mode="process",
-                                         initial_inflight=args.initial_inflight,
-                                         **gateway_arm(arm)) as gw:
+                    with (contextlib.nullcontext(kept[arm]) if kept
+                          else _gateway(url, args, arm)) as gw:
                         result = _bench(gw, args, seed, run_out)
                         extra = _gateway_metrics(gw)
                 row = {"round": rnd, "arm": arm, **_figures(result.summary),
@@ -262,6 +269,7 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                       f"(steady {row['steady_rps'] or math.nan:.2f}) req/s"
                       + (f", limit {extra['final_limit']:.0f}" if extra else ""), flush=True)
     return {"rate": args.rate, "concurrency": args.concurrency, "mix": args.mix,
+            "keep_gateway": args.keep_gateway,
             "duration_s": args.duration,
             "rounds": args.rounds, "runs": runs, "table": ab_table(runs, args)}
 
@@ -304,6 +312,12 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
               f"{'met' if short_cut >= 0.4 else 'NOT met'} ({-short_cut:+.0%}); long E2E "
               f"within +10%: {'met' if long_up <= 0.1 else 'NOT met'} ({long_up:+.0%})")
     return table
+
+
+def _gateway(url: str, args: argparse.Namespace, arm: str):
+    return running_gateway(url, max_inflight=args.max_inflight, ttft_target_ms=args.ttft_target,
+                           mode="process", initial_inflight=args.initial_inflight,
+                           **gateway_arm(arm))
 
 
 def gateway_arm(arm: str) -> dict[str, Any]:
@@ -363,6 +377,9 @@ def main() -> int:
     p.add_argument("--ttft-target", type=float, default=None, help="gateway auto, ms (off)")
     p.add_argument("--initial-inflight", type=int, default=8,
                    help="gateway auto: the limit it starts from (8, the gateway's default)")
+    p.add_argument("--keep-gateway", action="store_true",
+                   help="one gateway per arm for all rounds, as diagnose keeps one (default: "
+                        "a fresh one per run)")
     p.add_argument("--serve-args", default="--max-num-seqs 4",
                    help="vLLM flags of the local target ('--max-num-seqs 4': a batch that "
                         "fills, so requests queue; '' for latscope's defaults)")
@@ -372,7 +389,7 @@ def main() -> int:
     args = p.parse_args()
     out = args.output or Path("latscope-runs") / time.strftime("gateway-bench-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"host_cpus": __import__("os").cpu_count()}
+    results: dict[str, Any] = {"host_cpus": os.cpu_count()}
     if args.part in ("all", "overhead"):
         results["overhead"] = overhead(args, out)
     if args.part in ("all", "ab"):

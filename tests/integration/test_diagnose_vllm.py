@@ -60,8 +60,9 @@ def test_queueing_under_a_spread_mix_gets_the_gateway_proven_by_an_ab(tmp_path):
     # 90% short (32 in, 8 out), 10% long (512 in, 256 out): size CV ~1.9; two sequences at a
     # time make a queue at c=16. The flag fix is only proposed here (max_proofs=0), so the
     # prove time goes to the gateway's A/B: the same server direct and behind the gateway
-    # budget: the A/B runs only the pairs that fit (each ~40 s here)
-    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=420,
+    # budget: the A/B runs only the pairs that fit, each run ~120 requests (5 aging horizons of
+    # the long requests after 1 of warm-up: gateway.fits.gateway_run_shape), ~30 s here
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=720,
                                       loads=(1, 16), mix="short:0.9:32:8,long:0.1:512:256",
                                       output_dir=str(tmp_path / "run"), max_proofs=0))
     _check_run_dir(report)
@@ -72,6 +73,11 @@ def test_queueing_under_a_spread_mix_gets_the_gateway_proven_by_an_ab(tmp_path):
     assert exp["change"] == ("latscope gateway --policy sjf --max-inflight auto "
                              "--initial-inflight 2")
     assert exp["metric"] == "short_ttft_mean_ms" and exp["load"] == 16
+    # runs long enough for the requests sjf holds back to finish inside them
+    configs = [json.loads((Path(d) / "manifest.json").read_text())["config"]
+               for d in exp["run_dirs"]]
+    assert all(c["num_requests"] > 64 and c["warmup"] > 16 for c in configs), configs
+    assert "sjf may hold a long request back" in exp["note"]
     pairs = len(exp["arms"]) // 2
     assert pairs >= 2 and exp["arms"] == ["A", "B"] * pairs
     assert exp["ci95_pct"] is not None and exp["ci95_pct"][0] <= exp["ci95_pct"][1]

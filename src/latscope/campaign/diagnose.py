@@ -746,6 +746,7 @@ def _gateway(state: Diagnosis, control: ServerControl | None, running: Running |
         options["initial_inflight"] = int(seqs)
     proposal = Proposal(f.id, Change(), metric="short_ttft_mean_ms", guard="long_e2e_mean_ms",
                         why=fit.reason, gateway=options)
+    _size_runs_for_aging(proposal, state.observations.get(float(at)), at)
     url = running.url if running else state.opts.url
     current = running or _remote(url, base)
     control = control or _NoControl()
@@ -768,14 +769,14 @@ def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
     """A/B pairs (up to ``--pairs``) that the budget left has time for: each run timed from
     the sweep's throughput at that load, plus a server start where every run needs its own.
     Unknown throughput: as many as asked, once 20 s are left."""
-    from latscope.campaign.experiment import requests_per_run, restarts_per_run
+    from latscope.campaign.experiment import restarts_per_run, run_shape
 
     left = budget.left()
     obs = state.observations.get(float(load))
     rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None)
     if not rps:
         return state.opts.pairs if left >= 20 else 0
-    run_s = (requests_per_run(load) + load) / rps + RUN_SETUP_S
+    run_s = sum(run_shape(proposal, load)) / rps + RUN_SETUP_S
     if restarts_per_run(control, proposal):
         run_s += current.start_s
     return min(state.opts.pairs, int(left // (2 * run_s)))
@@ -798,11 +799,31 @@ def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
     return None, None
 
 
+def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
+    """Runs long enough for sjf's held-back long requests to finish inside them
+    (``gateway.fits.gateway_run_shape``), from the sweep's direct run at that load; the run
+    length goes into the experiment's note. Without that run, the default length."""
+    from latscope.campaign.experiment import requests_per_run
+    from latscope.gateway.fits import gateway_run_shape
+
+    throughput = (obs.summary.get("throughput") or {}) if obs else {}
+    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    sizes = [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
+             if r.ok and not r.warmup] if obs else []
+    if not (rps and tok_s and sizes):
+        return
+    shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),
+                              min_warmup=load)
+    proposal.requests, proposal.warmup = shape.requests, shape.warmup
+    proposal.note = shape.describe()
+
+
 def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> dict[str, Any]:
     """``url`` as the report shows it (``state.target``'s, its password redacted)."""
     return {"finding_id": f.id, "change": p.describe(), "why": p.why,
-            "note": f"not measured ({why}): benchmarks/gateway.py runs the same A/B (direct vs "
-                    "gateway-fcfs vs gateway-sjf, alternating)",
+            "note": f"not measured ({why}{'; ' + p.note if p.note else ''}): "
+                    "benchmarks/gateway.py runs the same A/B (direct vs gateway-fcfs vs "
+                    "gateway-sjf, alternating)",
             # the same flags as the change measured (or proposed), --initial-inflight included
             "command": p.describe().replace("latscope gateway",
                                             f"latscope gateway --upstream {url or 'URL'}", 1)}

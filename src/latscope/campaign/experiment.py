@@ -40,6 +40,10 @@ class Proposal:
     gateway: dict[str, Any] | None = None
     # a second metric the fix must not make much worse, measured and reported beside the first
     guard: str | None = None
+    # measured and warm-up requests per run, where the fix needs longer runs than
+    # ``requests_per_run`` (the gateway: ``gateway.fits.gateway_run_shape``)
+    requests: int | None = None
+    warmup: int | None = None
 
     def describe(self) -> str:
         if self.gateway is not None:
@@ -229,8 +233,8 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                    seed0: int = 10_000, scrape_interval_s: float = 1.0) -> Experiment:
     """Alternate A (``current``, already running) and B (``proposal.change``) ``pairs`` times."""
     exp = Experiment(proposal, load)
-    n = requests or requests_per_run(load)
-    warmup = load  # one full wave, flowing into the measured requests
+    n, warmup = run_shape(proposal, load)
+    n = requests or n
     with _arms(control, current, proposal, out_dir) as arm_url:
         for i in range(pairs):
             for arm in ("A", "B"):
@@ -260,6 +264,12 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
 def requests_per_run(load: int) -> int:
     """Measured requests of one A/B run at ``load`` in flight (its warm-up is one more wave)."""
     return max(24, 4 * load)
+
+
+def run_shape(proposal: Proposal, load: int) -> tuple[int, int]:
+    """Measured and warm-up requests of each run: the proposal's own, else ``requests_per_run``
+    and one full wave of warm-up, flowing into the measured requests."""
+    return proposal.requests or requests_per_run(load), proposal.warmup or load
 
 
 def restarts_per_run(control: ServerControl, proposal: Proposal) -> bool:

@@ -157,6 +157,52 @@ def test_ab_pairs_are_cut_to_the_budget_left(left_s, restart, expected):
                            _Budget(180.0)) == 2
 
 
+def test_a_gateways_longer_runs_are_what_the_budget_is_cut_for():
+    from latscope.campaign.diagnose import _pairs_that_fit
+
+    current = Running(url="http://127.0.0.1:1", model=None, pid=None, log_path=None,
+                      tokenizer_dir=None, start_s=0.0)
+    # (144 + 29) requests at 2 req/s + 3 s = 89.5 s a run: 180 s hold one pair, not two
+    gateway = Proposal("x", Change(), gateway={"policy": "sjf"}, requests=144, warmup=29)
+    assert _pairs_that_fit(_state_with_throughput(2.0), gateway, _NoControl(), current, 16,
+                           _Budget(180.0)) == 1
+    assert _pairs_that_fit(_state_with_throughput(2.0), gateway, _NoControl(), current, 16,
+                           _Budget(360.0)) == 2
+
+
+def test_diagnose_sizes_the_gateways_runs_from_the_sweeps_run_at_that_load():
+    from types import SimpleNamespace
+
+    from latscope.campaign.diagnose import _size_runs_for_aging
+
+    records = [_record(i, 32, 8, 10.0, 50.0) for i in range(90)]
+    records += [_record(90 + i, 512, 256, 40.0, 400.0) for i in range(10)]
+    obs = SimpleNamespace(records=records, summary={"throughput": {
+        "requests_per_s": 4.2, "total_tokens_per_s": 450.0}})
+    proposal = Proposal("x", Change(), gateway={"policy": "sjf"})
+    _size_runs_for_aging(proposal, obs, 16)
+    assert (proposal.requests, proposal.warmup) == (144, 29)  # 5 and 1 horizons of 6.8 s
+    assert "6.8 s" in proposal.note
+    untouched = Proposal("x", Change(), gateway={"policy": "sjf"})
+    _size_runs_for_aging(untouched, None, 16)  # no sweep run there: the default length
+    assert (untouched.requests, untouched.warmup, untouched.note) == (None, None, "")
+
+
+def test_the_runs_have_the_proposals_length(tmp_path):
+    mix = parse_mix("short:0.8:8:4,long:0.2:64:40")
+    with FakeServer(ttft_ms=1, itl_ms=0.5) as server:
+        base = BenchConfig(url=server.url, workload=WorkloadSpec(mix=mix))
+        current = Running(url=server.url, model=None, pid=None, log_path=None,
+                          tokenizer_dir=None, start_s=0.0)
+        proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
+                            gateway={"policy": "sjf", "max_inflight": 2}, requests=40, warmup=7)
+        exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=1,
+                             scrape_interval_s=0)
+    configs = [json.loads((Path(d) / "manifest.json").read_text())["config"]
+               for d in exp.to_dict()["run_dirs"]]
+    assert [(c["num_requests"], c["warmup"]) for c in configs] == [(40, 7), (40, 7)]
+
+
 def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left():
     from latscope.campaign.diagnose import _pairs_that_fit
 
