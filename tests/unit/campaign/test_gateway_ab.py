@@ -59,9 +59,10 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
         current = Running(url=server.url, model=None, pid=None, log_path=None,
                           tokenizer_dir=None, start_s=0.0)
         proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
-                            guard="long_e2e_mean_ms", gateway={"policy": "sjf", "max_inflight": 2})
+                            guard="long_e2e_mean_ms", gateway={"policy": "sjf", "max_inflight": 2},
+                            requests=30, warmup=7)
         exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
-                             requests=30, scrape_interval_s=0)
+                             scrape_interval_s=0)
     result = exp.to_dict()
     assert result["arms"] == ["A", "B", "A", "B"]
     assert result["change"] == "latscope gateway --policy sjf --max-inflight 2"
@@ -76,6 +77,8 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
     assert urls[1] == urls[3] != server.url
     # each run had its own prompts (its own seed): no arm served from another's prefix cache
     assert len({c["seed"] for c in configs}) == 4
+    # every run as long as the proposal asked (the gateway's: gateway.fits.gateway_run_shape)
+    assert {(c["num_requests"], c["warmup"]) for c in configs} == {(30, 7)}
 
 
 def test_a_gain_bought_with_the_guards_loss_is_said_so():
@@ -186,21 +189,6 @@ def test_diagnose_sizes_the_gateways_runs_from_the_sweeps_run_at_that_load():
     untouched = Proposal("x", Change(), gateway={"policy": "sjf"})
     _size_runs_for_aging(untouched, None, 16)  # no sweep run there: the default length
     assert (untouched.requests, untouched.warmup, untouched.note) == (None, None, "")
-
-
-def test_the_runs_have_the_proposals_length(tmp_path):
-    mix = parse_mix("short:0.8:8:4,long:0.2:64:40")
-    with FakeServer(ttft_ms=1, itl_ms=0.5) as server:
-        base = BenchConfig(url=server.url, workload=WorkloadSpec(mix=mix))
-        current = Running(url=server.url, model=None, pid=None, log_path=None,
-                          tokenizer_dir=None, start_s=0.0)
-        proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
-                            gateway={"policy": "sjf", "max_inflight": 2}, requests=40, warmup=7)
-        exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=1,
-                             scrape_interval_s=0)
-    configs = [json.loads((Path(d) / "manifest.json").read_text())["config"]
-               for d in exp.to_dict()["run_dirs"]]
-    assert [(c["num_requests"], c["warmup"]) for c in configs] == [(40, 7), (40, 7)]
 
 
 def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left():
