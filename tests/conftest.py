@@ -10,6 +10,7 @@ pinned commits in its manifest); the vLLM server recordings under ``vllm/`` are 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,13 @@ SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 # when the installed (editable) latscope points at another checkout.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)
+
+# The Ctrl-C tests send SIGINT to `python -m latscope` subprocesses. A suite started in the
+# background by a script (`nohup .ci/run &`) inherits SIGINT ignored, and so would those
+# subprocesses: they ran to the end and exited 0 (4 tests failed so). Python's own handler here
+# makes them start with the default disposition, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _HOW = {
     "traces": "run `bash scripts/fetch-fixtures.sh DIR` (public traces, sha256-checked), then "
