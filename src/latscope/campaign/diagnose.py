@@ -792,11 +792,16 @@ def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
         obs = state.observations.get(float(load)) if load is not None else None
         if obs is None:
             continue
-        sizes = [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
-                 if r.ok and not r.warmup]
+        sizes = _measured_sizes(obs)
         if len(sizes) >= 2:
             return gateway_fits(f.impact["share"], sizes), f
     return None, None
+
+
+def _measured_sizes(obs: Any) -> list[int]:
+    """Each measured request's cost as the gateway counts it: prompt + output tokens."""
+    return [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
+            if r.ok and not r.warmup]
 
 
 def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
@@ -808,8 +813,7 @@ def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
 
     throughput = (obs.summary.get("throughput") or {}) if obs else {}
     rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
-    sizes = [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
-             if r.ok and not r.warmup] if obs else []
+    sizes = _measured_sizes(obs) if obs else []
     if not (rps and tok_s and sizes):
         return
     shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),

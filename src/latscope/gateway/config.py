@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from latscope.errors import ConfigError
-from latscope.gateway.queue import POLICIES
+from latscope.gateway.queue import DEFAULT_AGING_FACTOR, POLICIES
 
 
 @dataclass
@@ -18,7 +18,8 @@ class GatewayConfig:
     ttft_target_ms: float | None = None  # auto: also back off above this median TTFT
     initial_inflight: int = 8  # auto: the limit it starts from
     max_queue: int = 1024  # requests waiting in the gateway beyond which it answers 429
-    aging_factor: float = 4.0  # sjf: deadline = arrival + aging_factor * cost / served rate
+    # sjf: deadline = arrival + aging_factor * cost / served rate
+    aging_factor: float = DEFAULT_AGING_FACTOR
     aging_rate: float | None = None  # sjf: cost units/s; None: measured from the upstream
     tokenizer: str | None = None  # a dir or tokenizer.json; else the upstream's /tokenize
     upstream_priority: str = "auto"  # auto | on | off: set vLLM's `priority` field

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from latscope.errors import ConfigError
+from latscope.gateway.queue import DEFAULT_AGING_FACTOR
 
 QUEUE_SHARE_MIN = 0.5
 SIZE_CV_MIN = 1.0
@@ -98,7 +99,7 @@ class RunShape:
 
 
 def aging_horizon_s(cost_tokens: float, served_tokens_per_s: float,
-                    aging_factor: float = 4.0) -> float:
+                    aging_factor: float = DEFAULT_AGING_FACTOR) -> float:
     """How long sjf may hold back a request of this cost: its deadline's distance from its
     arrival (``queue.Waiter.deadline``)."""
     if served_tokens_per_s <= 0:
@@ -108,7 +109,7 @@ def aging_horizon_s(cost_tokens: float, served_tokens_per_s: float,
 
 def gateway_run_shape(sizes: Sequence[float], requests_per_s: float, tokens_per_s: float,
                       *, min_requests: int, min_warmup: int,
-                      aging_factor: float = 4.0) -> RunShape:
+                      aging_factor: float = DEFAULT_AGING_FACTOR) -> RunShape:
     """Requests per run for the gateway's A/B at a load measured at ``requests_per_s`` and
     ``tokens_per_s`` (prompt + output) with these request ``sizes``: ``HORIZONS_MEASURED`` aging
     horizons of the 95th-percentile request measured after ``HORIZONS_WARMUP`` of warm-up, and

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POLICIES = ("fcfs", "sjf")
+# how many fair shares of the upstream's time a request may be held back: measured in
+# docs/gateway.md ("Aging factor"), no K meets both goals there
+DEFAULT_AGING_FACTOR = 4.0
 
 
 @dataclass(slots=True)
@@ -65,7 +68,7 @@ class ServedRate:
 class WaitQueue:
     """Waiters ordered by ``policy``; ``rate`` is a fixed number or a ``ServedRate``."""
 
-    def __init__(self, policy: str = "sjf", aging_factor: float = 4.0,
+    def __init__(self, policy: str = "sjf", aging_factor: float = DEFAULT_AGING_FACTOR,
                  rate: float | ServedRate | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES} (got {policy!r})")
