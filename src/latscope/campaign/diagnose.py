@@ -57,6 +57,12 @@ RUN_SETUP_S = 3.0
 
 # Share of the budget the sweep may use; the rest is for proving fixes and the profile.
 SWEEP_SHARE = 0.6
+# Share of the budget kept for the trace stage (the profile's load, the server writing the trace,
+# its analysis): with --budget 150s the eager case once spent 225 s there.
+TRACE_SHARE = 0.25
+# The profile's load runs about this long: its trace grows with it (an eager 8B model writes
+# tens of MB a second), and the analysis with the trace.
+PROFILE_LOAD_S = 3.0
 
 
 class DiagnoseFailed(LatscopeError):
@@ -78,8 +84,11 @@ class DiagnoseOptions:
     output_dir: str | None = None
     api_key: str | None = None
     model: str | None = None
-    input_len: str = "128"
-    output_len: str = "64"
+    # spread around 128 / 64 tokens: equal sizes keep a closed loop's requests in lockstep (every
+    # wave prefilled together, TTFT read as a staircase of waves: 35/65/110/207 ms at c=1..8 on
+    # an H200); the report's workload says what was drawn
+    input_len: str = "96..160"
+    output_len: str = "32..96"
     mix: str | None = None  # NAME:WEIGHT:IN:OUT,... (load.config.parse_mix)
     dataset: str | None = None
     max_load: int = 64
@@ -165,7 +174,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
         raise DiagnoseFailed(f"no load could be measured: {state.stages[-1].note}")
     _stage(state, "log", lambda: _log(state, running))
     if state.opts.trace or state.opts.profile:
-        _stage(state, "trace", lambda: _trace(state, base, running))
+        _stage(state, "trace", lambda: _trace(state, base, running, budget))
     _rank(state)
     _stage(state, "prove", lambda: _prove(state, control, running, base, budget))
     _stage(state, "gateway", lambda: _gateway(state, control, running, base, budget))
@@ -311,7 +320,10 @@ def _same_host(url: str) -> bool:
 def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     opts = state.opts
     can_prove = opts.prove and (opts.serve_cmd is not None or not opts.url)
-    sweep_s = max(30.0, budget.left() * SWEEP_SHARE) if can_prove else budget.left()
+    share = SWEEP_SHARE if can_prove else 1.0
+    if opts.profile or opts.trace:  # the trace stage's load, trace write and analysis
+        share -= TRACE_SHARE
+    sweep_s = max(30.0, budget.left() * share)
     deadline = time.monotonic() + sweep_s
     step_times: list[float] = []
     out = state.run.path / "sweep"
@@ -412,16 +424,19 @@ def _log(state: Diagnosis, running: Running | None) -> str:
     state.log_findings = findings_from_log(log)
     state.run.write("log.json", {"source": path, "stats_lines": len(log.stats),
                                  "config": log.config,
-                                 "findings": [f.to_dict() for f in state.log_findings]})
+                                 "findings": [f.to_dict() for f in state.log_findings],
+                                 "parsed": log.to_dict()})  # what --replay reads
     return f"{len(log.stats)} stats lines, {len(state.log_findings)} findings"
 
 
-def _trace(state: Diagnosis, base: Any, running: Running | None) -> str:
+def _trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) -> str:
     from latscope.trace.analyze import analyze_trace, to_json_units
     from latscope.trace.findings import trace_findings
     from latscope.trace.readers import read_trace
 
-    path = state.opts.trace or _profile(state, base, running)
+    if not state.opts.trace and budget.left() < 15:
+        return f"cut: time budget ({budget.left():.0f} s left, a profile needs about 15 s)"
+    path = state.opts.trace or _profile(state, base, running, budget)
     result = analyze_trace(read_trace(path))
     state.trace = to_json_units(result)
     state.trace_findings = trace_findings(result)
@@ -429,8 +444,10 @@ def _trace(state: Diagnosis, base: Any, running: Running | None) -> str:
     return f"{path}: {len(state.trace_findings)} findings"
 
 
-def _profile(state: Diagnosis, base: Any, running: Running | None) -> str:
-    """POST /start_profile, a short load at the knee, POST /stop_profile; the newest trace."""
+def _profile(state: Diagnosis, base: Any, running: Running | None, budget: Budget) -> str:
+    """POST /start_profile, a short load at the knee (about ``PROFILE_LOAD_S`` of it, from the
+    sweep's throughput there), POST /stop_profile; the newest trace, waited for within what is
+    left of the budget."""
     import urllib.request
 
     trace_dir = Path(state.opts.trace_dir) if state.opts.trace_dir else (
@@ -440,6 +457,7 @@ def _profile(state: Diagnosis, base: Any, running: Running | None) -> str:
                           "its profiler traces (its --profiler-config torch_profiler_dir)")
     before = set(trace_dir.glob("**/*.pt.trace.json*")) if trace_dir.exists() else set()
     load = int(state.levels.get("knee") or state.levels.get("light") or 1)
+    requests = _profile_requests(state, load)
 
     def post(path: str) -> None:
         req = urllib.request.Request(base.url.rstrip("/") + path, method="POST", data=b"")
@@ -448,19 +466,28 @@ def _profile(state: Diagnosis, base: Any, running: Running | None) -> str:
 
     post("/start_profile")
     try:
-        cfg = with_load(base, concurrency=load, num_requests=max(4, 2 * load),
+        cfg = with_load(base, concurrency=load, num_requests=requests,
                         output_dir=state.run.path / "profile-load", warmup=0, seed=900)
         observe(cfg, scrape_interval_s=0)
     finally:
         post("/stop_profile")
-    deadline = time.monotonic() + 120
+    wait_s = max(30.0, budget.left() * 0.5)  # the other half: reading and analysing it
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         new = sorted(set(trace_dir.glob("**/*.pt.trace.json*")) - before,
                      key=lambda p: p.stat().st_mtime)
         if new and _stable(new[-1]):
             return str(new[-1])
         time.sleep(1.0)
-    raise ConfigError(f"no new profiler trace appeared in {trace_dir} within 120 s")
+    raise ConfigError(f"no new profiler trace appeared in {trace_dir} within {wait_s:.0f} s")
+
+
+def _profile_requests(state: Diagnosis, load: int) -> int:
+    """Requests for about ``PROFILE_LOAD_S`` at ``load``, from the sweep's throughput there;
+    at least one per concurrency slot and 4, at most two waves."""
+    obs = state.observations.get(float(load))
+    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None) or 0.0
+    return max(4, load, min(2 * load, int(rps * PROFILE_LOAD_S)))
 
 
 def _stable(path: Path) -> bool:

@@ -34,8 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     inputs.add_argument("--trace-dir", help="where the server writes profiler traces "
                         "(needed with --profile and --url)")
     work = parser.add_argument_group("load")
-    work.add_argument("--input-len", default="128", help="prompt tokens (bench's syntax)")
-    work.add_argument("--output-len", default="64", help="output tokens (bench's syntax)")
+    work.add_argument("--input-len", default="96..160", help="prompt tokens (bench's syntax; "
+                      "default 96..160: spread, so that a closed loop's requests are not in "
+                      "lockstep)")
+    work.add_argument("--output-len", default="32..96",
+                      help="output tokens (bench's syntax; default 32..96)")
     work.add_argument("--mix", help="your traffic's size mix NAME:WEIGHT:IN:OUT,... e.g. "
                       "short:0.9:128:32,long:0.1:1024:128 (a spread mix lets diagnose judge "
                       "and A/B the short-first gateway)")

@@ -44,8 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--duration", type=float, default=None, help="seconds per step instead of -n")
     load.add_argument("--warmup", type=int, default=None,
                       help="warm-up requests per step (default: one per slot, 2..64)")
-    load.add_argument("--input-len", default="128", help="prompt tokens: 128, 64..256 or 128~32")
-    load.add_argument("--output-len", default="64", help="output tokens (same syntax)")
+    load.add_argument("--input-len", default="96..160", help="prompt tokens: 128, 64..256 or "
+                      "128~32 (default 96..160: spread, so that a closed loop is not in lockstep)")
+    load.add_argument("--output-len", default="32..96",
+                      help="output tokens (same syntax; default 32..96)")
     load.add_argument("--workload", help="TOML/YAML workload file (overrides the lengths)")
     load.add_argument("--seed", type=int, default=0)
 
