@@ -31,6 +31,8 @@ from latscope.campaign.observe import Observation, observe, with_load
 from latscope.campaign.servers import CommandControl, LocalControl, Running, ServerControl
 from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError, LatscopeError
+from latscope.env.hostload import read_cpu_usage
+from latscope.findings.host import contention_finding
 from latscope.findings.impact import describe, severity_for_share
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.rank import merge, rank
@@ -338,7 +340,7 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         cfg = with_load(base, concurrency=c, num_requests=max(16, 2 * c),
                         output_dir=out / f"step-{i:02d}-c{c}", warmup=2 * c, seed=100 + i)
         obs = observe(cfg, scrape_interval_s=1.0, network_rtt_ms=state.rtt_ms,
-                      collector=state.collector)
+                      collector=state.collector, server_pids=_server_pids(state))
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs
         step = step_of(load, obs)
@@ -376,6 +378,12 @@ def _sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     knee = state.levels.get("knee")
     return (f"{len(steps)} steps, knee at c={knee:g}" if knee is not None
             else f"{len(steps)} steps, no knee found") + (f"; stopped: {reason}" if reason else "")
+
+
+def _server_pids(state: Diagnosis) -> set[int]:
+    """The server's process (doctor found it from the port, or latscope started it)."""
+    pid = (state.doctor.facts.get("pid") if state.doctor is not None else None)
+    return {pid} if isinstance(pid, int) else set()
 
 
 def _slo(text: str | None) -> list[Any]:
@@ -468,7 +476,7 @@ def _profile(state: Diagnosis, base: Any, running: Running | None, budget: Budge
     try:
         cfg = with_load(base, concurrency=load, num_requests=requests,
                         output_dir=state.run.path / "profile-load", warmup=0, seed=900)
-        observe(cfg, scrape_interval_s=0)
+        observe(cfg, scrape_interval_s=0, host_load=False)
     finally:
         post("/stop_profile")
     wait_s = max(30.0, budget.left() * 0.5)  # the other half: reading and analysing it
@@ -532,6 +540,9 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
         out += findings_from_metrics(obs.snapshots, source=f"/metrics at {label}",
                                      max_num_seqs=seqs, max_num_seqs_source=seqs_src,
                                      max_num_batched_tokens=mbt)
+        contention = contention_finding(read_cpu_usage(obs.run_dir), label)
+        if contention is not None:
+            out.append(contention)
     return out
 
 

@@ -50,18 +50,25 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
             same_host: bool | None = None, max_num_seqs: int | None = None,
             max_num_seqs_source: str = "", observers: Sequence[Any] = (),
             on_record: Callable[[RequestRecord], None] | None = None,
-            collector: Any = None, metrics_url: str | None = None) -> Observation:
+            collector: Any = None, metrics_url: str | None = None,
+            server_pids: set[int] | None = None, host_load: bool = True) -> Observation:
     """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
     decompose it and make its findings; everything is also written to the run directory.
     ``metrics_url``: the server to scrape when the load goes through a proxy in front of it.
     With ``collector`` (a ``SpanCollector`` the server exports to), requests are traced and the
-    decomposition is per request, from the server's spans."""
-    scrapers = ([MetricsScraper(interval_s=scrape_interval_s, base_url=metrics_url)]
-                if scrape_interval_s > 0 else [])
+    decomposition is per request, from the server's spans. ``host_load``: the CPU used by
+    latscope, the server (``server_pids`` and their children) and every other process over the
+    run, in ``host/cpu.json`` (``env.hostload``)."""
+    from latscope.env.hostload import HostLoadSampler
+
+    scrapers: list[Any] = ([MetricsScraper(interval_s=scrape_interval_s, base_url=metrics_url)]
+                           if scrape_interval_s > 0 else [])
+    if host_load:
+        scrapers.append(HostLoadSampler(server_pids))
     if collector is not None:
         config, observers, on_record = _traced(config, collector, observers, on_record)
     result = run_bench(config, [*scrapers, *observers], on_record=on_record)
-    return observation_of(result, scraped=bool(scrapers), network_rtt_ms=network_rtt_ms,
+    return observation_of(result, scraped=scrape_interval_s > 0, network_rtt_ms=network_rtt_ms,
                           measured_at=measured_at, same_host=same_host,
                           max_num_seqs=max_num_seqs, max_num_seqs_source=max_num_seqs_source)
 
