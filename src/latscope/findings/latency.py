@@ -110,7 +110,9 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
         return None
     share = part_ms / total_ms
     odd_path = key == "ttft.network" and bool(ctx.same_host) and part_ms >= SAME_HOST_RTT_MS
-    if share < WARNING_SHARE and not odd_path:
+    # the queue's share is kept however small (information): a limit the server's own counters
+    # show binding takes it, so a slow machine's other shares do not overrule those counters
+    if share < WARNING_SHARE and not odd_path and not (key == "ttft.server.queue" and share > 0):
         return None
     try:
         impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)

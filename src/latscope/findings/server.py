@@ -12,11 +12,13 @@ from typing import Any
 
 from latscope.model import Evidence, Finding, MetricSnapshot, Severity
 from latscope.server.logs import ServerLog, StatsPoint
-from latscope.server.metrics import counter_delta, gauge_series, has_vllm_series
+from latscope.server.metrics import counter_delta, gauge_series, has_vllm_series, histogram_delta
 
 REF = "docs/findings.md"
 # KV cache usage at or above this fraction counts as saturated: new requests start to wait for
 # blocks and running ones get preempted (vLLM's optimization guide: sustained ~1 means preemption).
+# Engine steps past half the token budget, as a share of steps, for the budget to bind.
+BUDGET_FULL_SHARE = 0.5
 KV_SATURATED = 0.90
 # Per-request log lines above this (access log alone is 1) mean extra logging per request.
 LINES_PER_REQUEST_HIGH = 2.0
@@ -109,8 +111,11 @@ def token_budget_finding(running: float, waiting: float, kv_pct: float | None,
 def _token_budget_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | None,
                                mbt: int | None, source: str) -> Finding | None:
     """Scrapes where requests waited while fewer than max_num_seqs ran and the KV cache had
-    room. Needs max_num_seqs (else a full batch looks the same); a queue seen in one scrape
-    only (the ramp of a closed loop's first wave) is not a pattern."""
+    room, *and* engine steps full of tokens: the budget is binding only when the steps use it
+    up. Requests also wait for the next step of a busy engine (a saturated GPU with half-empty
+    steps: an H200 at its knee was told to raise the budget, which cannot add capacity), so where
+    vLLM's tokens-per-step histogram is served, it decides. Needs max_num_seqs (else a full
+    batch looks the same); a queue seen in one scrape only (a closed loop's ramp) is no pattern."""
     if max_seqs is None:
         return None
     running = dict(gauge_series(snapshots, "vllm:num_requests_running", combine=sum))
@@ -120,6 +125,9 @@ def _token_budget_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | 
     below = [t for t in queued if running[t] < max_seqs and kv.get(t, 0.0) < KV_SATURATED]
     if len(below) < 2 or len(below) * 2 < len(queued):
         return None
+    full_steps = budget_full_share(snapshots, mbt)
+    if full_steps is not None and full_steps[0] < BUDGET_FULL_SHARE:
+        return None  # steps had room: the wait is for the engine's next step, not the budget
     worst = max(below, key=lambda t: waiting[t])
     evidence = [Evidence("vllm:num_requests_running", running[worst], "reqs", source),
                 Evidence("vllm:num_requests_waiting", waiting[worst], "reqs", source),
@@ -127,9 +135,27 @@ def _token_budget_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | 
                 Evidence("max_num_batched_tokens", mbt, "tokens", "server command line or log"),
                 Evidence("scrapes with a queue below max_num_seqs", len(below),
                          f"of {len(snapshots)}", source)]
+    if full_steps is not None:
+        evidence.append(Evidence("engine steps using more than half the token budget",
+                                 round(full_steps[0], 3), f"of {full_steps[1]:g} steps",
+                                 f"vllm:iteration_tokens_total, {source}"))
     kv_pct = kv[worst] * 100 if worst in kv else None
     return token_budget_finding(running[worst], waiting[worst], kv_pct, max_seqs, mbt, evidence,
                                 sustained=True)
+
+
+def budget_full_share(snapshots: list[MetricSnapshot], mbt: int | None
+                      ) -> tuple[float, float] | None:
+    """(share of engine steps that scheduled more than half of ``mbt`` tokens, steps) over the
+    scrapes' window, from ``vllm:iteration_tokens_total``; None without the histogram or the
+    budget. Bucket edges are powers of two in vLLM, so "more than half" is the budget's bucket."""
+    if not mbt or len(snapshots) < 2:
+        return None
+    delta = histogram_delta(snapshots[0], snapshots[-1], "vllm:iteration_tokens_total")
+    if delta is None or delta.count <= 0:
+        return None
+    at_or_below_half = max((c for le, c in delta.buckets if le <= mbt / 2), default=0.0)
+    return max(0.0, (delta.count - at_or_below_half) / delta.count), delta.count
 
 
 def _queue_full_batch_finding(log: ServerLog) -> Finding | None:
@@ -202,7 +228,11 @@ def _full_batch_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | No
                          f"of {len(snapshots)}", source)]
     if max_seqs is not None:
         evidence.append(Evidence("max_num_seqs", max_seqs, "", seqs_source))
-    return full_batch_finding(worst[1], worst[2], max_seqs, evidence, sustained=len(at_cap) >= 2)
+    # a short step on a fast box is scraped at its start, once or twice while it runs, and at
+    # its end: a full batch in half of the scrapes taken while it ran is as sustained as it gets
+    during = max(1, len(snapshots) - 2)
+    sustained = len(at_cap) >= 2 or 2 * len(at_cap) >= during
+    return full_batch_finding(worst[1], worst[2], max_seqs, evidence, sustained=sustained)
 
 
 def _kv_finding_from_log(log: ServerLog) -> Finding | None:

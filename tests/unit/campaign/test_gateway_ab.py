@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from latscope.campaign.diagnose import _NoControl
+from latscope.campaign.proofs import _NoControl
 from latscope.campaign.experiment import Proposal, metric_of, run_experiment, size_class
 from latscope.campaign.servers import Change, Running
 from latscope.load import BenchConfig, WorkloadSpec
@@ -82,7 +82,7 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
 
 
 def test_a_gain_bought_with_the_guards_loss_is_said_so():
-    from latscope.campaign.diagnose import _experiment_text
+    from latscope.findings.verdict import experiment_text as _experiment_text
     from latscope.campaign.experiment import Experiment
     from latscope.report.diagnose import _experiment_lines
 
@@ -144,7 +144,7 @@ def _state_with_throughput(rps: float | None, pairs: int = 4):
     (300.0, True, 1),    # a server start of 60 s in every run: 103 s a run
 ])
 def test_ab_pairs_are_cut_to_the_budget_left(left_s, restart, expected):
-    from latscope.campaign.diagnose import _pairs_that_fit
+    from latscope.campaign.proofs import _pairs_that_fit
 
     class Control(_NoControl):
         concurrent_arms = not restart
@@ -161,7 +161,7 @@ def test_ab_pairs_are_cut_to_the_budget_left(left_s, restart, expected):
 
 
 def test_a_gateways_longer_runs_are_what_the_budget_is_cut_for():
-    from latscope.campaign.diagnose import _pairs_that_fit
+    from latscope.campaign.proofs import _pairs_that_fit
 
     current = Running(url="http://127.0.0.1:1", model=None, pid=None, log_path=None,
                       tokenizer_dir=None, start_s=0.0)
@@ -176,7 +176,7 @@ def test_a_gateways_longer_runs_are_what_the_budget_is_cut_for():
 def test_diagnose_sizes_the_gateways_runs_from_the_sweeps_run_at_that_load():
     from types import SimpleNamespace
 
-    from latscope.campaign.diagnose import _size_runs_for_aging
+    from latscope.campaign.proofs import _size_runs_for_aging
 
     records = [_record(i, 32, 8, 10.0, 50.0) for i in range(90)]
     records += [_record(90 + i, 512, 256, 40.0, 400.0) for i in range(10)]
@@ -192,7 +192,7 @@ def test_diagnose_sizes_the_gateways_runs_from_the_sweeps_run_at_that_load():
 
 
 def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left():
-    from latscope.campaign.diagnose import _pairs_that_fit
+    from latscope.campaign.proofs import _pairs_that_fit
 
     current = Running(url="http://127.0.0.1:1", model=None, pid=None, log_path=None,
                       tokenizer_dir=None, start_s=0.0)
@@ -203,7 +203,7 @@ def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left(
 
 
 def test_the_proposed_gateway_command_carries_the_flags_of_the_change():
-    from latscope.campaign.diagnose import _gateway_proposal
+    from latscope.campaign.proofs import _gateway_proposal
     from latscope.model import Finding, Severity
 
     f = Finding("server.queue_max_num_seqs", Severity.WARNING, "batch full", layer="queue")

@@ -4,11 +4,10 @@ ones diagnose gave on an H200 whose single API server was at 100% CPU (docs/gate
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from latscope.campaign.diagnose import join_causes, verdict
+from latscope.findings.causes import join_causes
+from latscope.findings.verdict import VerdictInputs, verdict
 from latscope.findings.impact import make_impact
 from latscope.findings.rank import rank
 from latscope.model import Finding, Severity
@@ -37,7 +36,7 @@ def _h200_findings(debug: Severity | None = None) -> list[Finding]:
 
 def _verdict(findings: list[Finding]) -> tuple[dict, list[Finding]]:
     ranked, _ = rank(join_causes(findings))
-    return verdict(ranked, SimpleNamespace(experiments=[], levels={}, proposals=[])), ranked
+    return verdict(ranked, VerdictInputs()), ranked
 
 
 def test_a_measured_share_is_the_verdict_before_an_unmeasured_setting():
@@ -69,8 +68,7 @@ def test_a_small_unexplained_share_is_no_verdict():
                     layer="frontend", role="symptom",
                     impact=make_impact("ttft_mean", 0.27, value_ms=47.7, measured_at="c=3"))
     ranked, _ = rank(join_causes([small]))
-    state = SimpleNamespace(experiments=[], levels={}, observations={}, proposals=[])
-    result = verdict(ranked, state)
+    result = verdict(ranked, VerdictInputs())
     assert result["finding_id"] is None  # no fault named (no load measured in this stub)
 
 
@@ -106,8 +104,7 @@ def _gateway_ab(helped: bool) -> dict:
 def test_a_measured_fix_that_made_it_worse_points_to_the_one_not_measured():
     ranked, _ = rank(join_causes(_full_batch()))
     proposal = {"finding_id": "server.queue_max_num_seqs", "change": "--max-num-seqs 256"}
-    state = SimpleNamespace(experiments=[_gateway_ab(helped=False)], levels={},
-                            proposals=[proposal])
+    state = VerdictInputs(experiments=[_gateway_ab(helped=False)], proposals=[proposal])
     text = verdict(ranked, state)["text"]
     assert "Fix measured: latscope gateway" in text and "made it worse" in text
     assert text.endswith("Not measured here, to try next: --max-num-seqs 256")

@@ -1,0 +1,124 @@
+"""report.json from a ``Diagnosis``: the verdict, the ranked findings, the stages, the sweep's
+curve, the TTFT split at each named load, the server's time series, the trace's breakdown, the
+experiments and proposals. The renderers (``latscope.report``) take this document."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from latscope.campaign.state import Diagnosis, level_label
+
+
+REPORT_SCHEMA = 1
+
+
+def build_report(state: Diagnosis) -> dict[str, Any]:
+    from latscope import __version__
+
+    return {
+        "schema_version": REPORT_SCHEMA, "kind": "diagnose", "latscope_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": state.run.manifest.get("command", ""),
+        "target": {**state.target, "same_host": state.same_host},
+        "verdict": state.verdict,
+        "findings": [f.to_dict() for f in state.ranked],
+        "stages": [dataclasses.asdict(s) for s in state.stages],
+        "client": state.client,
+        "sweep": _sweep_section(state),
+        "decompositions": _decomposition_section(state),
+        "timeseries": _timeseries_section(state),
+        "trace": _trace_section(state.trace),
+        "experiments": state.experiments,
+        "proposals": state.proposals,
+        "notes": state.notes,
+        "elapsed_s": round(time.monotonic() - state.started, 1),
+        "run_dir": str(state.run.path),
+    }
+
+
+def _sweep_section(state: Diagnosis) -> dict[str, Any] | None:
+    if not state.steps:
+        return None
+    points = []
+    for s in state.steps:
+        m = s.metrics
+        points.append({"load": s.load, "throughput_rps": m.get("requests_per_s"),
+                       "output_tok_s": m.get("output_tokens_per_s"),
+                       "ttft_p50_ms": m.get("ttft_p50_ms"), "ttft_p99_ms": m.get("ttft_p99_ms"),
+                       "e2e_p50_ms": m.get("e2e_p50_ms"), "e2e_p99_ms": m.get("e2e_p99_ms"),
+                       "itl_p50_ms": m.get("itl_p50_ms"), "errors": m.get("requests_failed"),
+                       "prefix_cache_hit_rate": m.get("prefix_cache_hit_rate"), "warm": True,
+                       "run_dir": s.run_dir})
+    a = state.analysis
+    knee = a.knee.to_dict() if a and a.knee else None
+    cut = next((s.stop_reason for s in state.steps if s.stop_reason), "")
+    return {"load_kind": "concurrency", "points": points,
+            "knee": {"load": knee["load"], "confidence": knee.get("confidence")} if knee else None,
+            "recommended": ({"load": a.recommended, "why": "10% left of the knee"}
+                            if a and a.recommended is not None else None),
+            "cut": cut}
+
+
+def _decomposition_section(state: Diagnosis) -> list[dict[str, Any]]:
+    out = []
+    for load in dict.fromkeys(state.levels.values()):
+        obs = state.observations.get(load)
+        if obs is None or obs.decomposition is None:
+            continue
+        comps = [{"key": c.key, "label": c.label, "parent": c.parent, "mean_ms": c.mean_ms,
+                  "share": c.share, "source": c.source, "note": c.note}
+                 for c in obs.decomposition.components]
+        out.append({"label": level_label(state, load), "load": load, "components": comps,
+                    "server_source": obs.decomposition.server_source,
+                    "notes": obs.decomposition.notes,
+                    "client_reliable": obs.client["reliable"]})
+    return out
+
+
+def _timeseries_section(state: Diagnosis) -> dict[str, Any] | None:
+    from latscope.server.metrics import counter_delta, gauge_series
+
+    snaps = [(load, s) for load, o in sorted(state.observations.items()) for s in o.snapshots]
+    if not snaps:
+        return None
+    t0 = snaps[0][1].wall_time
+    series: dict[str, list[Any]] = {k: [] for k in ("t_s", "running", "waiting", "kv_usage",
+                                                    "preemptions", "client_in_flight",
+                                                    "load_level")}
+    first = snaps[0][1]
+    for load, snap in snaps:
+        one = [snap]
+        series["t_s"].append(round(snap.wall_time - t0, 3))
+        series["running"].append(_last(gauge_series(one, "vllm:num_requests_running", combine=sum)))
+        series["waiting"].append(_last(gauge_series(one, "vllm:num_requests_waiting", combine=sum)))
+        series["kv_usage"].append(_last(gauge_series(one, "vllm:kv_cache_usage_perc", combine=max)))
+        pre = counter_delta(first, snap, "vllm:num_preemptions_total")
+        series["preemptions"].append(pre.delta if pre else None)
+        series["client_in_flight"].append(load)
+        series["load_level"].append(load)
+    return series
+
+
+def _last(points: list[tuple[Any, float]]) -> float | None:
+    return points[-1][1] if points else None
+
+
+def _trace_section(trace: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The first device's breakdown, kernel categories and top kernels (``trace.analyze``'s
+    result after ``to_json_units``: every ``*_ns`` is ``*_ms``)."""
+    if not trace or not trace.get("devices"):
+        return None
+    dev = trace["devices"][0]
+    b = dev.get("breakdown") or {}
+    kernels = dev.get("kernels") or {}
+    shares = {k: b.get(f"{k}_share") for k in ("compute", "exposed_comm", "exposed_copy", "idle")}
+    cats = [{"name": c.get("category"), "ms": c.get("union_ms"), "share": c.get("share_of_busy")}
+            for c in kernels.get("categories", [])]
+    top = [{"name": k.get("name"), "ms": k.get("total_ms"), "count": k.get("count"),
+            "share": k.get("share_of_busy"), "category": k.get("category")}
+           for k in kernels.get("top", [])[:15]]
+    return {"source": (trace.get("source") or {}).get("path"), "device": dev.get("device"),
+            "window_ms": b.get("window_ms"), "breakdown": shares, "categories": cats,
+            "top_kernels": top}

@@ -1,0 +1,207 @@
+"""diagnose's proofs: the fixes that are a flag or an environment change, A/B'd by restarting
+the server (``campaign.experiment``), and latscope's short-first gateway, A/B'd in front of it.
+Each runs only the pairs the budget has time for; what cannot be run is proposed with the
+command that would measure it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.campaign.conclude import server_limits
+from latscope.campaign.servers import Running, ServerControl
+from latscope.campaign.state import Budget, Diagnosis, load_of
+from latscope.findings.verdict import experiment_text
+from latscope.model import Finding, Severity
+
+
+MIN_PAIRS = 2
+
+
+RUN_SETUP_S = 3.0
+
+
+def prove(state: Diagnosis, control: ServerControl | None, running: Running | None, base: Any,
+           budget: Budget) -> str:
+    from latscope.campaign.experiment import propose, run_experiment
+
+    candidates = [f for f in state.ranked if f.role == "cause"
+                  and f.severity in (Severity.CRITICAL, Severity.WARNING)]
+    load = int(state.levels.get("top") or state.levels.get("knee") or
+               state.levels.get("light") or 1)
+    proposals = []
+    for f in candidates:
+        at = _proof_load(f, state) or load
+        p = propose(f, control or _NoControl(), at)
+        if p is not None:
+            proposals.append((f, p, at))
+    if not proposals:
+        return "skipped: no finding's fix is a flag or environment change"
+    if control is None or running is None or not state.opts.prove:
+        for f, p, at in proposals:
+            state.proposals.append(_proposal(f, p, at))
+        why = "--no-prove" if not state.opts.prove else "latscope does not control the server"
+        return f"skipped: {why}; {len(proposals)} experiment(s) proposed"
+    done = []
+    for f, p, at in proposals[:state.opts.max_proofs]:
+        if not p.cost_measurable:
+            state.proposals.append(_proposal(f, p, at))
+            continue
+        pairs = _pairs_that_fit(state, p, control, running, at, budget)
+        if pairs < MIN_PAIRS:
+            state.notes.append(f"prove: budget left no time for {f.id} ({p.change.describe()})")
+            state.proposals.append(_proposal(f, p, at))
+            continue
+        state.progress(f"    proving {f.id}: {p.change.describe()} at c={at}")
+        exp = run_experiment(p, control, running, base, at,
+                             state.run.path / "prove" / f.id.replace(".", "_"),
+                             pairs=pairs, progress=state.progress)
+        state.experiments.append(exp.to_dict())
+        state.run.write("experiments.json", state.experiments)
+        done.append(f"{f.id}: {experiment_text(state.experiments[-1])}")
+    return "; ".join(done)
+
+
+def gateway(state: Diagnosis, control: ServerControl | None, running: Running | None,
+             base: Any, budget: Budget) -> str:
+    """Latscope's short-first gateway where queueing dominates TTFT and request sizes differ
+    widely (``gateway.gateway_fits``); with the server running and time left, proven by an A/B:
+    the same server direct (A) and behind the gateway (B), short requests' mean TTFT the metric
+    and long requests' mean E2E the guard. The gateway needs no control of the server, only a
+    workload whose sizes spread (``--mix`` or ``--dataset``)."""
+    fit, f = _gateway_fit(state)
+    if f is None:
+        return "skipped: no queueing finding measured on mean TTFT"
+    if not fit.propose:
+        return f"skipped: {fit.reason}"
+    from latscope.campaign.experiment import Proposal, run_experiment
+    from latscope.campaign.servers import Change
+
+    at = _proof_load(f, state) or int(load_of(f, state) or 1)
+    # auto's limit starts at the server's batch size when known: from its default of 8, the
+    # slow start spends the first B run's first seconds below what the server takes
+    seqs = server_limits(state)[0]
+    options: dict[str, Any] = {"policy": "sjf", "max_inflight": None}
+    if seqs:
+        options["initial_inflight"] = int(seqs)
+    proposal = Proposal(f.id, Change(), metric="short_ttft_mean_ms", guard="long_e2e_mean_ms",
+                        why=fit.reason, gateway=options)
+    _size_runs_for_aging(proposal, state.observations.get(float(at)), at)
+    url = running.url if running else state.opts.url
+    current = running or _remote(url, base)
+    control = control or _NoControl()
+    pairs = _pairs_that_fit(state, proposal, control, current, at, budget)
+    if not state.opts.prove or pairs < MIN_PAIRS:
+        why = "--no-prove" if not state.opts.prove else "the budget left no time"
+        state.proposals.append(_gateway_proposal(f, proposal, state.target.get("url"), why))
+        return f"skipped: {why}; the gateway proposed"
+    state.progress(f"    proving {f.id}: {proposal.describe()} at c={at}")
+    exp = run_experiment(proposal, control, current, base, at,
+                         state.run.path / "prove" / "gateway", pairs=pairs,
+                         progress=state.progress)
+    state.experiments.append(exp.to_dict())
+    state.run.write("experiments.json", state.experiments)
+    return f"{f.id}: {experiment_text(state.experiments[-1])}"
+
+
+def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
+                    current: Running, load: int, budget: Budget) -> int:
+    """A/B pairs (up to ``--pairs``) that the budget left has time for: each run timed from
+    the sweep's throughput at that load, plus a server start where every run needs its own.
+    Unknown throughput: as many as asked, once 20 s are left."""
+    from latscope.campaign.experiment import restarts_per_run, run_shape
+
+    left = budget.left()
+    obs = state.observations.get(float(load))
+    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None)
+    if not rps:
+        return state.opts.pairs if left >= 20 else 0
+    run_s = sum(run_shape(proposal, load)) / rps + RUN_SETUP_S
+    if restarts_per_run(control, proposal):
+        run_s += current.start_s
+    return min(state.opts.pairs, int(left // (2 * run_s)))
+
+
+def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
+    from latscope.gateway.fits import gateway_fits
+
+    for f in state.ranked:
+        if f.layer != "queue" or not f.impact or f.impact.get("target") != "ttft_mean":
+            continue
+        load = load_of(f, state)
+        obs = state.observations.get(float(load)) if load is not None else None
+        if obs is None:
+            continue
+        sizes = _measured_sizes(obs)
+        if len(sizes) >= 2:
+            return gateway_fits(f.impact["share"], sizes), f
+    return None, None
+
+
+def _measured_sizes(obs: Any) -> list[int]:
+    """Each measured request's cost as the gateway counts it: prompt + output tokens."""
+    return [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
+            if r.ok and not r.warmup]
+
+
+def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
+    """Runs long enough for sjf's held-back long requests to finish inside them
+    (``gateway.fits.gateway_run_shape``), from the sweep's direct run at that load; the run
+    length goes into the experiment's note. Without that run, the default length."""
+    from latscope.campaign.experiment import requests_per_run
+    from latscope.gateway.fits import gateway_run_shape
+
+    throughput = (obs.summary.get("throughput") or {}) if obs else {}
+    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    sizes = _measured_sizes(obs) if obs else []
+    if not (rps and tok_s and sizes):
+        return
+    shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),
+                              min_warmup=load)
+    proposal.requests, proposal.warmup = shape.requests, shape.warmup
+    proposal.note = shape.describe()
+
+
+def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> dict[str, Any]:
+    """``url`` as the report shows it (``state.target``'s, its password redacted)."""
+    return {"finding_id": f.id, "change": p.describe(), "why": p.why,
+            "note": f"not measured ({why}{'; ' + p.note if p.note else ''}): "
+                    "benchmarks/gateway.py runs the same A/B (direct vs gateway-fcfs vs "
+                    "gateway-sjf, alternating)",
+            # the same flags as the change measured (or proposed), --initial-inflight included
+            "command": p.describe().replace("latscope gateway",
+                                            f"latscope gateway --upstream {url or 'URL'}", 1)}
+
+
+def _remote(url: str | None, base: Any) -> Running:
+    """A server latscope did not start, as the A/B's A arm (the gateway's B needs no restart)."""
+    return Running(url=url or "", model=base.model, pid=None, log_path=None,
+                   tokenizer_dir=base.tokenizer, start_s=0.0)
+
+
+class _NoControl(ServerControl):
+    kind = "remote"
+
+
+def _proof_load(f: Finding, state: Diagnosis) -> int | None:
+    """Where an A/B shows the fix best: for a queueing cause, the lowest measured load at which
+    queueing is half of TTFT or more (past it, both arms saturate the engine and the difference
+    drowns in the longer runs' noise); otherwise where the finding was measured."""
+    if f.layer == "queue":
+        for step in state.steps:
+            d = step.decomposition
+            if d.get("ttft") and d.get("ttft.server.queue", 0.0) / d["ttft"] >= 0.5:
+                return int(step.load)
+    return load_of(f, state)
+
+
+def _proposal(f: Finding, p: Any, load: int) -> dict[str, Any]:
+    return {"finding_id": f.id, "change": p.change.describe(), "why": p.why, "note": p.note,
+            "command": _proof_command(p, load)}
+
+
+def _proof_command(p: Any, load: int) -> str:
+    flags = " ".join(p.change.flags)
+    return (f"restart the server with {p.change.describe()}, then compare "
+            f"`latscope bench --url URL -c {load} -n {max(16, 3 * load)}` before and after; or let "
+            f"diagnose restart it for you: latscope diagnose --serve-cmd "
+            f"'<your serve command> --port {{port}}{(' ' + flags) if flags else ''}'")

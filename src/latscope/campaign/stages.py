@@ -1,0 +1,236 @@
+"""diagnose's measuring stages: doctor, net, the load sweep, the server log, the trace (a file,
+or a profile taken at the knee). Each fills the ``Diagnosis`` and writes its file to the run
+directory as it ends; each returns the one-line note its stage record shows."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
+from latscope.campaign.observe import observe, with_load
+from latscope.campaign.servers import Running
+from latscope.campaign.state import Budget, Diagnosis, pick_levels
+from latscope.campaign.sweep import step_of
+from latscope.errors import ConfigError
+from latscope.model import Severity
+
+
+SWEEP_SHARE = 0.6
+
+
+TRACE_SHARE = 0.25
+
+
+PROFILE_LOAD_S = 3.0
+# /metrics every half second: a step of a few seconds still shows its queue in several scrapes
+SCRAPE_S = 0.5
+
+
+def doctor(state: Diagnosis, running: Running | None) -> str:
+    from latscope.env.doctor import run_doctor
+
+    url = running.url if running else state.opts.url
+    log = str(running.log_path) if running and running.log_path else state.opts.log
+    report = run_doctor(url=url, pid=running.pid if running else None, log=log)
+    state.doctor = report
+    state.run.write("doctor.json", report.to_dict())
+    settings = (report.facts.get("server") or {}).get("settings") or {}
+    seqs = settings.get("max_num_seqs") or {}
+    if isinstance(seqs.get("value"), int):
+        state.max_num_seqs = (seqs["value"], seqs.get("source", ""))
+    bad = [f for f in report.findings if f.severity in (Severity.CRITICAL, Severity.WARNING)]
+    return f"{len(report.findings)} checks, {len(bad)} to act on"
+
+
+def net(state: Diagnosis, base: Any) -> str:
+    from latscope.env.net import probe
+
+    headers = {"authorization": f"Bearer {base.api_key}"} if base.api_key else {}
+    report = probe(base.url, 20, headers=headers, stream_requests=0)
+    state.net = report
+    state.run.write("net.json", report.to_dict())
+    state.same_host = _same_host(base.url)
+    if report.error:
+        return f"failed: {report.error}"
+    if report.keepalive_ms:
+        import numpy as np
+
+        state.rtt_ms = float(np.median(report.keepalive_ms))
+    where = "client and server share this host" if state.same_host else "remote server"
+    return f"round trip p50 {state.rtt_ms:.2f} ms ({where})" if state.rtt_ms else where
+
+
+def _same_host(url: str) -> bool:
+    import ipaddress
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    try:
+        addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    local = {"127.0.0.1", "::1"}
+    with contextlib.suppress(OSError):
+        local |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    return all(ipaddress.ip_address(a.split("%")[0]).is_loopback or a in local for a in addrs)
+
+
+def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
+    opts = state.opts
+    can_prove = opts.prove and (opts.serve_cmd is not None or not opts.url)
+    share = SWEEP_SHARE if can_prove else 1.0
+    if opts.profile or opts.trace:  # the trace stage's load, trace write and analysis
+        share -= TRACE_SHARE
+    sweep_s = max(30.0, budget.left() * share)
+    deadline = time.monotonic() + sweep_s
+    step_times: list[float] = []
+    out = state.run.path / "sweep"
+
+    def measure(load: float, phase: str) -> Step:
+        i = len(state.steps)
+        c = int(load)
+        t0 = time.monotonic()
+        # warm-up: two full waves, flowing into the measured requests: the first wave is the
+        # start burst, and it has ended before the measured window (the server's histograms
+        # over that window hold the second wave's tail at most, not the burst)
+        cfg = with_load(base, concurrency=c, num_requests=max(16, 2 * c),
+                        output_dir=out / f"step-{i:02d}-c{c}", warmup=2 * c, seed=100 + i)
+        obs = observe(cfg, scrape_interval_s=SCRAPE_S, network_rtt_ms=state.rtt_ms,
+                      collector=state.collector, server_pids=_server_pids(state))
+        step_times.append(time.monotonic() - t0)
+        state.observations[load] = obs
+        step = step_of(load, obs)
+        metrics = step.metrics
+        state.steps.append(step)
+        state.progress(f"    c={c}: {metrics.get('requests_per_s') or 0:.2f} req/s, TTFT p50 "
+                       f"{metrics.get('ttft_p50_ms') or 0:.0f} ms, p99 "
+                       f"{metrics.get('ttft_p99_ms') or 0:.0f} ms")
+        return step
+
+    def over_budget(steps: list[Step]) -> str:
+        # the next step costs about what the last did, more as latency grows past the knee
+        estimate = 1.5 * step_times[-1] if step_times else 0.0
+        return "" if time.monotonic() + estimate <= deadline else \
+            f"cut: time budget ({sweep_s:.0f} s for the sweep)"
+
+    def on_step(steps: list[Step]) -> None:
+        state.analysis = analyse(steps, _slo(opts.slo))
+        state.run.write("sweep.json", {"steps": [s.to_dict() for s in steps],
+                                       "analysis": state.analysis.to_dict()})
+
+    rules = StopRules(max_load=opts.max_load)
+    loads = [float(c) for c in opts.loads] if opts.loads else None
+    steps = run_sweep(measure, loads, start=1, factor=2.0, refine=1, integer=True, rules=rules,
+                      on_step=on_step, budget=over_budget)
+    state.steps = sorted(steps, key=lambda s: s.load)
+    state.analysis = analyse(state.steps, _slo(opts.slo))
+    pick_levels(state)
+    reason = next((s.stop_reason for s in steps if s.stop_reason), "")
+    if reason.startswith("cut"):
+        state.notes.append(f"sweep {reason}; highest load measured c={state.steps[-1].load:g}")
+    if loads is None and not any(s.phase == "refine" for s in steps):
+        why = over_budget(state.steps) or "no unmeasured load between the knee and its neighbours"
+        state.notes.append(f"sweep: no bisection step around the knee ({why})")
+    knee = state.levels.get("knee")
+    return (f"{len(steps)} steps, knee at c={knee:g}" if knee is not None
+            else f"{len(steps)} steps, no knee found") + (f"; stopped: {reason}" if reason else "")
+
+
+def _server_pids(state: Diagnosis) -> set[int]:
+    """The server's process (doctor found it from the port, or latscope started it)."""
+    pid = (state.doctor.facts.get("pid") if state.doctor is not None else None)
+    return {pid} if isinstance(pid, int) else set()
+
+
+def _slo(text: str | None) -> list[Any]:
+    from latscope.analysis.knee import parse_slo
+
+    return parse_slo(text) if text else []
+
+
+def log(state: Diagnosis, running: Running | None) -> str:
+    from latscope.findings.server import findings_from_log
+    from latscope.server.logs import parse_log
+
+    path = state.opts.log or (str(running.log_path) if running and running.log_path else None)
+    if not path:
+        return "skipped: no server log (use --log FILE for a remote server)"
+    log = parse_log(path)
+    state.log = log
+    state.log_findings = findings_from_log(log)
+    state.run.write("log.json", {"source": path, "stats_lines": len(log.stats),
+                                 "config": log.config,
+                                 "findings": [f.to_dict() for f in state.log_findings],
+                                 "parsed": log.to_dict()})  # what --replay reads
+    return f"{len(log.stats)} stats lines, {len(state.log_findings)} findings"
+
+
+def trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) -> str:
+    from latscope.trace.analyze import analyze_trace, to_json_units
+    from latscope.trace.findings import trace_findings
+    from latscope.trace.readers import read_trace
+
+    if not state.opts.trace and budget.left() < 15:
+        return f"cut: time budget ({budget.left():.0f} s left, a profile needs about 15 s)"
+    path = state.opts.trace or _profile(state, base, running, budget)
+    result = analyze_trace(read_trace(path))
+    state.trace = to_json_units(result)
+    state.trace_findings = trace_findings(result)
+    state.run.write("trace.json", state.trace)
+    return f"{path}: {len(state.trace_findings)} findings"
+
+
+def _profile(state: Diagnosis, base: Any, running: Running | None, budget: Budget) -> str:
+    """POST /start_profile, a short load at the knee (about ``PROFILE_LOAD_S`` of it, from the
+    sweep's throughput there), POST /stop_profile; the newest trace, waited for within what is
+    left of the budget."""
+    import urllib.request
+
+    trace_dir = Path(state.opts.trace_dir) if state.opts.trace_dir else (
+        running.profiler_dir if running else None)
+    if trace_dir is None:
+        raise ConfigError("--profile against --url needs --trace-dir: where the server writes "
+                          "its profiler traces (its --profiler-config torch_profiler_dir)")
+    before = set(trace_dir.glob("**/*.pt.trace.json*")) if trace_dir.exists() else set()
+    load = int(state.levels.get("knee") or state.levels.get("light") or 1)
+    requests = _profile_requests(state, load)
+
+    def post(path: str) -> None:
+        req = urllib.request.Request(base.url.rstrip("/") + path, method="POST", data=b"")
+        with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310 (the user's server)
+            resp.read()
+
+    post("/start_profile")
+    try:
+        cfg = with_load(base, concurrency=load, num_requests=requests,
+                        output_dir=state.run.path / "profile-load", warmup=0, seed=900)
+        observe(cfg, scrape_interval_s=0, host_load=False)
+    finally:
+        post("/stop_profile")
+    wait_s = max(30.0, budget.left() * 0.5)  # the other half: reading and analysing it
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        new = sorted(set(trace_dir.glob("**/*.pt.trace.json*")) - before,
+                     key=lambda p: p.stat().st_mtime)
+        if new and _stable(new[-1]):
+            return str(new[-1])
+        time.sleep(1.0)
+    raise ConfigError(f"no new profiler trace appeared in {trace_dir} within {wait_s:.0f} s")
+
+
+def _profile_requests(state: Diagnosis, load: int) -> int:
+    """Requests for about ``PROFILE_LOAD_S`` at ``load``, from the sweep's throughput there;
+    at least one per concurrency slot and 4, at most two waves."""
+    obs = state.observations.get(float(load))
+    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None) or 0.0
+    return max(4, load, min(2 * load, int(rps * PROFILE_LOAD_S)))
+
+
+def _stable(path: Path) -> bool:
+    size = path.stat().st_size
+    time.sleep(0.5)
+    return size > 0 and path.stat().st_size == size

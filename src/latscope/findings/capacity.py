@@ -1,0 +1,96 @@
+"""Capacity before configuration: is queueing past the knee overload, or a limit a flag sets?
+
+A server whose throughput stopped growing with load, whose GPU (when a profile says) was busy,
+and none of whose own limits was binding (a full batch at max_num_seqs, a full KV cache, engine
+steps full of tokens: those rules fire on the server's own counters) is *at capacity*: the knee
+is its throughput, and what adds capacity is more GPU (replicas, tensor parallelism, a smaller
+or quantized model). A flag then only trades TTFT against ITL; it is named as a trade, not a fix
+(docs/findings.md#capacity.saturated).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from latscope.model import Evidence, Finding, Severity
+
+REF = "docs/findings.md#capacity.saturated"
+# Throughput grew less than this per doubling of the load: the step measured no more capacity.
+PLATEAU_GAIN = 0.15
+# The GPU's busy share (union of its activity over a profile's window) below which the host, not
+# the GPU, is the limit: the GPU-idle finding and its cause are the answer then.
+GPU_BUSY_SATURATED = 0.7
+# The settings whose binding (found on the server's counters) sets a knee below the GPU's.
+BINDING = ("server.queue_max_num_seqs", "server.kv_saturation", "server.preemptions",
+           "server.queue_token_budget")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    load: float
+    requests_per_s: float
+    output_tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuBusy:
+    share: float  # 1 - idle share of the profile's window
+    where: str  # the load the profile ran at, e.g. "c=64 (the knee)"
+    source: str
+
+
+def plateau(points: list[Point]) -> tuple[Point, Point, float] | None:
+    """(previous, last, gain per doubling) when the last load step gained less than
+    ``PLATEAU_GAIN`` per doubling of the load; None while throughput still grows."""
+    pts = sorted((p for p in points if p.requests_per_s > 0), key=lambda p: p.load)
+    if len(pts) < 3:
+        return None
+    prev, last = pts[-2], pts[-1]
+    if last.load <= prev.load:
+        return None
+    doublings = math.log2(last.load / prev.load)
+    gain = (last.requests_per_s / prev.requests_per_s) ** (1 / doublings) - 1
+    return (prev, last, gain) if gain < PLATEAU_GAIN else None
+
+
+def capacity_finding(points: list[Point], knee: float | None, recommended: float | None,
+                     findings: list[Finding], gpu: GpuBusy | None, split_at_knee: str,
+                     knee_label: str) -> Finding | None:
+    """``capacity.saturated`` when the sweep passed a plateau, no limit of the server's own was
+    binding, and the GPU (if profiled) was busy; None otherwise."""
+    flat = plateau(points)
+    if flat is None:
+        return None
+    acting = {f.id for f in findings if f.severity in (Severity.CRITICAL, Severity.WARNING)}
+    if acting & set(BINDING):
+        return None  # a flag sets this knee: its rule is the answer
+    if gpu is not None and gpu.share < GPU_BUSY_SATURATED:
+        return None  # the GPU waited: the host is the limit (trace.gpu_idle and its cause)
+    prev, last, gain = flat
+    at = next((p for p in points if p.load == knee), None) or prev
+    tok = f", {at.output_tokens_per_s:,.0f} output tok/s" if at.output_tokens_per_s else ""
+    sentences = [f"At {knee_label}, the server is at capacity: {at.requests_per_s:.1f} req/s{tok}",
+                 f"Past it, throughput rose only {gain:+.0%} per doubling of the load, from "
+                 f"c={prev.load:g} to c={last.load:g}"]
+    if gpu is not None:
+        sentences.append(f"The GPU was busy {gpu.share:.0%} of the profile at {gpu.where}")
+    run_at = f"Run at c<={recommended:g} (10% left of the knee). " if recommended else ""
+    evidence = [Evidence(f"throughput at c={p.load:g}", round(p.requests_per_s, 3), "req/s",
+                         "the sweep's steady window") for p in sorted(points, key=lambda p: p.load)]
+    evidence.append(Evidence("throughput gain per doubling, last step", round(gain, 4), "",
+                             f"c={prev.load:g} -> c={last.load:g}"))
+    if gpu is not None:
+        evidence.append(Evidence(f"GPU busy at {gpu.where}", round(gpu.share, 4),
+                                 "share of the profile", gpu.source))
+    return Finding(
+        id="capacity.saturated", severity=Severity.WARNING, layer="capacity",
+        title=". ".join(sentences),
+        evidence=evidence,
+        why=("Past the knee, more concurrent requests only wait longer: the server completes no "
+             "more of them per second. None of its own limits (max_num_seqs, the KV cache, the "
+             "per-step token budget) was binding, so no flag adds capacity."),
+        fix=(f"{run_at}TTFT at the knee: {split_at_knee}. More capacity needs more GPU: "
+             "replicas, tensor parallelism, or a smaller or quantized model; "
+             "--max-num-batched-tokens and --max-num-seqs only trade TTFT against ITL here."),
+        reference=REF)

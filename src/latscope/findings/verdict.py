@@ -1,0 +1,182 @@
+"""The verdict: one line a person can read aloud, from the ranked findings.
+
+Rules of wording (tests/unit/findings/test_verdict_words.py): one load and one target per
+sentence, the figures of one measurement; a remainder share measured where the client's timing
+was unreliable is never the verdict; a host busy with other work is named before anything else;
+"at capacity" names the knee, its throughput and what adds capacity, and calls a flag's TTFT/ITL
+trade a trade.
+
+The order: a measured cause (something to change, with the share it costs), else the server at
+capacity, else a symptom that is half of its target or more (where the time goes, its cause not
+named), else a setting whose cost no run measured, else healthy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from latscope.findings.causes import ACTING
+from latscope.findings.impact import IMPACT_TARGETS, describe
+from latscope.model import Finding
+
+# A symptom (its cause not named) is the verdict only from this share of its target on: a
+# smaller one is where time goes, not a fault (the healthy local target's API server takes a
+# fixed ~48 ms, 27% of TTFT at its knee).
+SYMPTOM_VERDICT = 0.5
+CAPACITY = "capacity.saturated"
+HOST_BUSY = "host.cpu_contention"
+
+
+@dataclass
+class VerdictInputs:
+    """What the verdict reads besides the ranked findings (all plain data, from the run)."""
+
+    experiments: list[dict[str, Any]] = field(default_factory=list)
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+    # the split at the level a healthy verdict reports: where, req/s, mean TTFT, "queue 40%, ..."
+    healthy: dict[str, Any] | None = None
+
+
+def verdict(ranked: list[Finding], inputs: VerdictInputs | None = None) -> dict[str, Any]:
+    inputs = inputs or VerdictInputs()
+    host = next((f for f in ranked if f.id == HOST_BUSY and f.severity in ACTING), None)
+    result = _pick(ranked, inputs)
+    if host is not None and result.get("finding_id") != HOST_BUSY:
+        # named before any verdict: every figure after it was measured on a busy host
+        result["text"] = (f"This host was busy with other work: {host.title}; every latency "
+                          f"below is slower than the server alone. " + result["text"])
+        result["host_busy"] = True
+    return result
+
+
+def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
+    acting = [f for f in ranked if f.severity in ACTING and f.layer != "client"]
+    measured = [f for f in acting if (f.impact or {}).get("share") is not None
+                and not _unreliable_remainder(f)]
+    cause = next((f for f in measured if f.role == "cause" and f.id != CAPACITY), None)
+    if cause is not None:
+        return _finding_verdict(cause, inputs, "cause")
+    capacity = next((f for f in acting if f.id == CAPACITY), None)
+    if capacity is not None:
+        return _capacity_verdict(capacity)
+    symptom = next((f for f in measured if f.role != "cause"
+                    and f.impact["share"] >= SYMPTOM_VERDICT), None)
+    if symptom is not None:
+        return _finding_verdict(symptom, inputs, "symptom")
+    unmeasured = next((f for f in acting if f.role == "cause"
+                       and (f.impact or {}).get("share") is None), None)
+    if unmeasured is not None:
+        return _finding_verdict(unmeasured, inputs, "cause")
+    return healthy_verdict(inputs.healthy)
+
+
+def _unreliable_remainder(f: Finding) -> bool:
+    """The HTTP frontend's share is what is left of client TTFT after the parts measured: where
+    the client's own timing was unreliable, the remainder is the client's lateness too."""
+    return f.id == "latency.http_frontend" and "client's own timing is unreliable" in f.why
+
+
+def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str, Any]:
+    impact = top.impact or {}
+    if impact.get("share") is None:
+        text = f"{top.title} (its cost was not measured here)"
+    elif impact.get("explains") == "trace.gpu_idle":
+        text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
+                f"{impact['share']:.0%} of the profile because of this: {top.title}")
+    else:
+        where = f"At {impact['measured_at']}, " if impact.get("measured_at") else ""
+        text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "
+                f"{layer_words(top)}: {top.title}")
+    text += _cost_elsewhere(top)
+    proof = next((e for e in inputs.experiments if e["finding_id"] == top.id), None)
+    if proof is not None:
+        text += f". Fix measured: {proof['change']}: {experiment_text(proof)}"
+    untried = _untried_fix(top, inputs, proof)
+    if untried:
+        text += f". Not measured here, to try next: {untried}"
+    return {"text": text, "kind": kind, "finding_id": top.id, "healthy": False,
+            "severity": top.severity.value, "share": impact.get("share"),
+            "target": impact.get("target"), "measured_at": impact.get("measured_at"),
+            "impact": describe(impact)}
+
+
+def _cost_elsewhere(f: Finding) -> str:
+    """A cost the cause's own rule measured on another target, as its own sentence (eager mode
+    costs decode steps: ITL, not only GPU idle time)."""
+    itl = next((e for e in f.evidence if e.name.startswith("ITL p50 at")), None)
+    return f". Decode steps: {itl.name.removeprefix('ITL ')} {itl.value} {itl.unit}" if itl \
+        else ""
+
+
+def _capacity_verdict(f: Finding) -> dict[str, Any]:
+    return {"text": f.title + (f". {f.fix}" if f.fix else ""), "kind": "capacity",
+            "finding_id": f.id, "healthy": True, "severity": f.severity.value,
+            "measured_at": (f.impact or {}).get("measured_at")}
+
+
+def _untried_fix(top: Finding, inputs: VerdictInputs, proof: dict[str, Any] | None) -> str | None:
+    """The finding's proposed fix that no A/B measured, when the one measured did not help (on
+    an H200 with a full batch the verdict told only of the gateway that made it worse, not of
+    the --max-num-seqs it could not prove through --url)."""
+    if proof is not None and proof.get("helped"):
+        return None
+    measured = {e["change"] for e in inputs.experiments}
+    return next((p["change"] for p in inputs.proposals
+                 if p["finding_id"] == top.id and p["change"] not in measured), None)
+
+
+def healthy_verdict(healthy: dict[str, Any] | None) -> dict[str, Any]:
+    if not healthy:
+        return {"text": "No verdict: no load was measured (see the stages for why)",
+                "kind": "none", "healthy": False, "finding_id": None}
+    text = (f"No configuration fault found. At {healthy['where']}: {healthy['rps']:.2f} req/s, "
+            f"mean TTFT {healthy['ttft_ms']:.0f} ms ({healthy['split']})")
+    return {"text": text, "kind": "healthy", "healthy": True, "finding_id": None,
+            "measured_at": healthy["where"]}
+
+
+def target_words(target: str | None) -> str:
+    return IMPACT_TARGETS.get(target or "", "").replace(" client", "")
+
+
+def layer_words(f: Finding) -> str:
+    if f.id == "latency.engine_frontend":
+        return "the API server's own processing"
+    return {"queue": "queueing", "network": "the network", "frontend": "the HTTP frontend",
+            "prefill": "prefill", "decode": "decode", "gpu": "GPU time", "config": "configuration",
+            "host": "the host", "capacity": "the server's capacity"}.get(f.layer, f.layer or "this")
+
+
+def experiment_text(exp: dict[str, Any]) -> str:
+    """``"ttft_mean_ms -35.0% [95% CI -68.0% .. +33.0%]: did not measurably help; guard ..."``"""
+    from latscope.analysis.tune import outcome
+
+    if exp.get("change_pct") is None:
+        return exp.get("note") or exp.get("verdict", "not measured")
+    ci = exp.get("ci95_pct")
+    interval = f" [95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%]" if ci else ""
+    text = f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {outcome(exp)}"
+    guard = exp.get("guard") or {}
+    if guard.get("change_pct") is not None:
+        gci = guard.get("ci95_pct")
+        text += (f"; {guard['metric']} {guard['change_pct']:+.1f}%"
+                 + (f" [95% CI {gci[0]:+.1f}% .. {gci[1]:+.1f}%]" if gci else ""))
+    return text
+
+
+def verdict_matches(given: dict[str, Any], expect: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a verdict is the one a scenario expected (benchmarks/diagnose_matrix.py):
+    ``{"kind": "healthy" | "capacity" | "cause", "finding": id or [ids], "no_flag_blamed"}``."""
+    kind = given.get("kind") or ("healthy" if given.get("healthy") else "cause")
+    if expect["kind"] == "cause":
+        wanted = expect["finding"]
+        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+        if given.get("finding_id") in wanted:
+            return True, ""
+        return False, f"named {given.get('finding_id') or kind}, expected {' or '.join(wanted)}"
+    if kind != expect["kind"]:
+        return False, f"{kind} ({given.get('finding_id')}), expected {expect['kind']}"
+    if expect.get("no_flag_blamed") and given.get("finding_id", "").startswith("server.queue"):
+        return False, f"blamed {given['finding_id']}"
+    return True, ""
