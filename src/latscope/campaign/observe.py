@@ -137,7 +137,10 @@ def client_reliability(summary: dict[str, Any], decomposition: Decomposition | N
     total = decomposition.component("ttft") if decomposition else None
     if comp and total and comp.mean_ms and total.mean_ms:
         share = comp.mean_ms / total.mean_ms
-        if share >= CLIENT_SHARE_UNRELIABLE:
+        if share >= 1.0:  # no share above 100% is printed: the parts disagree past that
+            reasons.append(f"its own send and receive delay ({comp.mean_ms:.1f} ms) is longer "
+                           f"than the mean TTFT it measured ({total.mean_ms:.1f} ms)")
+        elif share >= CLIENT_SHARE_UNRELIABLE:
             reasons.append(f"its own send and receive delay is {share:.0%} of mean TTFT")
     if lag.get("p99") and ttft.get("p50") and lag["p99"] >= CLIENT_LOOP_LAG_P99_UNRELIABLE * ttft["p50"]:
         reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms against a TTFT p50 of "

@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "automatic sweep, e.g. 1,4,16")
     work.add_argument("--slo", help="percentile SLOs of a step, e.g. ttft_p99_ms<=500")
     run = parser.add_argument_group("run")
+    run.add_argument("--replay", metavar="DIR", help="re-derive the findings, verdict and "
+                     "reports of a diagnose run directory with this latscope, without a server "
+                     "(written to -o, default DIR/replay)")
     run.add_argument("--budget", default="4m", help="time for the measuring stages after the "
                      "server is up, e.g. 240, 90s, 4m (default 4m)")
     run.add_argument("--no-prove", action="store_true", help="propose fixes, do not A/B them")
@@ -126,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     from latscope.campaign.diagnose import diagnose
     from latscope.report.diagnose import print_report
 
+    if args.replay:
+        return _replay(args)
     opts = build_options(args)
 
     def progress(line: str) -> None:
@@ -143,6 +148,26 @@ def run(args: argparse.Namespace) -> int:
         report = diagnose(opts, progress)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print_report(report)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import orjson
+
+    from latscope.campaign.replay import replay
+    from latscope.errors import ConfigError
+    from latscope.report.diagnose import print_report
+
+    if args.url or args.serve_cmd or args.server_args or args.env or args.trace or args.profile:
+        raise ConfigError("--replay reads a run directory: no --url, --serve-cmd, --trace, "
+                          "--profile or server flags with it")
+    if not Path(args.replay).is_dir():
+        raise ConfigError(f"--replay {args.replay}: no such directory")
+    report = replay(args.replay, args.output_dir)
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0

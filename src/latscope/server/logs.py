@@ -142,6 +142,15 @@ class ServerLog:
                 "line_rate": self.line_rate.to_dict(), "warnings": self.warnings}
 
 
+def server_log_from_dict(data: dict[str, Any]) -> ServerLog:
+    """The inverse of ``ServerLog.to_dict`` (``diagnose --replay`` reads the parsed log back)."""
+    return ServerLog(path=data["path"], config=data.get("config") or {},
+                     config_lines=data.get("config_lines") or {},
+                     stats=[StatsPoint(**p) for p in data.get("stats") or []],
+                     line_rate=LineRate(**data["line_rate"]),
+                     warnings=data.get("warnings") or [])
+
+
 def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text).replace("\r", "")
 

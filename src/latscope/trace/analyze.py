@@ -132,3 +132,20 @@ def to_json_units(value: Any) -> Any:
     if isinstance(value, list):
         return [to_json_units(v) for v in value]
     return value
+
+
+def from_json_units(value: Any) -> Any:
+    """The inverse of ``to_json_units`` for the stored analysis (``trace.json``): every ``x_ms``
+    number back to ``x_ns`` (the analysis itself names its durations in ns only)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if isinstance(key, str) and key.endswith("_ms") and isinstance(item, (int, float)) \
+                    and not isinstance(item, bool):
+                out[key[:-3] + "_ns"] = item * 1e6
+            else:
+                out[key] = from_json_units(item)
+        return out
+    if isinstance(value, list):
+        return [from_json_units(v) for v in value]
+    return value

@@ -146,3 +146,38 @@ def test_the_token_budget_binds_only_when_engine_steps_use_it_up(fixtures_dir):
     # at its knee the H200 ran 1163 steps, 16% of them past half the 8192-token budget
     assert steps == 1163 and share == pytest.approx(0.161, abs=0.001)
     assert budget_full_share([first, last], None) is None
+
+
+def test_a_merged_finding_keeps_the_title_of_the_measurement_whose_share_it_keeps():
+    from latscope.findings.rank import merge
+
+    def frontend(share: float, at: str, ms: float, total: float) -> Finding:
+        return Finding("latency.http_frontend", Severity.WARNING,
+                       f"HTTP frontend: {ms} ms of a {total} ms mean client TTFT ({share:.0%}) "
+                       f"at {at}", layer="frontend", role="symptom",
+                       impact=make_impact("ttft_mean", share, value_ms=ms, measured_at=at))
+
+    [m] = merge([frontend(0.23, "c=64", 37.0, 163.4), frontend(0.54, "c=1", 12.0, 22.2)])
+    assert m.impact["measured_at"] == "c=1" and m.title.endswith("(54%) at c=1")
+
+
+VERDICTS = [
+    [_idle(), _eager()],
+    [capacity_finding(H200_SWEEP, 64, 57, [], GpuBusy(0.96, "c=64 (the knee)", "t"),
+                      "queue 41%, prefill 33%, HTTP frontend 9%", "c=64 (the knee)")],
+    [Finding("server.queue_max_num_seqs", Severity.WARNING, "Requests queue because the batch "
+             "is full: Running 8 = max_num_seqs 8, Waiting 56", layer="queue",
+             impact=make_impact("ttft_mean", 0.81, value_ms=410.0,
+                                measured_at="c=64 (past the knee at c=8)"))],
+]
+
+
+@pytest.mark.parametrize("found", VERDICTS, ids=["eager", "capacity", "max_num_seqs"])
+def test_no_verdict_sentence_gives_shares_of_two_loads(found):
+    text = verdict(rank(join_causes(found))[0])["text"]
+    for sentence in re.split(r"(?<=[a-z0-9)%])\. ", text):
+        bare = re.sub(r"\((?:past the knee at|the knee|light load)[^)]*\)", "", sentence)
+        loads = set(re.findall(r"c=\d+", bare))
+        shares = re.findall(r"\d+%", bare)
+        assert len(shares) < 2 or len(loads) <= 1, sentence
+        assert not re.search(r"\b(\d{3,})%", bare), sentence  # no share above 100%

@@ -1,0 +1,76 @@
+"""GPU accuracy as a regression test on CPU: every planted scenario recorded on an H200
+(benchmarks/diagnose_matrix.py; tests/data/gpu-matrix/NAME.tgz, each a diagnose run directory
+with the raw profile left out and a scenario.json written before the run) is replayed with
+today's code, and its verdict must be the one the scenario expected."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from latscope.campaign.replay import replay
+from latscope.errors import ConfigError
+from latscope.findings.verdict import verdict_matches
+
+MATRIX = Path(__file__).resolve().parents[2] / "data" / "gpu-matrix"
+RECORDED = sorted(MATRIX.glob("*.tgz"))
+
+
+def _unpack(tgz: Path, into: Path) -> Path:
+    with tarfile.open(tgz) as tar:
+        tar.extractall(into, filter="data")
+    return into / tgz.name.removesuffix(".tgz")
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("tgz", RECORDED, ids=[p.stem for p in RECORDED])
+def test_a_recorded_gpu_scenario_replays_to_its_expected_verdict(tgz, tmp_path):
+    run = _unpack(tgz, tmp_path)
+    scenario = json.loads((run / "scenario.json").read_text())
+    before = _tree_digest(run)
+    report = replay(run, tmp_path / "out")
+    ok, why = verdict_matches(report["verdict"], scenario["expect"])
+    assert ok, f"{scenario['name']} ({scenario['planted']}): {why}: {report['verdict']['text']}"
+    assert _tree_digest(run) == before  # the recording is never written
+    for f in report["findings"]:  # impossible shares are refused, never written
+        share = (f.get("impact") or {}).get("share")
+        assert share is None or 0.0 <= share <= 1.0
+    assert (tmp_path / "out" / "report.html").is_file()
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded GPU scenario in tests/data/gpu-matrix")
+def test_a_run_directory_from_before_the_parsed_log_and_host_cpus_still_replays(tmp_path):
+    # what main wrote when replay was asked for: log.json without the parsed log, no
+    # host/cpu.json, the server log beside it (or not at all)
+    run = _unpack(RECORDED[0], tmp_path)
+    log = json.loads((run / "log.json").read_text())
+    log.pop("parsed", None)
+    (run / "log.json").write_text(json.dumps(log))
+    for cpu in run.glob("sweep/*/host/cpu.json"):
+        cpu.unlink()
+    report = replay(run, tmp_path / "out")
+    assert report["verdict"]["text"]
+    assert not any(f["id"] == "host.cpu_contention" for f in report["findings"])
+
+
+def test_replay_refuses_what_is_not_a_diagnose_run(tmp_path):
+    with pytest.raises(ConfigError, match="not a latscope run directory"):
+        replay(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"kind": "bench", "schema_version": 1}))
+    with pytest.raises(ConfigError, match="not a diagnose run"):
+        replay(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"kind": "diagnose",
+                                                        "schema_version": 99}))
+    with pytest.raises(ConfigError, match="newer than this latscope knows"):
+        replay(tmp_path)
