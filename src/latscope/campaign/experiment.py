@@ -195,6 +195,19 @@ def _no_request_log(finding: Finding, control: ServerControl, load: int) -> Prop
                     why="no per-request log lines")
 
 
+def _no_eager(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
+    """CUDA/HIP graphs back on: the flag removed (a restart recompiles and captures the graphs;
+    vLLM's compile cache makes the second start quicker)."""
+    if "--enforce-eager" not in control.argv:
+        return None
+    cpu = control.kind == "local"  # the CPU build runs eager whatever the flag
+    return Proposal(finding.id, Change(remove=("--enforce-eager",)),
+                    why="CUDA graphs replace per-kernel launches on every decode step",
+                    cost_measurable=not cpu,
+                    note="the CPU build has no CUDA graphs: measure it on the GPU server"
+                    if cpu else "")
+
+
 def _unset_env_fix(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
     """The doctor's environment rules cite each offending variable as evidence by name."""
     names = [e.name for e in finding.evidence
@@ -217,6 +230,7 @@ _FIXES: dict[str, Callable[[Finding, ServerControl, int], Proposal | None]] = {
     "server.preemptions": _more_kv,
     "server.debug_logging": _no_debug,
     "server.request_logging": _no_request_log,
+    "server.enforce_eager": _no_eager,
     "server.trace_function": _unset_env_fix,
     "gpu.launch_blocking": _unset_env_fix,
     "gpu.serialize": _unset_env_fix,

@@ -47,6 +47,12 @@ class Change:
         return out
 
 
+# vLLM flags that take no value: `vllm serve --enforce-eager MODEL` keeps MODEL when the flag goes
+SWITCHES = frozenset({"--enforce-eager", "--enable-log-requests", "--disable-log-stats",
+                      "--enable-prefix-caching", "--no-enable-prefix-caching",
+                      "--enable-chunked-prefill", "--no-enable-chunked-prefill"})
+
+
 def _drop_flags(argv: list[str], flags: set[str]) -> list[str]:
     """``argv`` without ``flags``, each with its value (``--f v`` or ``--f=v``)."""
     out, skip = [], False
@@ -56,7 +62,8 @@ def _drop_flags(argv: list[str], flags: set[str]) -> list[str]:
             continue
         name = arg.split("=", 1)[0]
         if name in flags:
-            has_value = "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            has_value = ("=" not in arg and name not in SWITCHES and i + 1 < len(argv)
+                         and not argv[i + 1].startswith("--"))
             skip = has_value
             continue
         out.append(arg)

@@ -111,3 +111,14 @@ def test_a_measured_fix_that_made_it_worse_points_to_the_one_not_measured():
     # a fix that helped is the answer: nothing more to try is added
     state.experiments = [_gateway_ab(helped=True)]
     assert "to try next" not in verdict(ranked, state)["text"]
+
+
+def test_eager_mode_is_proposed_as_an_experiment_and_its_removal_keeps_the_model():
+    from latscope.campaign.experiment import propose
+    from latscope.campaign.servers import CommandControl
+
+    control = CommandControl("vllm serve --enforce-eager /models/llama --port {port}")
+    f = Finding("server.enforce_eager", Severity.WARNING, "CUDA graphs disabled", layer="config")
+    p = propose(f, control, 8)
+    assert p is not None and p.change.describe() == "without --enforce-eager" and p.cost_measurable
+    assert p.change.apply_args(control.argv) == ["vllm", "serve", "/models/llama", "--port", "0"]
