@@ -64,6 +64,13 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
 def _all_findings(state: Diagnosis) -> list[Finding]:
     doctor = [f for f in (state.doctor.findings if state.doctor else [])
               if f.severity not in (Severity.OK, Severity.SKIPPED)]
+    if state.opts.profile:  # diagnose's own --profile needs it; idle, it costs nothing
+        doctor = [_needed_for_profile(f) if f.id == "server.profiler" else f for f in doctor]
+    if any(o.decomposition is not None for o in state.observations.values()):
+        # doctor's TTFT split covers every request since the server started (another run's
+        # load included: an H200 reused for a light-load run got the saturated run's API-server
+        # share as its verdict); the measured steps' own splits say it for this run
+        doctor = [f for f in doctor if not f.id.startswith("latency.")]
     if state.doctor is not None and not (state.doctor.facts.get("gpu") or {}).get("vendor"):
         doctor = [_no_gpu_here(f) if f.layer == "gpu" else f for f in doctor]
     # The probe's own observations are information here: the measured run's split
@@ -77,6 +84,12 @@ def _all_findings(state: Diagnosis) -> list[Finding]:
         # of each measured step are the evidence for queueing, so the log's queue rules yield.
         log = [f for f in log if f.layer != "queue"]
     return doctor + net + _level_findings(state) + log + state.trace_findings
+
+
+def _needed_for_profile(f: Finding) -> Finding:
+    return dataclasses.replace(f, severity=Severity.INFO,
+                               why=f.why + " diagnose --profile needs it for its profile; drop it "
+                               "in production.")
 
 
 def _no_gpu_here(f: Finding) -> Finding:

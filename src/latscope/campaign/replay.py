@@ -92,7 +92,7 @@ def _options(manifest: dict[str, Any]) -> DiagnoseOptions:
     """The options that change what is concluded (the SLO), from the recorded command line."""
     argv = manifest.get("argv") or shlex.split(manifest.get("command") or "")
     slo = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--slo"), None)
-    return DiagnoseOptions(slo=slo, argv=None)
+    return DiagnoseOptions(slo=slo, profile="--profile" in argv, argv=None)
 
 
 def _restore(state: Diagnosis, out: Path) -> None:

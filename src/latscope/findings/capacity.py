@@ -22,6 +22,8 @@ PLATEAU_GAIN = 0.15
 # the GPU, is the limit: the GPU-idle finding and its cause are the answer then.
 GPU_BUSY_SATURATED = 0.7
 # The settings whose binding (found on the server's counters) sets a knee below the GPU's.
+# The API server's share of TTFT from which its CPU may be what limits the server.
+FRONTEND_BOUND = 0.33
 BINDING = ("server.queue_max_num_seqs", "server.kv_saturation", "server.preemptions",
            "server.queue_token_budget")
 
@@ -76,6 +78,14 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
     if gpu is not None:
         sentences.append(f"The GPU was busy {gpu.share:.0%} of the profile at {gpu.where}")
     run_at = f"Run at c<={recommended:g} (10% left of the knee). " if recommended else ""
+    frontend = next((f for f in findings if f.id == "latency.engine_frontend" and f.impact
+                     and f.impact.get("share", 0) >= FRONTEND_BOUND), None)
+    if frontend is not None:
+        # one API server process tokenizes and detokenizes for the whole engine: where it is
+        # a third of TTFT or more at the top, a second one may be the capacity to add
+        sentences.append(f"The API server's own processing was {frontend.impact['share']:.0%} "
+                         f"of mean TTFT at {frontend.impact.get('measured_at', 'the top')}: a "
+                         "second API server (--api-server-count 2) may add capacity; measure it")
     evidence = [Evidence(f"throughput at c={p.load:g}", round(p.requests_per_s, 3), "req/s",
                          "the sweep's steady window") for p in sorted(points, key=lambda p: p.load)]
     evidence.append(Evidence("throughput gain per doubling, last step", round(gain, 4), "",

@@ -18,7 +18,7 @@ from typing import Any
 
 from latscope.findings.causes import ACTING
 from latscope.findings.impact import IMPACT_TARGETS, describe
-from latscope.model import Finding
+from latscope.model import Finding, Severity
 
 # A symptom (its cause not named) is the verdict only from this share of its target on: a
 # smaller one is where time goes, not a fault (the healthy local target's API server takes a
@@ -57,18 +57,27 @@ def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
     cause = next((f for f in measured if f.role == "cause" and f.id != CAPACITY), None)
     if cause is not None:
         return _finding_verdict(cause, inputs, "cause")
+    unmeasured = [f for f in acting if f.role == "cause" and f.id != CAPACITY
+                  and (f.impact or {}).get("share") is None]
+    critical = next((f for f in unmeasured if f.severity == Severity.CRITICAL), None)
     capacity = next((f for f in acting if f.id == CAPACITY), None)
     if capacity is not None:
-        return _capacity_verdict(capacity)
+        return _also_check(_capacity_verdict(capacity), unmeasured)
     symptom = next((f for f in measured if f.role != "cause"
                     and f.impact["share"] >= SYMPTOM_VERDICT), None)
     if symptom is not None:
         return _finding_verdict(symptom, inputs, "symptom")
-    unmeasured = next((f for f in acting if f.role == "cause"
-                       and (f.impact or {}).get("share") is None), None)
-    if unmeasured is not None:
-        return _finding_verdict(unmeasured, inputs, "cause")
-    return healthy_verdict(inputs.healthy)
+    if critical is not None:  # a setting that breaks latency, its cost not measured here
+        return _finding_verdict(critical, inputs, "cause")
+    # a warning whose cost no run measured is not a verdict over measured health: named after it
+    return _also_check(healthy_verdict(inputs.healthy), unmeasured)
+
+
+def _also_check(result: dict[str, Any], unmeasured: list[Finding]) -> dict[str, Any]:
+    if unmeasured and result.get("kind") != "none":
+        names = "; ".join(f.title for f in unmeasured[:3])
+        result["text"] += f". To check, its cost not measured here: {names}"
+    return result
 
 
 def _unreliable_remainder(f: Finding) -> bool:
