@@ -268,10 +268,15 @@ def _telemetry(tel: dict[str, Any] | None) -> str:
             values = [v for g, v in zip(tel["gpu"], tel.get(key) or [])
                       if g == gpu and isinstance(v, (int, float))]
             if values:
-                rows.append([f"GPU{gpu} {label}", units.number(min(values)),
-                             units.number(sum(values) / len(values)), units.number(max(values))])
-    return (f"## GPU over time ({_text(tel.get('source'))}; the chart is in report.html)\n\n"
-            + _table(["series", "min", "mean", "max"], rows, right={1, 2, 3}))
+                rows.append([f"GPU{gpu} {label}", *(_gpu_number(v) for v in (
+                    min(values), sum(values) / len(values), max(values)))])
+    return ("## GPU over time\n\n"
+            + _wrap(f"From {_text(tel.get('source'))}; the chart is in report.html.")
+            + "\n\n" + _table(["series", "min", "mean", "max"], rows, right={1, 2, 3}))
+
+
+def _gpu_number(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else units.number(value)
 
 
 def _trace(trace: dict[str, Any] | None) -> str:
