@@ -129,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
                   f"the summary are in {config.output_dir}", file=sys.stderr)
             return 128 + exc.signum
     print_bench(result.summary, console)
-    _print_telemetry(result.run_dir, console)
     console.print(f"run directory: {result.run_dir}")
     if observers or recorder:
         _print_decomposition(result, console)
@@ -280,16 +279,6 @@ def _observers(args: argparse.Namespace, url: str) -> list[Any]:
 
     return [MetricsScraper(interval_s=args.scrape_interval),
             *gpu_sampler(url, args.scrape_interval, args.gpu_telemetry, None)]
-
-
-def _print_telemetry(run_dir: Any, console: Any) -> None:
-    from rich.markup import escape
-
-    from latscope.report.telemetry import telemetry_lines
-    from latscope.telemetry.facts import telemetry_facts
-
-    for line in telemetry_lines(telemetry_facts(run_dir)):
-        console.print(f"[dim]{escape(line)}[/dim]")
 
 
 def _print_decomposition(result: Any, console: Any) -> None:

@@ -44,9 +44,9 @@ def _src(facts: dict[str, Any]) -> str:
 
 
 def _unavailable(facts: dict[str, Any]) -> Finding:
+    # the title is the whole message, one line: no evidence row repeating it
     return Finding("gpu.telemetry_unavailable", Severity.INFO,
-                   f"No GPU telemetry: {facts.get('why') or 'no reader answered'}",
-                   [Evidence("GPU telemetry", "none", "", facts.get("why", ""))],
+                   f"No GPU telemetry: {facts.get('why') or 'no reader answered'}", [],
                    reference=f"{REF}#gpu.telemetry_unavailable", layer="gpu")
 
 

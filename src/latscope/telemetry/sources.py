@@ -20,10 +20,11 @@ from latscope.telemetry.nvml import NvmlReader, NvmlUnavailable
 from latscope.telemetry.sample import from_nvml
 
 # NVML return codes (nvml.h) that say why there is no telemetry, in a user's words.
-_NVML_WHY = {"LibraryNotFound": "no NVIDIA driver library (libnvidia-ml.so)",
-             "DriverNotLoaded": "the NVIDIA driver is not loaded",
+_NVML_WHY = {"LibraryNotFound": "no NVIDIA driver (libnvidia-ml.so)",
+             "DriverNotLoaded": "NVIDIA driver not loaded",
              "NoPermission": "no permission to read the NVIDIA GPUs",
              "Uninitialized": "NVML did not initialise"}
+NO_AMD = "no amdsmi, amd-smi or rocm-smi"
 
 
 class TelemetryUnavailable(LatscopeError):
@@ -36,7 +37,7 @@ class NvmlSource:
         self.devices = self.reader.open()
         if not self.devices:
             self.reader.close()
-            raise NvmlUnavailable("no NVIDIA GPU (nvmlDeviceGetCount is 0)")
+            raise NvmlUnavailable("no NVIDIA GPU (NVML lists none)")
         self.name = f"NVML (nvidia-ml-py {_version('nvidia-ml-py')})"
         self._previous: dict[int, dict[str, Any]] = {}
         self._checked_counters = False
@@ -114,10 +115,10 @@ def open_source(importer: Callable[[str], Any] = importlib.import_module,
     try:
         return NvmlSource(importer("pynvml"))
     except ImportError:
-        notes.append("NVIDIA: no pynvml (pip install nvidia-ml-py)"
-                     if which("nvidia-smi") else "NVIDIA: no driver (no pynvml, no nvidia-smi)")
+        notes.append("nvidia-smi but no pynvml (pip install nvidia-ml-py)"
+                     if which("nvidia-smi") else "no NVIDIA driver")
     except NvmlUnavailable as exc:
-        notes.append(f"NVIDIA: {_nvml_why(str(exc))}")
+        notes.append(_nvml_why(str(exc)))
     try:
         return AmdLibSource(importer("amdsmi"))
     except ImportError:
@@ -134,8 +135,10 @@ def open_source(importer: Callable[[str], Any] = importlib.import_module,
             except Exception as exc:  # noqa: BLE001 -- subprocess.TimeoutExpired and kin
                 notes.append(f"AMD {tool}: {type(exc).__name__}")
     if not any(n.startswith("AMD") for n in notes):
-        notes.append("AMD: no amdsmi, amd-smi or rocm-smi")
-    raise TelemetryUnavailable("; ".join(notes))
+        notes.append(NO_AMD)
+    # one line a user reads at 80 columns, after the findings list's severity column:
+    # "No GPU telemetry: no NVIDIA driver, no amdsmi, amd-smi or rocm-smi"
+    raise TelemetryUnavailable(", ".join(notes))
 
 
 def _nvml_why(text: str) -> str:

@@ -48,10 +48,10 @@ def test_html_draws_the_gpu_series_and_names_their_source():
 
 
 def test_markdown_and_html_say_when_there_was_no_gpu_telemetry():
-    none = {"status": "unavailable", "why": "NVIDIA: no driver (no pynvml, no nvidia-smi); "
-                                           "AMD: no amdsmi, amd-smi or rocm-smi"}
+    none = {"status": "unavailable",
+            "why": "no NVIDIA driver, no amdsmi, amd-smi or rocm-smi"}
     md = render_markdown(_report(none))
-    assert "## GPU over time\n\nNo GPU telemetry: NVIDIA: no driver" in md
-    assert "No GPU telemetry: NVIDIA: no driver" in render_html(_report(none))
+    assert "## GPU over time\n\nNo GPU telemetry: no NVIDIA driver, no amdsmi" in md
+    assert "No GPU telemetry: no NVIDIA driver, no amdsmi" in render_html(_report(none))
     table = render_markdown(_report(TELEMETRY))
     assert "| GPU1 busy (%)" in table and all(len(x) <= 100 for x in table.splitlines())

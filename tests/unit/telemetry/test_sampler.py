@@ -59,9 +59,9 @@ def test_samples_at_the_interval_and_names_the_server_gpus_and_others(tmp_path):
 
 
 @pytest.mark.parametrize("code,why", [
-    (fakenvml.DRIVER_NOT_LOADED, "NVIDIA: the NVIDIA driver is not loaded"),
-    (fakenvml.NO_PERMISSION, "NVIDIA: no permission to read the NVIDIA GPUs"),
-    (fakenvml.LIBRARY_NOT_FOUND, "NVIDIA: no NVIDIA driver library (libnvidia-ml.so)")])
+    (fakenvml.DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
+    (fakenvml.NO_PERMISSION, "no permission to read the NVIDIA GPUs"),
+    (fakenvml.LIBRARY_NOT_FOUND, "no NVIDIA driver (libnvidia-ml.so)")])
 def test_no_driver_or_permission_is_one_line_naming_it(code, why):
     modules = {"pynvml": fakenvml.make([], init_error=code)}
 
@@ -72,7 +72,18 @@ def test_no_driver_or_permission_is_one_line_naming_it(code, why):
 
     with pytest.raises(TelemetryUnavailable) as exc:
         open_source(importer, which=lambda tool: None)
-    assert str(exc.value) == f"{why}; AMD: no amdsmi, amd-smi or rocm-smi"
+    assert str(exc.value) == f"{why}, no amdsmi, amd-smi or rocm-smi"
+
+
+def test_a_cpu_host_is_one_line_of_80_columns():
+    def importer(name):
+        raise ImportError(name)
+
+    with pytest.raises(TelemetryUnavailable) as exc:
+        open_source(importer, which=lambda tool: None)
+    line = f"No GPU telemetry: {exc.value}"  # the finding's title
+    assert line == "No GPU telemetry: no NVIDIA driver, no amdsmi, amd-smi or rocm-smi"
+    assert len(line) <= 70  # and the findings list puts "info     " before it
 
 
 def test_no_gpu_at_all_is_said_so():
@@ -81,7 +92,7 @@ def test_no_gpu_at_all_is_said_so():
             return fakenvml.make([])
         raise ImportError(name)
 
-    with pytest.raises(TelemetryUnavailable, match=r"^NVIDIA: no NVIDIA GPU \(nvmlDevice"):
+    with pytest.raises(TelemetryUnavailable, match=r"^no NVIDIA GPU \(NVML lists none\), no amdsmi"):
         open_source(importer, which=lambda tool: None)
 
 
