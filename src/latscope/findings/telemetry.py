@@ -39,6 +39,33 @@ def telemetry_findings(facts: dict[str, Any]) -> list[Finding]:
     return [f for rule in rules for f in rule(facts) if f is not None]
 
 
+# Mean utilisation while the server ran requests: at or above, the GPU is the limit at that load;
+# below LOW_UTIL_PCT it is not (the host, the scheduler or the client is).
+GPU_BOUND_PCT = 90.0
+
+
+def capacity_hint(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """What the GPU says about the capacity verdict at one load (diagnose: at the knee):
+    ``{"gpu_busy_pct", "power_or_thermal_limited_share", "limit": "gpu" | "not_gpu" | None,
+    "text"}``; None without telemetry or a scrape with requests running."""
+    busy = facts.get("busy") or {}
+    util = busy.get("util_pct_mean") if facts.get("status") == "ok" else None
+    if util is None:
+        return None
+    limited = busy.get("limited_share") or 0.0
+    if util >= GPU_BOUND_PCT:
+        limit, text = "gpu", f"the GPU was busy {util:.0f}% of the time: it is the limit here"
+        if limited >= LIMITED_INFO:
+            text += f", its clocks held down by a limit in {limited:.0%} of the scrapes"
+    elif util < LOW_UTIL_PCT:
+        limit, text = "not_gpu", (f"the GPU was busy only {util:.0f}% of the time: the limit is "
+                                  "the host, the scheduler or the client, not the GPU")
+    else:
+        limit, text = None, f"the GPU was busy {util:.0f}% of the time"
+    return {"gpu_busy_pct": round(util, 1), "power_or_thermal_limited_share": round(limited, 3),
+            "limit": limit, "text": text, "source": _src(facts)}
+
+
 def _src(facts: dict[str, Any]) -> str:
     return f"{facts.get('source', 'GPU telemetry')}, {facts.get('run', '')}/{SOURCE}"
 

@@ -1,4 +1,5 @@
-"""Where the GPU readings come from on this host: NVML first, then AMD's library or tools.
+"""Where the GPU readings come from on this host: NVML first (``nvidia-smi -q -x`` where the
+driver is there but nvidia-ml-py is not), then AMD's library or tools.
 
 ``open_source()`` returns the first that answers, or raises ``TelemetryUnavailable`` whose text
 is the one line a user sees: which of no library, no driver, no permission, no GPU, for each
@@ -17,6 +18,7 @@ from typing import Any, Callable
 from latscope.errors import LatscopeError
 from latscope.telemetry import amd
 from latscope.telemetry.nvml import NvmlReader, NvmlUnavailable
+from latscope.telemetry.nvsmi import NvidiaSmiSource
 from latscope.telemetry.sample import from_nvml
 
 # NVML return codes (nvml.h) that say why there is no telemetry, in a user's words.
@@ -115,8 +117,13 @@ def open_source(importer: Callable[[str], Any] = importlib.import_module,
     try:
         return NvmlSource(importer("pynvml"))
     except ImportError:
-        notes.append("nvidia-smi but no pynvml (pip install nvidia-ml-py)"
-                     if which("nvidia-smi") else "no NVIDIA driver")
+        if not which("nvidia-smi"):
+            notes.append("no NVIDIA driver")
+        else:  # the driver without nvidia-ml-py: its XML, slower but the same readings
+            try:
+                return NvidiaSmiSource()
+            except Exception as exc:  # noqa: BLE001 -- OSError, ParseError, TimeoutExpired
+                notes.append(f"nvidia-smi: {type(exc).__name__}: {exc}"[:120])
     except NvmlUnavailable as exc:
         notes.append(_nvml_why(str(exc)))
     try:

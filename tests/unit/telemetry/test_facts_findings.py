@@ -151,3 +151,14 @@ def test_terminal_lines_fit_80_columns(tmp_path):
     assert lines[0].startswith("GPU telemetry (NVML")
     assert "GPU0: busy 95%, SM 1,980/1,980 MHz, 600/700 W" in lines[1]
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_capacity_hint_names_the_limit_at_a_load(tmp_path):
+    from latscope.findings.telemetry import capacity_hint
+
+    bound = capacity_hint(telemetry_facts(make_run(tmp_path / "a", QUEUED, HEALTHY)))
+    assert bound["limit"] == "gpu" and bound["gpu_busy_pct"] == 95
+    starved = capacity_hint(telemetry_facts(make_run(tmp_path / "b", QUEUED,
+                                                     {**HEALTHY, "util_pct": 30})))
+    assert starved["limit"] == "not_gpu" and "not the GPU" in starved["text"]
+    assert capacity_hint({"status": "unavailable", "why": "x"}) is None

@@ -88,3 +88,24 @@ def test_describes_this_process_with_only_its_visible_devices(script, monkeypatc
     info = script.describe_process(os.getpid())
     assert info["ppid"] == os.getppid()
     assert set(info) <= {"pid", "comm", "cmdline", "ppid", *script.VISIBLE}
+
+
+def test_a_recording_reads_back_as_a_run_directory(script, tmp_path, monkeypatch):
+    from latscope.findings.telemetry import telemetry_findings
+    from latscope.telemetry.facts import telemetry_facts
+    from latscope.telemetry.recording import recording_to_run
+
+    me = os.getpid()
+    gpus = [FakeGpu(processes=[(me, 60 * 2**30), (1, 2**30)], reasons=0x4,
+                    clocks={0: 1500, 1: 1500, 2: 3201})]
+    monkeypatch.setitem(sys.modules, "pynvml", fakenvml.make(gpus))
+    rec = tmp_path / "rec"
+    assert script.main(["--seconds", "0.3", "--interval", "0.1", "--out", str(rec),
+                        "--server-pid", str(me)]) == 0
+    run = recording_to_run(rec, tmp_path / "run", interval_s=0.1)
+    facts = telemetry_facts(run)
+    assert facts["status"] == "ok" and facts["gpus"] == [0]
+    assert facts["per_gpu"]["0"]["sm_clock_mhz_mean"] == 1500
+    assert facts["others"] == {"0": [{"pid": 1, "used_bytes": 2**30}]}
+    ids = [f.id for f in telemetry_findings(facts)]
+    assert ids == ["gpu.busy", "gpu.other_process"]  # no /metrics recorded: nothing "queued"
