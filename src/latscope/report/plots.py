@@ -226,10 +226,13 @@ def timeseries_spec(ts: dict[str, Any] | None,
     titles = {"requests": "requests", "kv": "KV cache usage (%)", "preemptions": "preemptions"}
     charts = [_ts_panel(rows, titles[name], x_dom, name == "kv", several=name == "requests")
               for name, rows in panels.items() if rows]
-    charts += telemetry_panels(telemetry, x_dom)
+    gpu = telemetry_panels(telemetry, x_dom)
+    charts += gpu
     if not charts:
         return None
-    return {"title": "Server state over the run, with the client's load", "vconcat": charts,
+    title = ("Server and GPU state over the run, with the client's load" if gpu
+             else "Server state over the run, with the client's load")
+    return {"title": title, "vconcat": charts,
             "resolve": {"scale": {"color": "independent"}}}
 
 
