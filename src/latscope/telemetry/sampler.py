@@ -4,8 +4,8 @@ A ``RunObserver`` like ``latscope.server.scrape.MetricsScraper``: ``start`` read
 ``interval_s`` on an absolute schedule anchored at the run's ``start_ns`` (the scraper's ticks
 are anchored at its first scrape, a few ms later: with the same interval, each scrape has a GPU
 sample within a few ms of it), and ``stop`` reads once more. Readings are blocking library calls
-(or a CLI subprocess), so each runs in a worker thread; NVML's take about a millisecond per GPU
-and release the GIL in ctypes.
+(or a CLI subprocess), so each runs in a worker thread; an NVML read of an H200 took 13.7 ms
+median (docs/telemetry.md) and releases the GIL in ctypes.
 
 Written into the run directory, under ``telemetry/``:
 
