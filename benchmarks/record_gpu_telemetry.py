@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         pynvml, meta["outcome"] = None, {"status": "unavailable", "why": f"no pynvml: {exc}"}
     meta["nvidia_smi_start"] = nvidia_smi_xml(args.out / "nvidia-smi-start.xml")
+    # written now too: a recording killed before its end still says how it was made
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=2))
     if pynvml is not None:
         meta["outcome"] = record(pynvml, args.out, args.seconds, args.interval,
                                  args.server_pid, args.metrics_url)
