@@ -123,18 +123,39 @@ def _clocks_limited(facts: dict[str, Any]) -> list[Finding]:
                 ev.append(Evidence(f"GPU{gpu} {policy} violation time over the run",
                                    round(seconds, 2), "s", "nvmlDeviceGetViolationStatus"))
     clock = q.get("clock_ratio_mean")
+    lowered = _lowered_limits(facts)
+    ev += [Evidence(f"GPU{gpu} power limit", limit, f"W, below its default {default:.0f} W",
+                    "nvmlDeviceGetEnforcedPowerLimit / PowerManagementDefaultLimit")
+           for gpu, limit, default in lowered]
+    # At the board's own power limit a loaded GPU caps its clock by design (a 700 W H200 under
+    # sustained load does): worth knowing, nothing to restore. A lowered limit or a thermal
+    # limit is a fault someone can remove.
+    fault = bool(lowered) or cause == "thermal"
     return [Finding(
         "gpu.clocks_limited",
-        Severity.WARNING if share >= LIMITED_WARNING else Severity.INFO,
+        Severity.WARNING if fault and share >= LIMITED_WARNING else Severity.INFO,
         f"GPU clocks held below max by the {cause} limit in {share:.0%} of the scrapes with "
-        f"requests queued" + (f" (SM clock at {clock:.0%} of max)" if clock else ""), ev,
+        f"requests queued" + (f" (SM clock at {clock:.0%} of max)" if clock else "")
+        + ("; the power limit is lowered" if lowered else ""), ev,
         why=("A capped clock lengthens every engine step, so the queue drains slower; how much "
              "latency that costs depends on how compute-bound the steps are (decode is mostly "
              "memory-bound and loses less than the clock does)."),
-        fix=("Check cooling and the power limit (nvidia-smi -q -d POWER,PERFORMANCE; restore a "
-             "lowered limit with nvidia-smi -pl; AMD: amd-smi metric --power); then measure "
-             "the change with an A/B, the clock deficit is not the latency gained."),
+        fix=("Restore the power limit (nvidia-smi -pl to the default) and check cooling "
+             if fault else "At the board's default power limit this is the GPU's design "
+             "ceiling: more throughput needs more GPUs, not a setting; ")
+            + ("(nvidia-smi -q -d POWER,PERFORMANCE; AMD: amd-smi metric --power); measure any "
+               "change with an A/B: the clock deficit is not the latency gained."),
         reference=f"{REF}#gpu.clocks_limited; {NVML_DOC}", layer="gpu")]
+
+
+def _lowered_limits(facts: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(gpu, enforced limit, default) for the GPUs whose power limit was set below default."""
+    out = []
+    for gpu, g in facts["per_gpu"].items():
+        limit, default = g.get("power_limit_w"), g.get("power_default_limit_w")
+        if limit is not None and default and limit < default - 1.0:
+            out.append((gpu, round(limit, 1), default))
+    return out
 
 
 def _underused(facts: dict[str, Any]) -> list[Finding]:

@@ -140,6 +140,7 @@ def _per_gpu(series: list[dict[str, Any]]) -> dict[str, Any]:
             "power_w_mean": _mean(vals("power_w")), "power_w_max": max(vals("power_w"),
                                                                        default=None),
             "power_limit_w": _mean(vals("power_limit_w")),
+            "power_default_limit_w": max(vals("power_default_limit_w"), default=None),
             "sm_clock_mhz_mean": _mean(vals("sm_clock_mhz")),
             "sm_clock_max_mhz": max(vals("sm_clock_max_mhz"), default=None),
             "temp_c_max": max(vals("temp_c"), default=None),

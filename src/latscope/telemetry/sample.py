@@ -10,6 +10,7 @@ did not):
                        ``utilization.gpu``; AMD ``gfx_activity``): busy, not SM occupancy
 ``mem_used_bytes``     device memory used / ``mem_total_bytes``
 ``power_w``            board power / ``power_limit_w`` the enforced limit
+                       (``power_default_limit_w`` the board's default)
 ``sm_clock_mhz``       SM (AMD: GFX) clock / ``sm_clock_max_mhz``; ``mem_clock_mhz`` likewise
 ``temp_c``             GPU (AMD: hotspot) temperature
 ``reasons``            why clocks are held down now (names in ``REASON_BITS``)
@@ -60,6 +61,8 @@ def from_nvml(reading: dict[str, Any], static: dict[str, Any], wall_time: float,
     for key, out in (("power.draw_mw", "power_w"), ("power.limit_mw", "power_limit_w")):
         if _num(reading.get(key)):
             s[out] = reading[key] / 1000.0
+    if _num(static.get("power.default_limit_mw")):
+        s["power_default_limit_w"] = static["power.default_limit_mw"] / 1000.0
     if _num(reading.get("clocks.event_reasons")):
         s["reasons"] = reason_names(int(reading["clocks.event_reasons"]))
     violations = {k.split(".", 1)[1][:-3]: reading[k] / 1e9 for k in reading

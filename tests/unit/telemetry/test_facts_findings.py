@@ -69,12 +69,19 @@ def test_healthy_gpu_gives_only_its_state(tmp_path):
 
 
 def test_power_capped_clocks_while_queued(tmp_path):
-    capped = {**HEALTHY, "sm_clock_mhz": 1500, "power_w": 699.0, "reasons": ["sw_power_cap"]}
-    run = make_run(tmp_path, QUEUED, [HEALTHY] + [capped] * 5 + [HEALTHY])
+    capped = {**HEALTHY, "sm_clock_mhz": 1500, "power_w": 699.0, "reasons": ["sw_power_cap"],
+              "power_default_limit_w": 700.0}
+    run = make_run(tmp_path / "a", QUEUED, [HEALTHY] + [capped] * 5 + [HEALTHY])
     f = _ids(run)["gpu.clocks_limited"]
-    assert f.severity.value == "warning"
+    # at the board's default limit: the design ceiling, worth knowing, nothing to restore
+    assert f.severity.value == "info" and "design ceiling" in f.fix
     assert "power limit in 100% of the scrapes with requests queued" in f.title
     assert "76% of max" in f.title  # 1500 of 1980 MHz
+    lowered = {**capped, "power_limit_w": 450.0, "power_w": 449.0}
+    low = _ids(make_run(tmp_path / "b", QUEUED, [HEALTHY] + [lowered] * 5 + [HEALTHY]))
+    f = low["gpu.clocks_limited"]
+    assert f.severity.value == "warning" and f.title.endswith("; the power limit is lowered")
+    assert f.fix.startswith("Restore the power limit")
     share = next(e for e in f.evidence if e.name == "queued scrapes with clocks held down")
     assert share.value == 1.0 and share.unit == "of 5 with requests waiting"
     assert f.impact is None  # a clock share is not a latency share

@@ -61,7 +61,8 @@ def test_clocks_held_down_by_the_power_cap_while_requests_queued(run):
     found = {f.id: f for f in telemetry_findings(facts)}
     assert set(found) == {"gpu.busy", "gpu.clocks_limited"}  # PCIe 5 x16, no ECC/XID, 94% memory
     limited = found["gpu.clocks_limited"]
-    assert limited.severity.value == "warning"
+    # the H200 ran at its default 700 W limit: the design ceiling, not a fault
+    assert limited.severity.value == "info"
     assert limited.title == ("GPU clocks held below max by the power limit in 83% of the "
                              "scrapes with requests queued (SM clock at 78% of max)")
     hint = capacity_hint(facts)
