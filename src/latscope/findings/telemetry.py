@@ -180,7 +180,8 @@ def _underused(facts: dict[str, Any]) -> list[Finding]:
         fix=("Look at the host and the scheduler: latscope doctor (CPU governor, affinity), "
              "--max-num-batched-tokens / --max-num-seqs, a trace's idle gaps "
              "(latscope trace); a faster GPU would not help."),
-        reference=f"{REF}#gpu.underused_while_queued; {NVML_DOC}", layer="gpu")]
+        # it says where the limit is not; the cause (host, scheduler) is another finding's
+        reference=f"{REF}#gpu.underused_while_queued; {NVML_DOC}", layer="gpu", role="symptom")]
 
 
 def _memory_full(facts: dict[str, Any]) -> list[Finding]:

@@ -169,3 +169,8 @@ def test_capacity_hint_names_the_limit_at_a_load(tmp_path):
                                                      {**HEALTHY, "util_pct": 30})))
     assert starved["limit"] == "not_gpu" and "not the GPU" in starved["text"]
     assert capacity_hint({"status": "unavailable", "why": "x"}) is None
+
+
+def test_an_idle_gpu_under_a_queue_is_a_symptom_not_the_cause(tmp_path):
+    f = _ids(make_run(tmp_path, QUEUED, {**HEALTHY, "util_pct": 22}))["gpu.underused_while_queued"]
+    assert f.role == "symptom" and f.impact is None
