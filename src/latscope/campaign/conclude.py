@@ -17,6 +17,8 @@ from latscope.findings.host import contention_finding
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.rank import merge, rank
 from latscope.findings.server import findings_from_metrics
+from latscope.findings.telemetry import capacity_hint, telemetry_findings
+from latscope.telemetry.facts import telemetry_facts
 from latscope.findings.verdict import VerdictInputs, experiment_text, verdict
 from latscope.model import Finding, Severity
 
@@ -58,6 +60,7 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
         contention = contention_finding(read_cpu_usage(obs.run_dir), label)
         if contention is not None:
             out.append(contention)
+        out += telemetry_findings(telemetry_facts(obs.run_dir))
     return out
 
 
@@ -138,15 +141,25 @@ def _capacity(state: Diagnosis, findings: list[Finding]) -> Finding | None:
 
 
 def _gpu_busy(state: Diagnosis) -> GpuBusy | None:
-    """1 - idle share of the profile's first device (``trace.json``), at the load profiled."""
+    """1 - idle share of the profile's first device (``trace.json``), at the load profiled;
+    without a profile, the GPU telemetry's utilisation at the knee (NVML / amdsmi)."""
     devices = (state.trace or {}).get("devices") or []
     b = (devices[0].get("breakdown") or {}) if devices else {}
     if b.get("idle_share") is None:
-        return None
+        return _telemetry_busy(state)
     load = state.levels.get("knee") or state.levels.get("light")
     where = level_label(state, load) if load is not None else "the profiled load"
     source = (state.trace.get("source") or {}).get("path") or "trace.json"
     return GpuBusy(1.0 - float(b["idle_share"]), where, source)
+
+
+def _telemetry_busy(state: Diagnosis) -> GpuBusy | None:
+    load = state.levels.get("knee") or state.levels.get("top")
+    obs = state.observations.get(load) if load is not None else None
+    hint = capacity_hint(telemetry_facts(obs.run_dir)) if obs is not None else None
+    if not hint:
+        return None
+    return GpuBusy(hint["gpu_busy_pct"] / 100.0, level_label(state, load), hint["source"])
 
 
 def _add_decode_cost(findings: list[Finding], state: Diagnosis) -> None:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from latscope.campaign.state import Diagnosis, level_label
+from latscope.telemetry.facts import telemetry_section
 
 
 REPORT_SCHEMA = 1
@@ -30,6 +31,7 @@ def build_report(state: Diagnosis) -> dict[str, Any]:
         "decompositions": _decomposition_section(state),
         "timeseries": _timeseries_section(state),
         "trace": _trace_section(state.trace),
+        "telemetry": telemetry_section([o.run_dir for _, o in sorted(state.observations.items())]),
         "experiments": state.experiments,
         "proposals": state.proposals,
         "notes": state.notes,

@@ -10,10 +10,12 @@ from typing import Any, Callable, Sequence
 from latscope.analysis.decompose import Decomposition, decompose_run
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.server import findings_from_metrics
+from latscope.findings.telemetry import telemetry_findings
 from latscope.load import BenchConfig, BenchResult, run_bench
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
+from latscope.telemetry.facts import telemetry_facts
 
 # The client's timing is unreliable when its own delays are this large a part of what it measured.
 CLIENT_SHARE_UNRELIABLE = 0.10  # of mean TTFT: the client's send delay + mean loop lag
@@ -51,18 +53,22 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
             max_num_seqs_source: str = "", observers: Sequence[Any] = (),
             on_record: Callable[[RequestRecord], None] | None = None,
             collector: Any = None, metrics_url: str | None = None,
-            server_pids: set[int] | None = None, host_load: bool = True) -> Observation:
+            server_pids: set[int] | None = None, host_load: bool = True,
+            gpu_telemetry: bool | None = None) -> Observation:
     """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
     decompose it and make its findings; everything is also written to the run directory.
     ``metrics_url``: the server to scrape when the load goes through a proxy in front of it.
     With ``collector`` (a ``SpanCollector`` the server exports to), requests are traced and the
     decomposition is per request, from the server's spans. ``host_load``: the CPU used by
     latscope, the server (``server_pids`` and their children) and every other process over the
-    run, in ``host/cpu.json`` (``env.hostload``)."""
+    run, in ``host/cpu.json`` (``env.hostload``). ``gpu_telemetry``: sample the GPUs beside the
+    scrapes (None: when the server is on this host, latscope.telemetry)."""
     from latscope.env.hostload import HostLoadSampler
 
     scrapers: list[Any] = ([MetricsScraper(interval_s=scrape_interval_s, base_url=metrics_url)]
                            if scrape_interval_s > 0 else [])
+    scrapers += gpu_sampler(metrics_url or config.url, scrape_interval_s, gpu_telemetry,
+                            same_host)
     if host_load:
         scrapers.append(HostLoadSampler(server_pids))
     if collector is not None:
@@ -93,13 +99,30 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
                                           f"({measured_at or result.run_dir.name})",
                                           max_num_seqs=max_num_seqs,
                                           max_num_seqs_source=max_num_seqs_source)
+    telemetry = telemetry_facts(result.run_dir)
+    findings += telemetry_findings(telemetry)
     hit_rate = prefix_cache_hit_rate(snapshots)
     warm = bool(result.config.warmup)
     _record_comparability(result, hit_rate, warm)
     if decomposition is not None:
         decomposition.findings = findings
     return Observation(result, decomposition, findings, snapshots, client,
-                       prefix_cache_hit_rate=hit_rate, warm=warm)
+                       prefix_cache_hit_rate=hit_rate, warm=warm,
+                       extra={"telemetry": telemetry})
+
+
+def gpu_sampler(server_url: str, interval_s: float, enabled: bool | None,
+                same_host: bool | None) -> list[Any]:
+    """A ``TelemetrySampler`` at the scrape interval when the server is on this host (a remote
+    server's GPUs cannot be read from here), or when asked for; [] otherwise."""
+    from latscope.env.serverfacts import is_local, url_port
+    from latscope.telemetry.sampler import TelemetrySampler
+
+    if enabled is False or interval_s <= 0:
+        return []
+    if enabled is None and not (same_host if same_host is not None else is_local(server_url)):
+        return []
+    return [TelemetrySampler(interval_s=interval_s, server_port=url_port(server_url))]
 
 
 def _record_comparability(result: BenchResult, hit_rate: float | None, warm: bool) -> None:

@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--no-uvloop", action="store_true", help="use asyncio's default loop")
     out.add_argument("--scrape-interval", type=float, default=2.0,
                      help="scrape /metrics every S seconds during the run (0: off)")
+    out.add_argument("--gpu-telemetry", action=argparse.BooleanOptionalAction, default=None,
+                     help="sample the GPUs (NVML, amdsmi) beside the scrapes (default: on when "
+                     "the server is on this host; docs/telemetry.md)")
 
     trace = parser.add_argument_group("per-request server spans (OTLP)")
     trace.add_argument("--trace-requests", action=argparse.BooleanOptionalAction, default=None,
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         if config.output_dir is None:  # named up front, so Ctrl-C users know where results are
             config.output_dir = default_run_dir()
         console.print(f"[dim]writing to {config.output_dir}[/dim]")
-        observers = _observers(args)
+        observers = _observers(args, url)
         recorder = _recorder(collector)
         try:
             with _Progress(console, config, enabled=not args.no_progress) as progress:
@@ -268,12 +271,14 @@ def _target(args: argparse.Namespace, console: Any, collector: Any = None):
         yield target.url, str(tokenizer) if tokenizer else None
 
 
-def _observers(args: argparse.Namespace) -> list[Any]:
+def _observers(args: argparse.Namespace, url: str) -> list[Any]:
     if not args.scrape_interval or args.scrape_interval <= 0:
         return []
+    from latscope.campaign.observe import gpu_sampler
     from latscope.server.scrape import MetricsScraper
 
-    return [MetricsScraper(interval_s=args.scrape_interval)]
+    return [MetricsScraper(interval_s=args.scrape_interval),
+            *gpu_sampler(url, args.scrape_interval, args.gpu_telemetry, None)]
 
 
 def _print_decomposition(result: Any, console: Any) -> None:

@@ -76,7 +76,9 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
                  f"Past it, throughput rose only {gain:+.0%} per doubling of the load, from "
                  f"c={prev.load:g} to c={last.load:g}"]
     if gpu is not None:
-        sentences.append(f"The GPU was busy {gpu.share:.0%} of the profile at {gpu.where}")
+        what = "the profile" if "trace" in gpu.source or gpu.source.endswith(".gz") else \
+            "the time (GPU telemetry)"
+        sentences.append(f"The GPU was busy {gpu.share:.0%} of {what} at {gpu.where}")
     run_at = f"Run at c<={recommended:g} (10% left of the knee). " if recommended else ""
     frontend = next((f for f in findings if f.id == "latency.engine_frontend" and f.impact
                      and f.impact.get("share", 0) >= FRONTEND_BOUND), None)

@@ -37,9 +37,15 @@ def render_html(report: dict[str, Any]) -> str:
 def _chart_specs(report: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
     return {"sweep": plots.sweep_spec(report.get("sweep")),
             "decomposition": plots.decomposition_spec(report.get("decompositions")),
-            "timeseries": plots.timeseries_spec(report.get("timeseries")),
+            "timeseries": plots.timeseries_spec(report.get("timeseries"),
+                                                 _telemetry(report)),
             "trace": plots.trace_spec(report.get("trace")),
             "experiments": plots.experiments_spec(report.get("experiments"))}
+
+
+def _telemetry(report: dict[str, Any]) -> dict[str, Any] | None:
+    tel = report.get("telemetry")
+    return tel if isinstance(tel, dict) and tel.get("status") == "ok" else None
 
 
 def _decomposition_rows(d: dict[str, Any]) -> dict[str, Any]:

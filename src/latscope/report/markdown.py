@@ -24,7 +24,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     parts = [_header(report), _client(report.get("client")), _findings(report),
              _experiments(report), _sweep(report.get("sweep")),
              _decompositions(report.get("decompositions")), _timeseries(report.get("timeseries")),
-             _trace(report.get("trace")), _stages(report)]
+             _telemetry(report.get("telemetry")), _trace(report.get("trace")), _stages(report)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
 
@@ -253,6 +253,30 @@ def _timeseries(ts: dict[str, Any] | None) -> str:
     span = f"{len(t)} samples over {units.number(max(t) - min(t))} s" if t else ""
     return (f"## Server over time ({span}; the chart is in report.html)\n\n"
             + _table(["series", "min", "mean", "max", "last"], rows, right={1, 2, 3, 4}))
+
+
+def _telemetry(tel: dict[str, Any] | None) -> str:
+    if not tel:
+        return ""
+    if tel.get("status") != "ok":
+        return f"## GPU over time\n\n{_wrap('No GPU telemetry: ' + _text(tel.get('why')))}"
+    rows = []
+    for gpu in dict.fromkeys(tel.get("gpu") or []):
+        for key, label in (("util_pct", "busy (%)"), ("sm_clock_mhz", "SM clock (MHz)"),
+                           ("power_w", "power (W)"), ("mem_used_pct", "memory used (%)"),
+                           ("temp_c", "temperature (C)")):
+            values = [v for g, v in zip(tel["gpu"], tel.get(key) or [])
+                      if g == gpu and isinstance(v, (int, float))]
+            if values:
+                rows.append([f"GPU{gpu} {label}", *(_gpu_number(v) for v in (
+                    min(values), sum(values) / len(values), max(values)))])
+    return ("## GPU over time\n\n"
+            + _wrap(f"From {_text(tel.get('source'))}; the chart is in report.html.")
+            + "\n\n" + _table(["series", "min", "mean", "max"], rows, right={1, 2, 3}))
+
+
+def _gpu_number(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else units.number(value)
 
 
 def _trace(trace: dict[str, Any] | None) -> str:

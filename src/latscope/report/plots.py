@@ -206,11 +206,15 @@ _SERIES = (  # (key in timeseries, legend label, panel)
 )
 
 
-def timeseries_spec(ts: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Server state over the run, aligned with the client's load on one time axis."""
-    t = (ts or {}).get("t_s") or []
+def timeseries_spec(ts: dict[str, Any] | None,
+                    telemetry: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Server state over the run, aligned with the client's load on one time axis; the GPUs'
+    telemetry (``report.json``'s ``telemetry``) under it, on the same axis."""
+    t = [x for x in ((ts or {}).get("t_s") or []) + ((telemetry or {}).get("t_s") or [])
+         if _num(x)]
     if not t:
         return None
+    ts = ts or {}
     panels: dict[str, list[dict[str, Any]]] = {"requests": [], "kv": [], "preemptions": []}
     for key, label, panel in _SERIES:
         for when, value in zip(t, ts.get(key) or []):
@@ -218,13 +222,17 @@ def timeseries_spec(ts: dict[str, Any] | None) -> dict[str, Any] | None:
                 v = value * 100 if key == "kv_usage" else value
                 panels[panel].append({"t": when, "v": v, "series": label,
                                       "side": "client" if "client" in label else "server"})
-    x_dom = [min(x for x in t if _num(x)), max(x for x in t if _num(x))]
+    x_dom = [min(t), max(t)]
     titles = {"requests": "requests", "kv": "KV cache usage (%)", "preemptions": "preemptions"}
     charts = [_ts_panel(rows, titles[name], x_dom, name == "kv", several=name == "requests")
               for name, rows in panels.items() if rows]
+    gpu = telemetry_panels(telemetry, x_dom)
+    charts += gpu
     if not charts:
         return None
-    return {"title": "Server state over the run, with the client's load", "vconcat": charts,
+    title = ("Server and GPU state over the run, with the client's load" if gpu
+             else "Server state over the run, with the client's load")
+    return {"title": title, "vconcat": charts,
             "resolve": {"scale": {"color": "independent"}}}
 
 
@@ -248,6 +256,48 @@ def _ts_panel(rows: list[dict[str, Any]], title: str, x_dom: list[float],
                                                   "range": [[1, 0], [6, 3]]}}}
                         if several else {})},
     }
+
+
+_GPU_PANELS = (  # (value key, its ceiling key or None, title, y domain)
+    ("util_pct", None, "GPU busy (%)", [0, 100]),
+    ("sm_clock_mhz", "sm_clock_max_mhz", "SM clock (MHz), max dashed", None),
+    ("power_w", "power_limit_w", "power (W), limit dashed", None),
+    ("mem_used_pct", None, "GPU memory used (%)", [0, 100]),
+)
+
+
+def telemetry_panels(telemetry: dict[str, Any] | None, x_dom: list[float]
+                     ) -> list[dict[str, Any]]:
+    """One panel per GPU reading, a line per GPU, its ceiling (max clock, power limit)
+    dashed: the panels stack under the server's series on its time axis."""
+    tel = telemetry or {}
+    t, gpus = tel.get("t_s") or [], tel.get("gpu") or []
+    panels = []
+    for key, ceiling, title, domain in _GPU_PANELS:
+        rows = [{"t": when, "v": v, "series": f"GPU{g}", "kind": "value"}
+                for when, g, v in zip(t, gpus, tel.get(key) or []) if _num(when) and _num(v)]
+        if not rows:
+            continue
+        if ceiling:
+            rows += [{"t": when, "v": v, "series": f"GPU{g}", "kind": "ceiling"}
+                     for when, g, v in zip(t, gpus, tel.get(ceiling) or [])
+                     if _num(when) and _num(v)]
+        y: dict[str, Any] = {"field": "v", "type": "quantitative", "title": title}
+        if domain:
+            y["scale"] = {"domain": domain}
+        panels.append({
+            "width": WIDTH, "height": 80, "data": {"values": rows},
+            "mark": {"type": "line", "interpolate": "step-after"},
+            "encoding": {"x": {"field": "t", "type": "quantitative", "title": "time (s)",
+                               "scale": {"domain": x_dom}},
+                         "y": y,
+                         "color": {"field": "series", "type": "nominal", "title": None,
+                                   "legend": {"orient": "top"}},
+                         "detail": {"field": "kind", "type": "nominal"},
+                         "strokeDash": {"field": "kind", "type": "nominal", "legend": None,
+                                        "scale": {"domain": ["value", "ceiling"],
+                                                  "range": [[1, 0], [4, 3]]}}}})
+    return panels
 
 
 def trace_spec(trace: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -1,0 +1,100 @@
+"""Which GPUs the server holds, and who else is on them.
+
+The server's processes: the one listening on the server's port (``/proc/net/tcp``, as doctor
+finds it) and its descendants (vLLM's engine core and workers are its children). Its GPUs: those
+whose per-process list (NVML ``nvmlDeviceGetComputeRunningProcesses``, ``amd-smi process``)
+holds one of those PIDs; where none does (a server in another PID namespace, a container), the
+``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` of its process
+name them instead, and other tenants cannot be told apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from latscope.env.hostview import HostView
+
+VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def server_pids(view: HostView, pid: int | None = None, port: int | None = None
+                ) -> tuple[list[int], str]:
+    """The server's PID and its descendants, and how the PID was found."""
+    from latscope.env.serverfacts import find_listening_pid
+
+    source = "given"
+    if pid is None and port:
+        pid, source = find_listening_pid(view, port), f"listener of port {port} (/proc/net/tcp)"
+    if pid is None:
+        return [], "server process not found (not on this host, or not visible to this user)"
+    return sorted(descendants(view, pid)), source
+
+
+def descendants(view: HostView, pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for name in view.listdir("/proc"):
+        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
+        if stat and ")" in stat:
+            try:
+                parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (IndexError, ValueError):
+                continue
+    tree, grew = {pid}, True
+    while grew:
+        new = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= new
+        grew = bool(new)
+    return tree
+
+
+def visible_devices(view: HostView, pids: Iterable[int]) -> dict[str, str]:
+    """The ``*_VISIBLE_DEVICES`` the server's processes were started with (only those
+    variables are kept out of their environments: the rest may hold secrets)."""
+    for pid in pids:
+        env = view.environ(pid)
+        if env is not None:
+            return {k: env[k] for k in VISIBLE_VARS if k in env}
+    return {}
+
+
+def _listed(value: str, devices: list[dict[str, Any]]) -> list[int] | None:
+    """Host GPU indices named by a ``*_VISIBLE_DEVICES`` value (ordinals or ``GPU-`` UUIDs)."""
+    out = []
+    by_uuid = {str(d.get("uuid")): d["index"] for d in devices if d.get("uuid")}
+    for item in (x.strip() for x in value.split(",") if x.strip()):
+        if item.isdigit():
+            out.append(int(item))
+        elif item in by_uuid:
+            out.append(by_uuid[item])
+        else:
+            return None  # MIG ids, partial UUIDs: not resolved here, said so instead
+    return out
+
+
+def holders(samples: list[dict[str, Any]], pids: list[int], visible: dict[str, str],
+            devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"gpus": [...], "gpus_from": ..., "others": {gpu: [{"pid", "used_bytes"}]}}``."""
+    ours = set(pids)
+    seen: dict[int, dict[int, Any]] = {}
+    for s in samples:
+        for p in s.get("processes") or ():
+            seen.setdefault(s["gpu"], {})[p["pid"]] = p.get("used_bytes")
+    held = sorted(g for g, procs in seen.items() if ours & set(procs))
+    out: dict[str, Any] = {"server_pids": sorted(ours), "visible_devices": visible}
+    if held:
+        out["gpus"], out["gpus_from"] = held, "the GPUs' process lists"
+        out["others"] = {str(g): [{"pid": pid, "used_bytes": used}
+                                  for pid, used in sorted(seen.get(g, {}).items())
+                                  if pid not in ours] for g in held}
+        return out
+    for var in VISIBLE_VARS:
+        listed = _listed(visible[var], devices) if var in visible else None
+        if listed:
+            out["gpus"], out["gpus_from"] = listed, f"{var} of the server's process"
+            break
+    else:
+        out["gpus"], out["gpus_from"] = [], ""
+    # the server's PIDs are not in any GPU's list: another PID namespace, so no tenant can be
+    # told apart from the server here
+    out["others"] = None
+    return out

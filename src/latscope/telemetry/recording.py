@@ -1,0 +1,111 @@
+"""A ``benchmarks/record_gpu_telemetry.py`` recording read as a run directory, so that the same
+facts, findings and report series come out of it as out of a sampled ``bench`` run.
+
+The recording's raw NVML readings go through the sampler's own normaliser
+(``sample.from_nvml``); its ``/metrics`` pages (``--metrics-url``) become the run's scrapes; the
+server's processes are ``--server-pid`` and its descendants, from ``processes.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from latscope.errors import LatscopeError
+from latscope.rundir import iter_jsonl
+from latscope.telemetry.holders import VISIBLE_VARS, holders
+from latscope.telemetry.sample import from_nvml
+from latscope.telemetry.sampler import DIR, SAMPLES, SUMMARY
+
+
+def read_recording(rec_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]],
+                                           list[dict[str, Any]]]:
+    """(system + devices, GpuSamples, raw readings) of a recording's ``nvml.jsonl``."""
+    path = Path(rec_dir) / "nvml.jsonl"
+    if not path.is_file():
+        raise LatscopeError(f"{rec_dir}: no nvml.jsonl (not a record_gpu_telemetry.py recording)")
+    head: dict[str, Any] = {}
+    samples, raw = [], []
+    previous: dict[int, dict[str, Any]] = {}
+    for line in iter_jsonl(path):
+        kind = line.get("kind")
+        if kind == "system":
+            head["system"] = line
+        elif kind == "devices":
+            head["devices"] = line.get("gpus") or []
+        elif kind == "sample":
+            for reading in line.get("gpus") or ():
+                static = head["devices"][reading["index"]]
+                samples.append(from_nvml(reading, static, line["wall_time"],
+                                         previous.get(reading["index"])))
+                previous[reading["index"]] = reading
+                raw.append(reading)
+    return head, samples, raw
+
+
+def recording_to_run(rec_dir: Path, out: Path, interval_s: float = 1.0) -> Path:
+    """Write ``out/telemetry/`` and ``out/metrics/snapshots.jsonl`` from a recording."""
+    rec_dir, out = Path(rec_dir), Path(out)
+    head, samples, _ = read_recording(rec_dir)
+    (out / DIR).mkdir(parents=True, exist_ok=True)
+    with (out / DIR / SAMPLES).open("w") as fh:
+        for s in samples:  # one GPU per line: the reader takes every GPU of every line
+            fh.write(json.dumps({"t_ns": s["t_ns"], "wall_time": s["wall_time"],
+                                 "gpus": [s]}) + "\n")
+    pids, visible = _server(rec_dir)
+    summary = {"status": "ok", "source": "NVML (record_gpu_telemetry.py)",
+               "interval_s": interval_s, "samples": len(samples),
+               "devices": head.get("devices", []),
+               "server": holders(samples, pids, visible, head.get("devices", []))}
+    (out / DIR / SUMMARY).write_text(json.dumps(summary, indent=2))
+    _metrics(rec_dir, out)
+    return out
+
+
+def _server(rec_dir: Path) -> tuple[list[int], dict[str, str]]:
+    meta = _json(rec_dir / "meta.json") or {}
+    procs = _json(rec_dir / "processes.json") or []
+    try:
+        root = int((meta.get("args") or {}).get("server_pid"))
+    except (TypeError, ValueError):
+        return [], {}
+    children: dict[int, list[int]] = {}
+    for p in procs:
+        if isinstance(p.get("ppid"), int):
+            children.setdefault(p["ppid"], []).append(p["pid"])
+    tree, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    visible = next(({k: p[k] for k in VISIBLE_VARS if k in p} for p in procs
+                    if p.get("pid") == root), {})
+    return sorted(tree), visible
+
+
+def _metrics(rec_dir: Path, out: Path) -> None:
+    from latscope.errors import ScrapeError
+    from latscope.server.metrics import parse_metrics_text
+
+    (out / "metrics").mkdir(parents=True, exist_ok=True)
+    with (out / "metrics" / "snapshots.jsonl").open("w") as fh:
+        for page in iter_jsonl(rec_dir / "metrics.jsonl"):
+            if "text" not in page:
+                continue
+            try:
+                samples = parse_metrics_text(page["text"]).samples
+            except ScrapeError:
+                continue
+            fh.write(json.dumps({"t_ns": page["t_ns"], "wall_time": page["wall_time"],
+                                 "scrape_ms": 0.0,
+                                 "samples": [{"name": s.name, "labels": s.labels,
+                                              "value": s.value} for s in samples]}) + "\n")
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
