@@ -314,14 +314,25 @@ def table(paths: list[str]) -> int:
     from latscope.findings.verdict import verdict_matches
     from latscope.campaign.replay import replay
 
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="latscope-matrix-"))
     dirs = []
     for p in map(Path, paths):
-        dirs += [p] if (p / "scenario.json").is_file() else sorted(
-            d for d in p.iterdir() if (d / "scenario.json").is_file())
+        if p.is_dir() and (p / "scenario.json").is_file():
+            dirs.append(p)
+            continue
+        found = [p] if p.suffix == ".tgz" else sorted(p.glob("*.tgz")) if p.is_dir() else []
+        for tgz in found:  # the committed fixtures: tests/data/gpu-matrix/NAME.tgz
+            with tarfile.open(tgz) as tar:
+                tar.extractall(tmp, filter="data")
+            dirs.append(tmp / tgz.name.removesuffix(".tgz"))
+        if p.is_dir():
+            dirs += sorted(d for d in p.iterdir() if (d / "scenario.json").is_file())
     rows, right = [], 0
     for d in dirs:
         scenario = json.loads((d / "scenario.json").read_text())
-        report = replay(d)
+        report = replay(d, tmp / "replayed" / d.name)
         ok, why = verdict_matches(report["verdict"], scenario["expect"])
         right += ok
         rows.append((scenario["name"], _expect_text(scenario["expect"]),

@@ -86,7 +86,18 @@ def _all_findings(state: Diagnosis) -> list[Finding]:
         # The log's stats lines span the whole run (warm-up, ramps between steps); the scrapes
         # of each measured step are the evidence for queueing, so the log's queue rules yield.
         log = [f for f in log if f.layer != "queue"]
-    return doctor + net + _level_findings(state) + log + state.trace_findings
+    return doctor + net + _level_findings(state) + log + _profiled(state)
+
+
+def _profiled(state: Diagnosis) -> list[Finding]:
+    """The trace's findings, measured where the profile ran: a profile diagnose took is of
+    the knee's load (the trace file's name says nothing to a reader of the verdict)."""
+    load = state.levels.get("knee") or state.levels.get("light")
+    if not state.opts.profile or load is None:
+        return state.trace_findings
+    where = level_label(state, load)
+    return [dataclasses.replace(f, impact={**f.impact, "measured_at": where}) if f.impact else f
+            for f in state.trace_findings]
 
 
 def _needed_for_profile(f: Finding) -> Finding:
