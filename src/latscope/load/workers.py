@@ -152,6 +152,10 @@ class WorkerSpec:
     workload: Workload
     tag: str
     share: Share
+    # the driver's warm-up measured one request's time: the worker staggers its slots by it,
+    # shifted by worker/workers of a slot so the workers' slots interleave (latscope.load.stagger)
+    request_time_ns: int | None = None
+    stagger_offset: float = 0.0
 
 
 def host_facts() -> dict[str, Any]:
@@ -177,6 +181,7 @@ class WorkerRun:
         self.run = _Run(config, spec.base_url, spec.headers, spec.model, spec.workload,
                         on_record=self._collect)
         self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
+        self.run.request_time_ns = spec.request_time_ns
         # deque: append (event loop) and popleft (a Ray poll thread) are thread-safe
         from collections import deque
         self.finished: deque[RequestRecord] = deque()
@@ -200,7 +205,8 @@ class WorkerRun:
         run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
         try:
             if share.offsets_ns is None:
-                await run.closed_loop(share.indices, share.concurrency or 1, False, deadline)
+                await run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
+                                      stagger_offset=self.spec.stagger_offset)
             else:
                 await self._open_loop(start_ns, deadline)
         finally:
@@ -211,6 +217,7 @@ class WorkerRun:
                 flusher.cancel()
         figures = run.summary()["client"]
         figures["requests"] = run.stats.total + run.stats.warmup
+        figures["stagger"] = run.staggers
         return figures
 
     async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:
@@ -445,6 +452,7 @@ class WorkerState:
                 "event_loop": fig.get("event_loop"),
                 "clock": self.clock.to_dict() if self.clock else None,
                 "clock_after": self.clock_after.to_dict() if self.clock_after else None,
+                "stagger": fig.get("stagger"),
                 "error": self.error, "requests_not_returned": lost}
 
 
@@ -496,7 +504,8 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         if config.warmup:  # once, by the driver, before any worker sends
             await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
                                                              config.warmup), warmup=True)
-        specs = [WorkerSpec(config, base_url, headers, model, workload, run.tag, s)
+        specs = [WorkerSpec(config, base_url, headers, model, workload, run.tag, s,
+                            run.request_time_ns, s.worker / max(len(shares), 1))
                  for s in shares]
         states = await asyncio.to_thread(_start, start_handles, specs)
         start_ns = time.perf_counter_ns() + _START_MARGIN_NS
