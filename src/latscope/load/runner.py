@@ -44,12 +44,15 @@ from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
 
 _LAG_INTERVAL_S = 0.01
-# Finished responses wait to be parsed a few per loop turn, so a burst of them never delays the
-# timestamps of the others. When responses end faster than loop turns come (a zero-delay server)
-# that queue grew without bound (10,000 unparsed bodies, 22 MB, at concurrency 64): now a turn
-# parses 1 + 1/64 of the queue, and past 16 MiB of unparsed bytes the client parses at once (it
-# is the bottleneck then anyway, and says so in its CPU warning).
-_FINALIZE_SHARE = 64
+# Finished responses wait to be parsed, at most _FINALIZE_SLICE_NS of parsing per loop turn (and
+# at least one response), so a burst of them never delays the timestamps of the others by more
+# than that. When responses end faster than the client parses them (a zero-delay server) the
+# queue must not grow without bound (it once held 10,000 bodies, 22 MB, at concurrency 64); it
+# was then parsed all at once past 16 MiB, which blocked the loop for ~150 ms at c=256 (event-loop
+# lag p99 357 ms). Now past _FINALIZE_BACKLOG_BYTES a closed-loop slot waits before its next send
+# until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
+# so); only past 4x that (open loops, whose sends follow a schedule) is the queue parsed at once.
+_FINALIZE_SLICE_NS = 1_000_000
 _FINALIZE_BACKLOG_BYTES = 16 << 20
 _DURATION_GRACE_MAX_S = 30.0  # in-flight requests may finish this long after --duration (k6's)
 OnRecord = Callable[[RequestRecord], None]
@@ -219,6 +222,9 @@ class _Run:
         self.in_flight: dict[int, RequestRecord] = {}
         self.to_finalize: deque[tuple[RequestRecord, Any]] = deque()
         self.backlog_bytes = 0  # body bytes in to_finalize
+        self.backlog_peak = 0
+        self.backpressure_waits = 0
+        self.drained = asyncio.Event()
         self.finalizing = False
         self.lag_ms = array("f")
         # one request's time, measured by a closed loop's first request: the next closed loop
@@ -245,11 +251,16 @@ class _Run:
         del self.in_flight[index]
         self.to_finalize.append((record, exchange))
         self.backlog_bytes += exchange.size
-        while self.backlog_bytes > _FINALIZE_BACKLOG_BYTES:
+        self.backlog_peak = max(self.backlog_peak, self.backlog_bytes)
+        while self.backlog_bytes > 4 * _FINALIZE_BACKLOG_BYTES:
             self._finalize_next()
         if not self.finalizing:
             self.finalizing = True
             asyncio.get_running_loop().call_soon(self._finalize_one)
+        if self.backlog_bytes > _FINALIZE_BACKLOG_BYTES and not open_loop:
+            self.backpressure_waits += 1
+            self.drained.clear()
+            await self.drained.wait()
 
     def _trace_id(self, index: int) -> str | None:
         if not self.trace_ids:
@@ -259,12 +270,16 @@ class _Run:
         return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
 
     def _finalize_one(self) -> None:
-        """Parse a few finished responses per event-loop turn, so that parsing a burst of them
-        never holds back the receive timestamps of the requests still streaming."""
-        for _ in range(1 + len(self.to_finalize) // _FINALIZE_SHARE):
-            if not self.to_finalize:  # (finalize_all may have emptied it meanwhile)
-                break
+        """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
+        so that parsing a burst of them never holds back the receive timestamps of the requests
+        still streaming by more than that."""
+        stop = time.perf_counter_ns() + _FINALIZE_SLICE_NS
+        while self.to_finalize:  # (finalize_all may have emptied it meanwhile)
             self._finalize_next()
+            if time.perf_counter_ns() >= stop:
+                break
+        if self.backlog_bytes <= _FINALIZE_BACKLOG_BYTES // 2:
+            self.drained.set()
         if self.to_finalize:
             asyncio.get_running_loop().call_soon(self._finalize_one)
         else:
@@ -279,6 +294,7 @@ class _Run:
     def finalize_all(self) -> None:
         while self.to_finalize:
             self._finalize_next()
+        self.drained.set()
 
     def _finished(self, record: RequestRecord) -> None:
         self.stats.add(record)
@@ -448,6 +464,9 @@ class _Run:
         client = {"cpu_s": self.cpu_s, "wall_s": self.wall_s,
                   "cpu_utilization": self.cpu_s / self.wall_s if self.wall_s else None,
                   "loop_lag_ms": distribution(self.lag_ms, (50, 99)),
+                  # the unparsed responses' peak and how often a slot waited for them
+                  "unparsed_peak_bytes": self.backlog_peak,
+                  "backpressure_waits": self.backpressure_waits,
                   "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0]}
         out = compose_summary(summary, self.config.public_dict(), self.model,
                               {"tokenizer": self.workload.tokenizer,
