@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from latscope.analysis.decompose import Decomposition, decompose_run
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.server import findings_from_metrics
-from latscope.load import BenchConfig, BenchResult, run_bench
+from latscope.load import BenchConfig, BenchResult
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
@@ -50,17 +50,22 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
             same_host: bool | None = None, max_num_seqs: int | None = None,
             max_num_seqs_source: str = "", observers: Sequence[Any] = (),
             on_record: Callable[[RequestRecord], None] | None = None,
-            collector: Any = None, metrics_url: str | None = None) -> Observation:
+            collector: Any = None, metrics_url: str | None = None,
+            workers: int | str = "auto") -> Observation:
     """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
     decompose it and make its findings; everything is also written to the run directory.
     ``metrics_url``: the server to scrape when the load goes through a proxy in front of it.
     With ``collector`` (a ``SpanCollector`` the server exports to), requests are traced and the
-    decomposition is per request, from the server's spans."""
+    decomposition is per request, from the server's spans. ``workers``: client processes
+    (``latscope.load.workers.run_load``; "auto": more than one only when the load needs them
+    and the host has spare cores)."""
     scrapers = ([MetricsScraper(interval_s=scrape_interval_s, base_url=metrics_url)]
                 if scrape_interval_s > 0 else [])
     if collector is not None:
         config, observers, on_record = _traced(config, collector, observers, on_record)
-    result = run_bench(config, [*scrapers, *observers], on_record=on_record)
+    from latscope.load.workers import run_load
+
+    result = run_load(config, workers, [*scrapers, *observers], on_record=on_record)
     return observation_of(result, scraped=bool(scrapers), network_rtt_ms=network_rtt_ms,
                           measured_at=measured_at, same_host=same_host,
                           max_num_seqs=max_num_seqs, max_num_seqs_source=max_num_seqs_source)
