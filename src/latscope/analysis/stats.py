@@ -24,6 +24,7 @@ figure; failures are counted by kind.
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from collections import Counter
@@ -203,10 +204,12 @@ class RunStats:
         self.loops: Counter[str] = Counter()
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        self.steady = _SteadyWindow()
 
     def add(self, r: RequestRecord) -> None:
         if r.warmup:
             self.warmup += 1
+            self.steady.add_warmup(r)
             return
         self.total += 1
         self.loops[latency_origin(r.open_loop)] += 1
@@ -216,6 +219,7 @@ class RunStats:
         self.first_ns = start if self.first_ns is None else min(self.first_ns, start)
         if r.end_ns is not None:
             self.last_ns = r.end_ns if self.last_ns is None else max(self.last_ns, r.end_ns)
+        self.steady.add_measured(r, start)
         if not r.ok:
             kind = r.error_kind or "incomplete"
             self.errors[kind] += 1
@@ -244,9 +248,19 @@ class RunStats:
         return np.frombuffer(self.cols[metric], dtype=np.float32)
 
     def summary(self, duration_s: float | None = None) -> dict[str, Any]:
+        """The run's figures. Throughput is the steady window's (``_SteadyWindow``) when the
+        run has one and no ``duration_s`` is given; the overall rate (first origin to last end,
+        the drain included) is kept beside it as ``throughput.overall``."""
+        explicit = duration_s is not None
         if duration_s is None:
             duration_s = self.span_s()
         per_s = (lambda x: x / duration_s) if duration_s else (lambda x: None)
+        overall = {"requests_per_s": per_s(self.completed),
+                   "output_tokens_per_s": per_s(self.out_tokens),
+                   "total_tokens_per_s": per_s(self.out_tokens + self.in_tokens),
+                   "window_s": duration_s,
+                   "window": "given" if explicit else "first send to last end (with the drain)"}
+        steady = None if explicit else self.steady.throughput()
         pct = self.percentiles
         summary: dict[str, Any] = {
             "requests": {"total": self.total, "completed": self.completed,
@@ -255,11 +269,7 @@ class RunStats:
             "error_examples": dict(self.error_examples),
             "duration_s": duration_s,
             "latency_origin": "+".join(sorted(self.loops)) or None,
-            "throughput": {
-                "requests_per_s": per_s(self.completed),
-                "output_tokens_per_s": per_s(self.out_tokens),
-                "total_tokens_per_s": per_s(self.out_tokens + self.in_tokens),
-            },
+            "throughput": {**(steady or overall), "overall": overall},
             "tokens": {"input_total": self.in_tokens, "output_total": self.out_tokens,
                        "output_source": dict(self.output_source)},
             "ttft_ms": distribution(self.values_ms("ttft"), pct),
@@ -274,6 +284,70 @@ class RunStats:
                                   "requests_per_s": per_s(self.good),
                                   "attainment": self.good / self.total if self.total else None}
         return summary
+
+
+class _SteadyWindow:
+    """A step's steady throughput: completions that ended between the first measured send and
+    the last send (latency origins), over that window, so the drain after the last send (fewer
+    requests in flight, e.g. 14.4 -> 10.8 req/s on a --max-num-seqs 16 server) is not counted.
+
+    Warm-up completions that end inside the window count too: in a closed loop whose warm-up
+    flows into the measured requests, every send in the window follows a completion, so the
+    window's completion rate equals its send rate; counting only measured ones would miss the
+    ``concurrency - 1`` warm-up requests that end in it. Memory stays bounded: measured
+    completions are summed as soon as they end before the latest send seen, and a heap keeps
+    only those that ended after it (about what is in flight); warm-up ends are kept (there are
+    only ``warmup`` of them).
+    """
+
+    MIN_COMPLETIONS = 2  # fewer in the window: no steady state to speak of
+
+    def __init__(self) -> None:
+        self.first = self.last = None  # type: int | None
+        self.settled = [0, 0, 0]  # completions, output tokens, input tokens
+        self.pending: list[tuple[int, int, int]] = []  # heap of (end, out, in) after ``last``
+        self.warm: list[tuple[int, int, int]] = []
+
+    @staticmethod
+    def _entry(r: RequestRecord) -> tuple[int, int, int] | None:
+        if not r.ok or r.end_ns is None:
+            return None
+        return r.end_ns, r.output_tokens or 0, r.prompt_tokens or 0
+
+    def add_warmup(self, r: RequestRecord) -> None:
+        if (entry := self._entry(r)) is not None:
+            self.warm.append(entry)
+
+    def add_measured(self, r: RequestRecord, origin: int) -> None:
+        self.first = origin if self.first is None else min(self.first, origin)
+        if self.last is None or origin > self.last:
+            self.last = origin
+            while self.pending and self.pending[0][0] <= origin:
+                self._settle(heapq.heappop(self.pending))
+        if (entry := self._entry(r)) is not None:
+            if entry[0] <= self.last:
+                self._settle(entry)
+            else:
+                heapq.heappush(self.pending, entry)
+
+    def _settle(self, entry: tuple[int, int, int]) -> None:
+        self.settled[0] += 1
+        self.settled[1] += entry[1]
+        self.settled[2] += entry[2]
+
+    def throughput(self) -> dict[str, Any] | None:
+        if self.first is None or self.last is None or self.last <= self.first:
+            return None
+        done, out, inp = self.settled  # every settled end lies in [first, last]: it is measured
+        for end, o, i in self.warm:
+            if self.first <= end <= self.last:
+                done, out, inp = done + 1, out + o, inp + i
+        if done < self.MIN_COMPLETIONS:
+            return None
+        window = (self.last - self.first) / 1e9
+        return {"requests_per_s": done / window, "output_tokens_per_s": out / window,
+                "total_tokens_per_s": (out + inp) / window, "window_s": window,
+                "window": "steady: first measured send to last send", "window_requests": done}
 
 
 def summarize(records: Iterable[RequestRecord], *,

@@ -56,7 +56,11 @@ def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
             if stat != "count":
                 flat[f"{metric}_{stat}_ms"] = value
     thr = summary.get("throughput") or {}
-    flat.update({k: v for k, v in thr.items()})
+    # the steady window's rates under their plain names; the overall ones (the drain counted)
+    # as overall_*; the window's wording is not a metric
+    flat.update({k: v for k, v in thr.items() if not isinstance(v, (str, dict))})
+    flat.update({f"overall_{k}": v for k, v in (thr.get("overall") or {}).items()
+                 if not isinstance(v, (str, dict))})
     req = summary.get("requests") or {}
     total = req.get("total") or 0
     flat["requests_total"] = total

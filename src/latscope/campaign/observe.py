@@ -11,7 +11,7 @@ from latscope.analysis.decompose import Decomposition, decompose_run
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.server import findings_from_metrics
 from latscope.findings.telemetry import telemetry_findings
-from latscope.load import BenchConfig, BenchResult, run_bench
+from latscope.load import BenchConfig, BenchResult
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
@@ -54,7 +54,7 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
             on_record: Callable[[RequestRecord], None] | None = None,
             collector: Any = None, metrics_url: str | None = None,
             server_pids: set[int] | None = None, host_load: bool = True,
-            gpu_telemetry: bool | None = None) -> Observation:
+            gpu_telemetry: bool | None = None, workers: int | str = "auto") -> Observation:
     """Run ``config`` with ``/metrics`` scraped (``scrape_interval_s`` 0: not scraped), then
     decompose it and make its findings; everything is also written to the run directory.
     ``metrics_url``: the server to scrape when the load goes through a proxy in front of it.
@@ -62,8 +62,11 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
     decomposition is per request, from the server's spans. ``host_load``: the CPU used by
     latscope, the server (``server_pids`` and their children) and every other process over the
     run, in ``host/cpu.json`` (``env.hostload``). ``gpu_telemetry``: sample the GPUs beside the
-    scrapes (None: when the server is on this host, latscope.telemetry)."""
+    scrapes (None: when the server is on this host, latscope.telemetry). ``workers``: client
+    processes (``latscope.load.workers.run_load``; "auto": more than one only when the load
+    needs them and the host has spare cores)."""
     from latscope.env.hostload import HostLoadSampler
+    from latscope.load.workers import run_load
 
     scrapers: list[Any] = ([MetricsScraper(interval_s=scrape_interval_s, base_url=metrics_url)]
                            if scrape_interval_s > 0 else [])
@@ -73,7 +76,7 @@ def observe(config: BenchConfig, *, scrape_interval_s: float = 2.0,
         scrapers.append(HostLoadSampler(server_pids))
     if collector is not None:
         config, observers, on_record = _traced(config, collector, observers, on_record)
-    result = run_bench(config, [*scrapers, *observers], on_record=on_record)
+    result = run_load(config, workers, [*scrapers, *observers], on_record=on_record)
     return observation_of(result, scraped=scrape_interval_s > 0, network_rtt_ms=network_rtt_ms,
                           measured_at=measured_at, same_host=same_host,
                           max_num_seqs=max_num_seqs, max_num_seqs_source=max_num_seqs_source)

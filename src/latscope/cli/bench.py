@@ -64,9 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("-n", "--num-requests", "--num-prompts", type=int, default=None)
     load.add_argument("--duration", type=float, default=None, help="run for this many seconds")
     load.add_argument("--warmup", type=int, default=0, help="warm-up requests (not measured)")
-    load.add_argument("--workers", default=None, metavar="N|auto",
+    load.add_argument("--workers", default="auto", metavar="N|auto",
                       help="split the load over N client processes, one event loop each "
-                      "(auto: the free cores); with --ray, N Ray actors")
+                      "(default auto: one per 256 slots or 1000 req/s, at most the spare "
+                      "cores; 1 forces one process); with --ray, N Ray actors")
     load.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                       help="run the workers as Ray actors (ADDRESS of a cluster, e.g. "
                       "10.0.0.1:6379; omitted: $RAY_ADDRESS or a local cluster)")
@@ -99,7 +100,6 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from latscope.load import run_bench
     from latscope.load.runner import RunInterrupted, run_failure
     from latscope.load.rundir import default_run_dir
     from latscope.report.bench import print_bench
@@ -120,8 +120,10 @@ def run(args: argparse.Namespace) -> int:
             with _Progress(console, config, enabled=not args.no_progress) as progress:
                 watchers = observers + ([recorder] if recorder else [])
                 on_record = _on_record(progress, recorder)
-                if args.workers is None and args.ray is None:
-                    result = run_bench(config, watchers, on_record=on_record)
+                if args.ray is None:
+                    from latscope.load.workers import run_load
+                    result = run_load(config, _workers_arg(args.workers), watchers,
+                                      on_record=on_record)
                 else:
                     result = _run_workers(args, config, watchers, on_record)
         except RunInterrupted as exc:  # SIGTERM: handled as Ctrl-C, with its own exit status
@@ -141,15 +143,27 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.summary.get("workers_failed") else 0
 
 
+def _workers_arg(text: str) -> int | str:
+    from latscope.errors import ConfigError
+
+    if text == "auto":
+        return text
+    try:
+        workers = int(text)
+    except ValueError:
+        raise ConfigError(f"--workers {text!r}: give a number or auto") from None
+    if workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    return workers
+
+
 def _run_workers(args: argparse.Namespace, config: Any, observers: list[Any],
                  on_record: Any) -> Any:
     from latscope.errors import ConfigError
-    from latscope.load.workers import free_cores, run_workers
+    from latscope.load.workers import run_workers
 
-    if args.workers in (None, "auto") and args.ray is not None:
-        workers = None if args.workers is None else free_cores()
-    elif args.workers == "auto":
-        workers = free_cores()
+    if args.workers == "auto":  # with --ray: one actor per alive node
+        workers = None
     else:
         try:
             workers = int(args.workers)

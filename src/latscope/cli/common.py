@@ -78,3 +78,39 @@ def finish_run(run: Any, data_name: str, data: Any, findings: list[Any], *, as_j
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 |
                                              orjson.OPT_SERIALIZE_NUMPY, default=str) + b"\n")
         sys.stdout.flush()
+
+
+def check_numeric_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses a numeric flag given as nan, inf or a negative number: argparse's ``float``
+    takes "nan" and "inf", and no latscope flag means anything below zero (``--rate nan`` once
+    ran to exit 0). Walks the chosen verb's parser (and its own sub-verb); the flags that must
+    be above zero are checked where they are used (``BenchConfig.validate`` and the like)."""
+    import math
+
+    from latscope.errors import ConfigError
+
+    for action in _chosen_actions(parser, args):
+        if action.type not in (int, float) or not action.option_strings:
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value is action.default:
+            continue
+        flag = next((o for o in action.option_strings if o.startswith("--")),
+                    action.option_strings[0])
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{flag} {value}: give a finite number")
+        if value < 0:
+            raise ConfigError(f"{flag} {value:g}: must not be negative")
+
+
+def _chosen_actions(parser: argparse.ArgumentParser,
+                    args: argparse.Namespace) -> list[argparse.Action]:
+    actions: list[argparse.Action] = []
+    for action in parser._actions:  # argparse has no public walk over its parsers
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                actions += _chosen_actions(chosen, args)
+        else:
+            actions.append(action)
+    return actions

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from latscope.cli.common import check_numeric_flags
+
+        check_numeric_flags(parser, args)
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted: results gathered so far are on disk", file=sys.stderr)

@@ -11,6 +11,7 @@ to >= 1); a mix is ``NAME:WEIGHT:IN:OUT`` entries separated by commas
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,11 @@ class BenchConfig:
     max_response_bytes: int = 64 << 20
 
     def validate(self) -> None:
+        for name in ("rate", "burstiness", "duration_s", "request_timeout_s"):
+            value = getattr(self, name)
+            # nan passes every "<= 0" test below: refused here, by name
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number (got {value})")
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"url must start with http:// (got {self.url!r})")
         if self.url.startswith("https://"):

@@ -3,7 +3,8 @@
 Prompts and the arrival schedule are prepared before the first measured request; each request
 body is built from its prompt just before it is sent (a few microseconds; keeping every record
 and pre-built body cost ~6 KB a request). A closed loop keeps ``concurrency`` requests in flight, each
-scheduled the moment a slot frees, and measures latency from the actual send; an open loop sends
+scheduled the moment a slot frees (the slots' first sends staggered over one request time,
+``latscope.load.stagger``), and measures latency from the actual send; an open loop sends
 on a precomputed Poisson/gamma schedule and measures every latency from the *scheduled* time, so
 the client's own lag is counted (``latscope.analysis.stats.origin_ns`` is the one definition).
 Either way the send lag is reported separately (with event-loop lag and client CPU), with a
@@ -36,16 +37,22 @@ from latscope.load.prepare import (check_lengths, discover_model, make_manifest,
                                    prompt_count, request_body, request_headers, split_url)
 from latscope.load.response import finalize
 from latscope.load.rundir import RunWriter, default_run_dir, read_run
+from latscope.load.stagger import Stagger
+from latscope.load.summary import (client_warnings, compose_summary, rebuild_summary,  # noqa: F401
+                                   run_failure)
 from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
 
 _LAG_INTERVAL_S = 0.01
-# Finished responses wait to be parsed a few per loop turn, so a burst of them never delays the
-# timestamps of the others. When responses end faster than loop turns come (a zero-delay server)
-# that queue grew without bound (10,000 unparsed bodies, 22 MB, at concurrency 64): now a turn
-# parses 1 + 1/64 of the queue, and past 16 MiB of unparsed bytes the client parses at once (it
-# is the bottleneck then anyway, and says so in its CPU warning).
-_FINALIZE_SHARE = 64
+# Finished responses wait to be parsed, at most _FINALIZE_SLICE_NS of parsing per loop turn (and
+# at least one response), so a burst of them never delays the timestamps of the others by more
+# than that. When responses end faster than the client parses them (a zero-delay server) the
+# queue must not grow without bound (it once held 10,000 bodies, 22 MB, at concurrency 64); it
+# was then parsed all at once past 16 MiB, which blocked the loop for ~150 ms at c=256 (event-loop
+# lag p99 357 ms). Now past _FINALIZE_BACKLOG_BYTES a closed-loop slot waits before its next send
+# until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
+# so); only past 4x that (open loops, whose sends follow a schedule) is the queue parsed at once.
+_FINALIZE_SLICE_NS = 1_000_000
 _FINALIZE_BACKLOG_BYTES = 16 << 20
 _DURATION_GRACE_MAX_S = 30.0  # in-flight requests may finish this long after --duration (k6's)
 OnRecord = Callable[[RequestRecord], None]
@@ -172,6 +179,8 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     finally:
         run.cancel_in_flight()
         summary = run.summary()
+        manifest["stagger"] = run.staggers  # what the closed loops drew (also in the summary)
+        run.writer.write_manifest(manifest)
         run.writer.write_summary(summary)
         run.writer.close()
         run.client.close()
@@ -213,8 +222,15 @@ class _Run:
         self.in_flight: dict[int, RequestRecord] = {}
         self.to_finalize: deque[tuple[RequestRecord, Any]] = deque()
         self.backlog_bytes = 0  # body bytes in to_finalize
+        self.backlog_peak = 0
+        self.backpressure_waits = 0
+        self.drained = asyncio.Event()
         self.finalizing = False
         self.lag_ms = array("f")
+        # one request's time, measured by a closed loop's first request: the next closed loop
+        # staggers its slots by it without a pilot request of its own
+        self.request_time_ns: int | None = None
+        self.staggers: list[dict[str, Any]] = []  # what each closed loop drew, for the summary
         self.cpu0 = self.wall0 = 0.0
         self.cpu_s = self.wall_s = 0.0
 
@@ -235,11 +251,16 @@ class _Run:
         del self.in_flight[index]
         self.to_finalize.append((record, exchange))
         self.backlog_bytes += exchange.size
-        while self.backlog_bytes > _FINALIZE_BACKLOG_BYTES:
+        self.backlog_peak = max(self.backlog_peak, self.backlog_bytes)
+        while self.backlog_bytes > 4 * _FINALIZE_BACKLOG_BYTES:
             self._finalize_next()
         if not self.finalizing:
             self.finalizing = True
             asyncio.get_running_loop().call_soon(self._finalize_one)
+        if self.backlog_bytes > _FINALIZE_BACKLOG_BYTES and not open_loop:
+            self.backpressure_waits += 1
+            self.drained.clear()
+            await self.drained.wait()
 
     def _trace_id(self, index: int) -> str | None:
         if not self.trace_ids:
@@ -249,12 +270,16 @@ class _Run:
         return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
 
     def _finalize_one(self) -> None:
-        """Parse a few finished responses per event-loop turn, so that parsing a burst of them
-        never holds back the receive timestamps of the requests still streaming."""
-        for _ in range(1 + len(self.to_finalize) // _FINALIZE_SHARE):
-            if not self.to_finalize:  # (finalize_all may have emptied it meanwhile)
-                break
+        """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
+        so that parsing a burst of them never holds back the receive timestamps of the requests
+        still streaming by more than that."""
+        stop = time.perf_counter_ns() + _FINALIZE_SLICE_NS
+        while self.to_finalize:  # (finalize_all may have emptied it meanwhile)
             self._finalize_next()
+            if time.perf_counter_ns() >= stop:
+                break
+        if self.backlog_bytes <= _FINALIZE_BACKLOG_BYTES // 2:
+            self.drained.set()
         if self.to_finalize:
             asyncio.get_running_loop().call_soon(self._finalize_one)
         else:
@@ -269,6 +294,7 @@ class _Run:
     def finalize_all(self) -> None:
         while self.to_finalize:
             self._finalize_next()
+        self.drained.set()
 
     def _finished(self, record: RequestRecord) -> None:
         self.stats.add(record)
@@ -284,24 +310,36 @@ class _Run:
 
     async def closed_loop(self, indices: Iterable[int], concurrency: int, warmup: bool,
                           deadline_ns: int | None = None, *, warm_below: int = 0,
-                          begin: Callable[[], Any] | None = None) -> None:
+                          begin: Callable[[], Any] | None = None,
+                          stagger_offset: float = 0.0) -> None:
         """``concurrency`` slots, each sending the next index as soon as its last one ended.
         Indices below ``warm_below`` are warm-up requests; the first slot to reach a measured
         index runs ``begin`` (the measurement's start) once, and the others wait for it."""
         it: Iterator[int] = iter(indices)
         gate = _Once(begin) if begin is not None else None
+        stagger = Stagger(concurrency, self.request_time_ns, deadline_ns, stagger_offset)
 
-        async def slot() -> None:
+        async def slot(i: int) -> None:
+            await stagger.wait(i)
             for index in it:
                 warm = warmup or index < warm_below
                 if gate is not None and not warm:
                     await gate.run()
                 now = time.perf_counter_ns()
                 if deadline_ns is not None and now >= deadline_ns:
-                    return
+                    break
                 await self.one(index, now, warm)
+                if i == 0 and not stagger.released.is_set():
+                    stagger.pilot_ended(time.perf_counter_ns() - now)
+                    await stagger.after_pilot()
+            stagger.pilot_ended(None)  # slot 0 sent nothing more: release the others
 
-        await asyncio.gather(*(slot() for _ in range(concurrency)))
+        try:
+            await asyncio.gather(*(slot(i) for i in range(concurrency)))
+        finally:
+            if stagger.request_ns is not None:
+                self.request_time_ns = self.request_time_ns or stagger.request_ns
+            self.staggers.append(stagger.describe(warmup))
         self.finalize_all()
 
     async def open_loop(self, indices: range, deadline_ns: int | None) -> None:
@@ -426,12 +464,18 @@ class _Run:
         client = {"cpu_s": self.cpu_s, "wall_s": self.wall_s,
                   "cpu_utilization": self.cpu_s / self.wall_s if self.wall_s else None,
                   "loop_lag_ms": distribution(self.lag_ms, (50, 99)),
+                  # the unparsed responses' peak and how often a slot waited for them
+                  "unparsed_peak_bytes": self.backlog_peak,
+                  "backpressure_waits": self.backpressure_waits,
                   "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0]}
-        return compose_summary(summary, self.config.public_dict(), self.model,
-                               {"tokenizer": self.workload.tokenizer,
-                                "exact_lengths": self.workload.exact,
-                                "notes": self.workload.notes},
-                               by_group, client, self.stats)
+        out = compose_summary(summary, self.config.public_dict(), self.model,
+                              {"tokenizer": self.workload.tokenizer,
+                               "exact_lengths": self.workload.exact,
+                               "notes": self.workload.notes},
+                              by_group, client, self.stats)
+        if self.staggers:  # closed loops only
+            out["load"]["stagger"] = self.staggers
+        return out
 
 
 def _forget(tasks: set[asyncio.Task[None]], failures: list[BaseException],
@@ -439,87 +483,3 @@ def _forget(tasks: set[asyncio.Task[None]], failures: list[BaseException],
     tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
         failures.append(task.exception())  # type: ignore[arg-type]
-
-
-_GROUP_KEYS = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
-
-
-def compose_summary(summary: dict[str, Any], config: dict[str, Any], model: str | None,
-                    workload: dict[str, Any], by_group: dict[str, dict[str, Any]],
-                    client: dict[str, Any], stats: RunStats) -> dict[str, Any]:
-    """The RunStats summary plus what a bench run adds: load, workload, groups, the client."""
-    rate = config.get("rate")
-    summary["model"], summary["endpoint"] = model, config.get("endpoint")
-    summary["stream"] = config.get("stream")
-    summary["load"] = {"mode": "closed" if rate is None else "open",
-                       "concurrency": config.get("concurrency"), "rate": rate,
-                       "burstiness": config.get("burstiness") if rate else None}
-    summary["workload"] = workload
-    summary["by_group"] = {name: {k: v for k, v in s.items() if k in _GROUP_KEYS}
-                           for name, s in by_group.items()}
-    out_tokens = summary["tokens"]["output_total"]
-    cpu_s = client.get("cpu_s")
-    client["cpu_us_per_output_token"] = (cpu_s / out_tokens * 1e6 if cpu_s is not None
-                                         and out_tokens else None)
-    # p99 of send lag for the warning, whatever --percentiles the summary was asked for
-    client["send_lag_p99_ms"] = distribution(stats.values_ms("send_lag"), (99,))["p99"]
-    client["warnings"] = client_warnings(client, summary)
-    summary["client"] = client
-    return summary
-
-
-def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    warnings = []
-    util = figures.get("cpu_utilization") or 0.0
-    if util > 0.9:
-        warnings.append(f"client used {util:.0%} of a CPU core: it may be the bottleneck; "
-                        "latencies include client delay")
-    lag_p99 = (figures.get("loop_lag_ms") or {}).get("p99") or 0.0
-    if lag_p99 > 5:
-        warnings.append(f"event-loop lag p99 {lag_p99:.1f} ms: timestamps may be late by that much")
-    send_p99 = figures.get("send_lag_p99_ms") or 0.0
-    ttft_p50 = (summary.get("ttft_ms") or {}).get("p50") or (summary.get("e2e_ms") or {}).get(
-        "p50") or 0.0
-    # large = over 5 ms, or over 1 ms and a tenth of the typical latency
-    if send_p99 > 5 or (send_p99 > 1 and send_p99 > 0.1 * ttft_p50):
-        if summary.get("latency_origin") == "sent":
-            where = "not counted in TTFT/E2E (closed loop: latency starts at the send)"
-        else:
-            where = "counted in TTFT/E2E (open loop: latency starts at the schedule)"
-        warnings.append(f"send lag p99 {send_p99:.1f} ms: requests left later than "
-                        f"scheduled; {where}")
-    return warnings
-
-
-def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
-    """A run's summary recomputed from ``requests.jsonl`` and ``manifest.json`` alone: for a run
-    that was killed (SIGKILL, a crash) before it wrote ``summary.json``. What only the live run
-    knew (client CPU, event-loop lag, per-group figures) is left out, and the summary says so."""
-    manifest, records, _ = read_run(run_dir)
-    config = manifest.get("config") or {}
-    stats = RunStats(config.get("percentiles") or (50, 90, 95, 99), config.get("slo"))
-    for record in records:
-        stats.add(record)
-    client: dict[str, Any] = {"cpu_s": None, "wall_s": None, "cpu_utilization": None,
-                              "loop_lag_ms": {}, "event_loop": None}
-    summary = compose_summary(stats.summary(), config, manifest.get("model"),
-                              manifest.get("workload") or {}, {}, client, stats)
-    summary["rebuilt"] = ("from requests.jsonl after the run ended without a summary: client "
-                          "CPU, event-loop lag and per-group figures are not known")
-    return summary
-
-
-def run_failure(summary: dict[str, Any]) -> str | None:
-    """Why a finished run counts as failed (no request measured, or none completed), else None.
-    The CLI prints it as its error line and exits non-zero."""
-    requests = summary.get("requests") or {}
-    total = requests.get("total") or 0
-    if not total:
-        return "no request was measured"
-    if requests.get("completed"):
-        return None
-    errors = summary.get("errors") or {}
-    kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(errors.items(), key=lambda e: -e[1]))
-    example = next(iter((summary.get("error_examples") or {}).values()), "")
-    line = f"all {total} requests failed ({kinds})"
-    return f"{line}; first: {example}" if example else line

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import math
 import multiprocessing
 import os
 import queue
@@ -152,6 +153,10 @@ class WorkerSpec:
     workload: Workload
     tag: str
     share: Share
+    # the driver's warm-up measured one request's time: the worker staggers its slots by it,
+    # shifted by worker/workers of a slot so the workers' slots interleave (latscope.load.stagger)
+    request_time_ns: int | None = None
+    stagger_offset: float = 0.0
 
 
 def host_facts() -> dict[str, Any]:
@@ -177,6 +182,7 @@ class WorkerRun:
         self.run = _Run(config, spec.base_url, spec.headers, spec.model, spec.workload,
                         on_record=self._collect)
         self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
+        self.run.request_time_ns = spec.request_time_ns
         # deque: append (event loop) and popleft (a Ray poll thread) are thread-safe
         from collections import deque
         self.finished: deque[RequestRecord] = deque()
@@ -198,11 +204,18 @@ class WorkerRun:
         deadline = start_ns + int(cfg.duration_s * 1e9) if cfg.duration_s else None
         monitor = asyncio.create_task(run._watch_lag())
         run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
+        if share.offsets_ns is None:
+            load = run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
+                                   stagger_offset=self.spec.stagger_offset)
+        else:
+            load = self._open_loop(start_ns, deadline)
+        task = asyncio.ensure_future(load)
         try:
-            if share.offsets_ns is None:
-                await run.closed_loop(share.indices, share.concurrency or 1, False, deadline)
-            else:
-                await self._open_loop(start_ns, deadline)
+            if deadline is None:
+                await task
+            else:  # --duration bounds the share as it bounds a one-process run: a grace, then
+                # the requests still in flight are written as cancelled
+                await run._until(task, deadline + int(run.grace_s() * 1e9))
         finally:
             monitor.cancel()
             run.stop_clock()
@@ -211,6 +224,7 @@ class WorkerRun:
                 flusher.cancel()
         figures = run.summary()["client"]
         figures["requests"] = run.stats.total + run.stats.warmup
+        figures["stagger"] = run.staggers
         return figures
 
     async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:
@@ -445,13 +459,54 @@ class WorkerState:
                 "event_loop": fig.get("event_loop"),
                 "clock": self.clock.to_dict() if self.clock else None,
                 "clock_after": self.clock_after.to_dict() if self.clock_after else None,
+                "stagger": fig.get("stagger"),
                 "error": self.error, "requests_not_returned": lost}
 
 
 def free_cores() -> int:
-    """Cores this process may use minus the 1-minute load average (at least 1): ``auto``."""
+    """Cores this process may use minus the 1-minute load average (at least 1)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, int(cores or 1) - round(os.getloadavg()[0]))
+
+
+# What one client process carries before its own event-loop lag distorts its timestamps
+# (docs/bench.md, benchmarks/client_ceiling.py): a closed loop's slots, an open loop's rate.
+SLOTS_PER_WORKER = 256
+RATE_PER_WORKER = 1000.0
+
+
+def auto_workers(config: BenchConfig, spare_cores: int | None = None) -> int:
+    """``--workers auto``: as many client processes as the load needs (one per
+    ``SLOTS_PER_WORKER`` slots, or per ``RATE_PER_WORKER`` req/s of an open loop), at most the
+    spare cores (the free cores less the driver's own), at least 1. 1 means one process, the
+    plain ``run_bench``; callers (bench, sweep, diagnose) use ``run_load``."""
+    spare = free_cores() - 1 if spare_cores is None else spare_cores
+    if config.rate:
+        need = math.ceil(config.rate / RATE_PER_WORKER)
+    else:
+        need = math.ceil((config.concurrency or 1) / SLOTS_PER_WORKER)
+    return max(1, min(need, spare))
+
+
+def run_load(config: BenchConfig, workers: int | str = "auto",
+             observers: Iterable[RunObserver] = (), on_record: OnRecord | None = None,
+             ) -> BenchResult:
+    """One run with ``workers`` local client processes (a number, or "auto": ``auto_workers``);
+    one worker is the one-process ``run_bench``. The summary's ``load.workers_chosen`` says how
+    many ran and why."""
+    from latscope.load.runner import run_bench
+
+    chosen = auto_workers(config) if workers == "auto" else int(workers)
+    if chosen < 1:
+        raise ConfigError("--workers must be at least 1")
+    why = (f"auto: {chosen} for concurrency {config.concurrency} / rate {config.rate} on "
+           f"{free_cores()} free cores" if workers == "auto" else "asked")
+    if chosen == 1:
+        result = run_bench(config, observers, on_record=on_record)
+    else:
+        result = run_workers(config, chosen, observers=observers, on_record=on_record)
+    result.summary["load"]["workers_chosen"] = {"count": chosen, "why": why}
+    return result
 
 
 def run_workers(config: BenchConfig, workers: int, *, backend: str = "local",
@@ -496,7 +551,8 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         if config.warmup:  # once, by the driver, before any worker sends
             await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
                                                              config.warmup), warmup=True)
-        specs = [WorkerSpec(config, base_url, headers, model, workload, run.tag, s)
+        specs = [WorkerSpec(config, base_url, headers, model, workload, run.tag, s,
+                            run.request_time_ns, s.worker / max(len(shares), 1))
                  for s in shares]
         states = await asyncio.to_thread(_start, start_handles, specs)
         start_ns = time.perf_counter_ns() + _START_MARGIN_NS

@@ -76,7 +76,13 @@ def totals_table(summary: dict[str, Any]) -> Table:
     if req.get("warmup_excluded"):
         table.add_row("warm-up requests (excluded)", str(req["warmup_excluded"]))
     table.add_row("duration (s)", _num(summary.get("duration_s"), ".2f"))
-    table.add_row("requests/s", _num(thr["requests_per_s"], ".2f"))
+    steady = "steady" in str(thr.get("window") or "")
+    table.add_row("requests/s (steady window)" if steady else "requests/s",
+                  _num(thr["requests_per_s"], ".2f"))
+    overall = thr.get("overall") or {}
+    if steady and overall.get("requests_per_s") is not None:
+        table.add_row("requests/s overall (with the drain)",
+                      _num(overall["requests_per_s"], ".2f"))
     table.add_row("output tokens/s", _num(thr["output_tokens_per_s"], ",.1f"))
     table.add_row("total tokens/s (in + out)", _num(thr["total_tokens_per_s"], ",.1f"))
     tokens = summary["tokens"]

@@ -9,6 +9,7 @@ import pytest
 from fakeserver import FakeServer
 
 from latscope.cli.main import main
+from latscope.load import BenchConfig
 
 
 def test_bench_prints_table_and_writes_run(tmp_path, capsys):
@@ -84,3 +85,30 @@ def test_config_refuses_values_that_would_fail_later(changes, message):
         setattr(config, key, value)
     with pytest.raises(ConfigError, match=message):
         config.validate()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--rate", "nan"], "--rate nan: give a finite number"),
+    (["--rate", "inf"], "--rate inf: give a finite number"),
+    (["--duration", "nan"], "--duration nan: give a finite number"),
+    (["--rate", "-2"], "--rate -2: must not be negative"),
+    (["-c", "-4"], "--concurrency -4: must not be negative"),
+    (["--warmup", "-1"], "--warmup -1: must not be negative"),
+    (["--timeout", "nan"], "--timeout nan: give a finite number"),
+])
+def test_numeric_flags_refuse_nan_inf_and_negatives(flags, says, capsys):
+    rc = main(["bench", "--url", "http://127.0.0.1:9", "-n", "1", *flags])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.strip() == f"error: {says}", err
+
+
+def test_other_verbs_refuse_them_too(capsys):
+    assert main(["sweep", "--url", "http://127.0.0.1:9", "--factor", "nan"]) == 1
+    assert "--factor nan: give a finite number" in capsys.readouterr().err
+
+
+def test_the_library_refuses_a_nan_rate():
+    from latscope.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="rate must be a finite number"):
+        BenchConfig(url="http://127.0.0.1:9", rate=float("nan")).validate()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -173,3 +174,30 @@ def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_p
     assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
     assert len({r.request_id for r in records}) == len(records)
     assert np.all([r.ok for r in records])
+
+
+def test_auto_workers_follow_the_load_and_the_spare_cores():
+    from latscope.load.workers import auto_workers
+
+    closed = lambda c: BenchConfig(url="http://127.0.0.1:1", concurrency=c)  # noqa: E731
+    assert auto_workers(closed(64), spare_cores=15) == 1  # one process carries it
+    assert auto_workers(closed(1024), spare_cores=15) == 4
+    assert auto_workers(closed(4096), spare_cores=15) == 15  # no more than the spare cores
+    assert auto_workers(closed(1024), spare_cores=0) == 1  # a busy host: one process
+    open_loop = BenchConfig(url="http://127.0.0.1:1", rate=2500.0)
+    assert auto_workers(open_loop, spare_cores=15) == 3
+
+
+def test_workers_honour_duration_against_a_server_that_stalls(tmp_path):
+    with FakeServer(ttft_ms=1, itl_ms=1, fail_every=1, fail_mode="stall") as srv:
+        config = _config(srv, tmp_path, num_requests=None, concurrency=4)
+        config.duration_s = 1.0
+        started = time.monotonic()
+        result = run_workers(config, 2)
+        took = time.monotonic() - started
+    # 1 s of load + 1 s of grace, not the 600 s request timeout (starting two worker
+    # processes takes tens of seconds on a loaded 2-core box: the bound is loose)
+    assert took < 120, took
+    s = result.summary
+    assert s["errors"] == {"cancelled": 4} and s["requests"]["completed"] == 0
+    assert "after --duration ended" in s["error_examples"]["cancelled"]

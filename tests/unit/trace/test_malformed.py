@@ -106,3 +106,31 @@ def test_rocpd_database_without_timestamps_is_refused_with_a_convert_hint(tmp_pa
     conn.close()
     with pytest.raises(TraceFormatError, match="rocpd convert"):
         read_trace(path)
+
+
+def test_a_gzip_bomb_of_whitespace_is_refused_with_bounded_memory(tmp_path, monkeypatch):
+    # 96 MiB of whitespace inside the array (about 100 KB compressed): the reader once kept all
+    # of it (1.3 GB for 400 MB); now it refuses past its bound, whatever the input's size
+    import gzip
+    import tracemalloc
+
+    from latscope.errors import TraceFormatError
+    from latscope.trace.readers import chunked
+    from latscope.trace.readers.kineto import read_kineto
+
+    monkeypatch.setattr(chunked, "MAX_UNCUT", 4 << 20)
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [')
+        block = b" " * (1 << 20)
+        for _ in range(96):
+            f.write(block)
+        f.write(b"]}")
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceFormatError, match="no boundary between two events"):
+            read_kineto(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 << 20, peak  # the bound and a block or two, not the 96 MiB inflated

@@ -23,6 +23,10 @@ from latscope.trace.readers.stream import open_binary
 
 BLOCK = 8 << 20
 _HEAD_LIMIT = 64 << 20
+# The most text kept without a cut between two events: memory is bounded by this (and what the
+# events decode to), never by the input. A gzip'd trace of 400 MB of whitespace inside its array
+# once took 1.3 GB to refuse; no profiler writes an event this large.
+MAX_UNCUT = 64 << 20
 _CUT = re.compile(rb"\}\s*,\s*\{")
 
 
@@ -68,11 +72,18 @@ class ChunkedEvents:
                 break
             cut = _last_cut(buf)
             if cut is None:
+                if len(buf) > MAX_UNCUT:
+                    raise self._error(f"no boundary between two events in {MAX_UNCUT >> 20} "
+                                      "MiB of JSON (one event this large, or padding): not a "
+                                      "trace latscope reads", base)
                 continue
             piece_end, next_start = cut
             try:
                 events = self.decode(b"[" + buf[:piece_end] + b"]")
             except (orjson.JSONDecodeError, ValueError):
+                if len(buf) > MAX_UNCUT:
+                    raise self._error(f"no decodable run of events in {MAX_UNCUT >> 20} MiB of "
+                                      "JSON", base) from None
                 continue  # a cut inside a string: merge with the next block and retry
             yield events
             base += next_start

@@ -1,0 +1,217 @@
+"""One client process's ceiling: latscope next to a bare raw-socket client, in one run.
+
+Against the fake server at full speed (``tests/fakeserver.py`` with TTFT = ITL = 0: every
+response, 256 tokens by default, in one write, in its own process), for each concurrency
+(64, 256, 1024 by default), alternating the two clients ``--reps`` times:
+
+- **floor**: the least a streaming client can do on an asyncio ``Protocol`` (uvloop, as latscope
+  uses): keep-alive connections opened before the run, one pre-built request per send, the
+  received bytes kept with one ``perf_counter_ns()`` per read, the end found with one
+  ``endswith``, and the tokens counted once the response ended (one C-level ``count``). No
+  framing checks, no records, no files.
+- **latscope**: ``run_bench`` as ``latscope bench`` runs it (records written, statistics kept,
+  every hardening check on), warm-up = concurrency.
+
+Printed per concurrency (medians over the repetitions): streamed output tokens/s over the
+measured span (first send to last end, the same definition for both), latscope / floor, the
+TTFT each reports and the true one (the server's first write - the kernel's receive time of the
+request, both CLOCK_MONOTONIC), and latscope's event-loop lag p50 / p99 (the run's own monitor;
+the floor runs the same monitor, its lag is printed beside). Everything shares the box with the
+server: the figures are a contended client's, and only the ratio in one run means much.
+
+    python3 benchmarks/client_ceiling.py [--reps 3] [--concurrency 64,256,1024] [--tokens 256]
+    python3 benchmarks/client_ceiling.py --src /tmp/old/src   # another build, same run
+
+``--src DIR`` (repeatable) adds the latscope build at DIR (a copy of an older ``src``) as one
+more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fakeserver import FakeServer  # noqa: E402
+
+_LAG_INTERVAL_S = 0.01
+
+
+async def _watch_lag(out: list[float]) -> None:
+    while True:
+        t = time.perf_counter_ns()
+        await asyncio.sleep(_LAG_INTERVAL_S)
+        out.append((time.perf_counter_ns() - t) / 1e6 - _LAG_INTERVAL_S * 1e3)
+
+
+class _Floor(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.reads: list[tuple[int, bytes]] = []
+        self.done: asyncio.Future[int] | None = None
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.reads.append((time.perf_counter_ns(), data))
+        if data.endswith(b"0\r\n\r\n") and self.done is not None:
+            self.done.set_result(self.reads[0][0])
+
+
+async def _floor(url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]:
+    host, port = url.split("//")[1].split(":")
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_connection(_Floor, host, int(port)))[1]
+             for _ in range(concurrency)]
+    body = json.dumps({"model": "fake-model", "prompt": "hello " * 16, "max_tokens": tokens,
+                       "stream": True, "stream_options": {"include_usage": True},
+                       "ignore_eos": True}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: "
+            f"application/json\r\naccept: text/event-stream\r\ncontent-length: {len(body)}\r\n"
+            "x-request-id: ").encode()
+    left = iter(range(n))
+    sent: dict[str, int] = {}
+    first: dict[str, int] = {}
+    ends: list[int] = []
+    counted = [0]
+
+    async def slot(conn: _Floor) -> None:
+        for i in left:
+            rid = f"floor-{i}"
+            conn.reads, conn.done = [], loop.create_future()
+            sent[rid] = time.perf_counter_ns()
+            conn.transport.write(head + rid.encode() + b"\r\n\r\n" + body)
+            await conn.done
+            ends.append(conn.reads[-1][0])
+            # the first token: the read holding the first text mark (the head comes alone)
+            first[rid] = next(ns for ns, d in conn.reads if b'"text":"' in d)
+            counted[0] += b"".join(d for _, d in conn.reads).count(b'"text":"')
+
+    lags: list[float] = []
+    monitor = asyncio.create_task(_watch_lag(lags))
+    await asyncio.gather(*(slot(c) for c in conns))
+    monitor.cancel()
+    for c in conns:
+        c.transport.close()
+    span = (max(ends) - min(sent.values())) / 1e9
+    return {"tok_s": counted[0] / span, "ttft": {r: (first[r] - sent[r]) / 1e6 for r in sent},
+            "lag": (float(np.percentile(lags, 50)), float(np.percentile(lags, 99)))
+            if lags else (None, None)}
+
+
+def run_floor(url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]:
+    import uvloop
+    return uvloop.run(_floor(url, concurrency, n, tokens))
+
+
+_LATSCOPE = """
+import json, sys
+from latscope.load import BenchConfig, run_bench
+from latscope.analysis.stats import ttft_ms
+url, c, n, tokens, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+cfg = BenchConfig(url=url, model="fake-model", num_requests=n, concurrency=c, warmup=c,
+                  output_dir=out, seed=1)
+cfg.workload.input_len, cfg.workload.output_len = "16", str(tokens)
+result = run_bench(cfg)
+measured = [r for r in result.records if not r.warmup and r.ok]
+span = (max(r.end_ns for r in measured) - min(r.sent_ns for r in measured)) / 1e9
+lag = result.summary["client"]["loop_lag_ms"]
+print(json.dumps({"tok_s": sum(r.output_tokens for r in measured) / span,
+                  "ttft": {r.request_id: ttft_ms(r) for r in measured},
+                  "lag": [lag.get("p50"), lag.get("p99")]}))
+"""
+
+
+def run_latscope(src: str, url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": src}
+        proc = subprocess.run([sys.executable, "-c", _LATSCOPE, url, str(concurrency), str(n),
+                               str(tokens), str(Path(tmp) / "run")],
+                              capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode:
+        raise SystemExit(f"latscope ({src}) failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _true_ttft(truth: dict[str, Any], rids: list[str]) -> float | None:
+    values = [(truth[r].chunk_ns[0] - truth[r].recv_ns) / 1e6 for r in rids
+              if r in truth and truth[r].chunk_ns]
+    return float(np.median(values)) if values else None
+
+
+def _med(values: list[Any]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurrency: int,
+            n: int, tokens: int) -> dict[str, dict[str, list[Any]]]:
+    rows: dict[str, dict[str, list[Any]]] = {k: {"tok_s": [], "ttft": [], "true": [],
+                                                 "lag50": [], "lag99": []} for k in clients}
+    for rep in range(reps):
+        order = list(clients) if rep % 2 == 0 else list(reversed(clients))
+        for name in order:
+            srv.reset()
+            src = clients[name]
+            res = (run_floor(srv.url, concurrency, n, tokens) if src is None
+                   else run_latscope(src, srv.url, concurrency, n, tokens))
+            truth = srv.truth()
+            row = rows[name]
+            row["tok_s"].append(res["tok_s"])
+            row["ttft"].append(float(np.median(list(res["ttft"].values()))))
+            row["true"].append(_true_ttft(truth, list(res["ttft"])))
+            row["lag50"].append(res["lag"][0])
+            row["lag99"].append(res["lag"][1])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--concurrency", default="64,256,1024")
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--requests-per-slot", type=int, default=8)
+    parser.add_argument("--src", action="append", default=[],
+                        help="another latscope src directory to run beside this one")
+    args = parser.parse_args()
+    clients: dict[str, str | None] = {"floor": None, "latscope": str(REPO / "src")}
+    for i, src in enumerate(args.src):
+        clients[f"src{i + 1}"] = str(Path(src).resolve())
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a contended box "
+          "reads lower for every client; compare within a row)")
+    header = (f"{'c':>5} {'client':<9} {'tok/s':>10} {'/floor':>7} {'TTFT':>8} {'true':>8} "
+              f"{'lag p50':>8} {'lag p99':>8}")
+    print(header)
+    for c in (int(x) for x in args.concurrency.split(",")):
+        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
+            rows = measure(srv, clients, args.reps, c, c * args.requests_per_slot, args.tokens)
+        floor = _med(rows["floor"]["tok_s"])
+        for name, row in rows.items():
+            tok = _med(row["tok_s"])
+            ratio = tok / floor if tok and floor else None
+            print(f"{c:>5} {name:<9} {_fmt(tok, ',.0f'):>10} {_fmt(ratio, '.2f'):>7} "
+                  f"{_fmt(_med(row['ttft'])):>8} {_fmt(_med(row['true'])):>8} "
+                  f"{_fmt(_med(row['lag50'])):>8} {_fmt(_med(row['lag99'])):>8}")
+            print(f"{'':>15}runs: " + " ".join(f"{v:,.0f}" for v in row["tok_s"]))
+
+
+if __name__ == "__main__":
+    main()
