@@ -738,6 +738,11 @@ def _gateway(state: Diagnosis, control: ServerControl | None, running: Running |
     from latscope.campaign.servers import Change
 
     at = _proof_load(f, state) or int(_load_of(f, state) or 1)
+    # --- issue #24: vLLM's priority policy + cost tags first (campaign.priority); the lead
+    # re-homes this call into the prove stage when merging
+    from latscope.campaign.priority import prove_in_diagnosis
+    prove_in_diagnosis(state, control, running, base, budget, f, at)
+    # --- end of issue #24's call
     # auto's limit starts at the server's batch size when known: from its default of 8, the
     # slow start spends the first B run's first seconds below what the server takes
     seqs = _server_limits(state)[0]
