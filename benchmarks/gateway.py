@@ -21,6 +21,14 @@
     python3 benchmarks/gateway.py ab --url http://127.0.0.1:8000   # a server already running
     python3 benchmarks/gateway.py ab --arms direct,sjf@1,sjf@4      # aging factors compared
     python3 benchmarks/gateway.py ab --keep-gateway   # one gateway for all rounds, as diagnose
+    python3 benchmarks/gateway.py ab --arms direct,tag,prio,sjf    # short first in the engine
+
+Arms: ``direct`` (the server as started: vLLM's default fcfs policy), ``fcfs``/``sjf``/``sjf@K``
+(the gateway's own queue in front of it), and two against a second server started beside it with
+``--scheduling-policy priority``: ``tag``/``tag@K`` (``latscope gateway --policy tag`` in front:
+nothing held, each request's priority its sjf deadline) and ``prio`` (no gateway: the client
+tags, ``bench --priority-by cost``). ``--serve-cmd 'CMD --port {port}'`` starts the server(s)
+with a command of yours instead of the local target (on one GPU give each its memory share).
 
 Goals from issue #12: short mean TTFT >= 40% lower than direct, long E2E within +10%, added p99
 under 1 ms at light load. The script reports what it measured against them, met or not.

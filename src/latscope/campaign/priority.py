@@ -74,7 +74,7 @@ def prove_priority(queue_share: float, sizes: Sequence[float], *, finding_id: st
     measured, a dict with ``measured: False`` and the reason. ``run_shape`` (a
     ``gateway.fits.RunShape``) sizes the runs to the aging horizon."""
     controlled = control is not None and running is not None and control.kind != "remote"
-    current_policy = policy_from_argv(running.argv) if running and running.argv else None
+    current_policy = _policy_of(running, control)
     fit = priority_fits(queue_share, sizes, controlled=controlled, server_policy=current_policy)
     if not fit.measure:
         return {"finding_id": finding_id, "change": describe_fix(), "measured": False,
@@ -124,6 +124,24 @@ def outcome_of(exp: dict[str, Any]) -> str:
     if verdict == "worse":
         return "made it worse"
     return "did not help"
+
+
+def _policy_of(running: Running | None, control: ServerControl | None) -> str | None:
+    """The policy the server under diagnosis runs with: from its log, else its command line
+    (the local target's argv holds only the extra vLLM flags)."""
+    if running is None:
+        return None
+    if running.log_path is not None:
+        try:
+            policy = policy_from_log(running.log_path)
+        except OSError:
+            policy = None
+        if policy:
+            return policy
+    argv = list(running.argv)
+    if control is not None and control.kind == "local":
+        argv = ["vllm", "serve", *argv]
+    return policy_from_argv(argv) if argv else None
 
 
 def _b_policy(out_dir: Path) -> str | None:
