@@ -21,6 +21,14 @@
     python3 benchmarks/gateway.py ab --url http://127.0.0.1:8000   # a server already running
     python3 benchmarks/gateway.py ab --arms direct,sjf@1,sjf@4      # aging factors compared
     python3 benchmarks/gateway.py ab --keep-gateway   # one gateway for all rounds, as diagnose
+    python3 benchmarks/gateway.py ab --arms direct,tag,prio,sjf    # short first in the engine
+
+Arms: ``direct`` (the server as started: vLLM's default fcfs policy), ``fcfs``/``sjf``/``sjf@K``
+(the gateway's own queue in front of it), and two against a second server started beside it with
+``--scheduling-policy priority``: ``tag``/``tag@K`` (``latscope gateway --policy tag`` in front:
+nothing held, each request's priority its sjf deadline) and ``prio`` (no gateway: the client
+tags, ``bench --priority-by cost``). ``--serve-cmd 'CMD --port {port}'`` starts the server(s)
+with a command of yours instead of the local target (on one GPU give each its memory share).
 
 Goals from issue #12: short mean TTFT >= 40% lower than direct, long E2E within +10%, added p99
 under 1 ms at light load. The script reports what it measured against them, met or not.
@@ -48,6 +56,9 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                          os.environ.get("PYTHONPATH")]))
 
+from latscope.campaign.experiment import steady_rps  # noqa: E402
+from latscope.campaign.priority import PRIORITY_FLAGS  # noqa: E402
+from latscope.campaign.servers import Change, CommandControl  # noqa: E402
 from latscope.gateway import running_gateway  # noqa: E402
 from latscope.load import BenchConfig, WorkloadSpec, run_bench  # noqa: E402
 from latscope.load.config import parse_mix  # noqa: E402
@@ -55,6 +66,8 @@ from latscope.server.metrics import parse_metrics_text  # noqa: E402
 
 DEFAULT_MIX = "short:0.9:128:32,long:0.1:1024:128"
 ARMS = ("direct", "fcfs", "sjf")  # the default --arms
+# arms served by a second server, started with --scheduling-policy priority
+PRIORITY_ARMS = ("tag", "prio")
 IDLE_S = 2.0  # seconds the overhead run watches the idle gateway's CPU
 RAMP_S = 4.0  # open loop: seconds of requests excluded, a fresh gateway's slow start
 
@@ -83,7 +96,8 @@ def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     pairs: list[dict[str, float]] = []
     with FakeServer(ttft_ms=2, itl_ms=1) as srv:
-        with running_gateway(srv.url, policy="sjf", max_inflight=None, mode="process") as gw:
+        with running_gateway(srv.url, policy=args.overhead_policy, max_inflight=None,
+                             mode="process", server_policy="priority") as gw:
             for block in range(args.blocks):
                 row = {}
                 order = ("direct", "gateway") if block % 2 == 0 else ("gateway", "direct")
@@ -100,8 +114,8 @@ def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     for q in ("p50", "p99"):
         result[f"added_{q}_ms"] = interval([r[f"gateway_{q}"] - r[f"direct_{q}"] for r in pairs])
         result[f"direct_{q}_ms"] = interval([r[f"direct_{q}"] for r in pairs])
-    print("\nAdded latency at light load (fake server, 2 ms TTFT, 1 in flight, "
-          f"{args.blocks} blocks x {args.requests} requests per arm)")
+    print(f"\nAdded latency at light load (gateway --policy {args.overhead_policy}, fake server, "
+          f"2 ms TTFT, 1 in flight, {args.blocks} blocks x {args.requests} requests per arm)")
     print(f"  direct TTFT p50 {fmt(*result['direct_p50_ms'], ' ms', 2)}, "
           f"p99 {fmt(*result['direct_p99_ms'], ' ms', 2)}")
     for q in ("p50", "p99"):
@@ -201,23 +215,6 @@ def _figures(summary: dict[str, Any]) -> dict[str, float | None]:
             "failed": summary["requests"]["failed"]}
 
 
-def steady_rps(records: list[Any]) -> float | None:
-    """Completions per second between the first measured send and the last send of the run.
-
-    The summary's throughput runs to the last end, so it counts the drain after the last send,
-    when fewer requests are in flight. Short-first pushes the long requests it held back into
-    that drain (sjf with aging factor 4: 8 to 11 of the last 16 completions were long, against
-    0 to 3 direct, and the drain took 14-17 s against 1-4 s), so a closed loop's overall rate
-    charges the gateway for the run's end, not for its steady state."""
-    measured = [r for r in records if not r.warmup and r.status == 200]
-    if not measured:
-        return None
-    start = min(r.sent_ns for r in measured)
-    stop = max(r.sent_ns for r in records)
-    done = sum(1 for r in measured if r.end_ns is not None and start <= r.end_ns <= stop)
-    return done / ((stop - start) / 1e9) if stop > start else None
-
-
 def calibrate(url: str, args: argparse.Namespace, out: Path) -> float:
     """Throughput at saturation (closed loop, many in flight): the rate the knee sits below."""
     result = _bench(url, args, 999, out / "calibrate", rate=None, concurrency=args.calib_c,
@@ -225,14 +222,60 @@ def calibrate(url: str, args: argparse.Namespace, out: Path) -> float:
     return float(result.summary["throughput"]["requests_per_s"])
 
 
+def _servers(args: argparse.Namespace, out: Path, stack: Any) -> dict[str, Any]:
+    """The server(s) of the A/B: ``fcfs`` (as started: vLLM's default policy) always, and
+    ``priority`` (the same with --scheduling-policy priority) when a tag/prio arm needs it. Both
+    run side by side for the whole A/B (an idle vLLM takes no compute; on one GPU each needs its
+    share of memory: --gpu-memory-utilization in --serve-cmd). Each is {url, log, tokenizer}."""
+    from latscope.server.target import LocalTarget
+
+    want_priority = any(a in PRIORITY_ARMS for a in args.arms)
+    if args.url:
+        if want_priority and not args.priority_url:
+            raise SystemExit("error: arms tag/prio need --priority-url with --url")
+        servers = {"fcfs": {"url": args.url, "log": None, "tokenizer": args.gateway_tokenizer}}
+        if want_priority:
+            servers["priority"] = {"url": args.priority_url, "log": None,
+                                   "tokenizer": args.gateway_tokenizer}
+        return servers
+    servers = {}
+    for policy in ("fcfs", "priority") if want_priority else ("fcfs",):
+        change = Change(flags=PRIORITY_FLAGS) if policy == "priority" else None
+        if args.serve_cmd:
+            run = stack.enter_context(CommandControl(args.serve_cmd).start(
+                change, out / f"server-{policy}"))
+            servers[policy] = {"url": run.url, "log": str(run.log_path),
+                               "tokenizer": args.gateway_tokenizer}
+        else:
+            flags = args.serve_args.split() + (list(PRIORITY_FLAGS) if change else [])
+            target = stack.enter_context(LocalTarget(log_dir=out / f"vllm-{policy}",
+                                                     serve_args=flags))
+            servers[policy] = {"url": target.url, "log": str(target.log_path),
+                               "tokenizer": str(target.tokenizer_dir or "") or None}
+        print(f"server {policy}: {servers[policy]['url']}", flush=True)
+    return servers
+
+
+def _arm_run(arm: str, servers: dict[str, Any], args: argparse.Namespace, seed: int,
+             run_out: Path, kept: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+    """One run of ``arm``: its result and the gateway's own figures (when it had one)."""
+    import contextlib
+
+    if arm == "direct":
+        return _bench(servers["fcfs"]["url"], args, seed, run_out), {}
+    if arm == "prio":  # the client tags (bench --priority-by cost), no gateway
+        return _bench(servers["priority"]["url"], args, seed, run_out, priority_by="cost"), {}
+    with (contextlib.nullcontext(kept[arm]) if arm in kept
+          else _gateway(servers, args, arm)) as gw:
+        return _bench(gw, args, seed, run_out), _gateway_metrics(gw)
+
+
 def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     import contextlib
 
-    from latscope.server.target import LocalTarget
-
     with contextlib.ExitStack() as stack:
-        url = args.url or stack.enter_context(LocalTarget(
-            log_dir=out / "vllm", serve_args=args.serve_args.split())).url
+        servers = _servers(args, out, stack)
+        url = servers["fcfs"]["url"]
         if args.concurrency:
             print(f"closed loop, {args.concurrency} in flight (a backlog of constant size)")
         elif args.rate == "auto":
@@ -245,21 +288,14 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         arms = args.arms
         # --keep-gateway: one gateway per arm for all rounds, as diagnose's A/B keeps one
-        kept = {arm: stack.enter_context(_gateway(url, args, arm))
-                for arm in arms[1:]} if args.keep_gateway else {}
+        kept = {arm: stack.enter_context(_gateway(servers, args, arm))
+                for arm in arms[1:] if arm != "prio"} if args.keep_gateway else {}
         for rnd in range(args.rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
             for arm in order:
                 seed = 1000 * (rnd + 1) + arms.index(arm)  # fresh prompts for every run
                 run_out = out / f"r{rnd}-{arm}"
-                extra: dict[str, Any] = {}
-                if arm == "direct":
-                    result = _bench(url, args, seed, run_out)
-                else:
-                    with (contextlib.nullcontext(kept[arm]) if kept
-                          else _gateway(url, args, arm)) as gw:
-                        result = _bench(gw, args, seed, run_out)
-                        extra = _gateway_metrics(gw)
+                result, extra = _arm_run(arm, servers, args, seed, run_out, kept)
                 row = {"round": rnd, "arm": arm, **_figures(result.summary),
                        "steady_rps": steady_rps(result.records), **extra}
                 runs.append(row)
@@ -305,7 +341,7 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
         table[f"{arm}_vs_direct"] = changes
         for k in keys:
             print(f"    {arm:7s} {LABELS[k]:16s} {_change(changes[k])}")
-    for arm in (a for a in arms if a.startswith("sjf")):
+    for arm in (a for a in arms if a.startswith(("sjf", "tag", "prio"))):
         sjf = table[f"{arm}_vs_direct"]
         short_cut, long_up = -sjf["short_ttft_mean_ms"][0], sjf["long_e2e_mean_ms"][0]
         print(f"  {arm}: goal short TTFT mean >= 40% lower: "
@@ -314,14 +350,23 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
     return table
 
 
-def _gateway(url: str, args: argparse.Namespace, arm: str):
-    return running_gateway(url, max_inflight=args.max_inflight, ttft_target_ms=args.ttft_target,
-                           mode="process", initial_inflight=args.initial_inflight,
-                           **gateway_arm(arm))
+def _gateway(servers: dict[str, Any], args: argparse.Namespace, arm: str):
+    options = gateway_arm(arm)
+    if options["policy"] == "tag":  # in front of the priority server, told where its log is
+        server = servers["priority"]
+        # its own limit (overload only): --max-inflight is the holding arms' knob
+        options.update(server_log=server["log"], tokenizer=server["tokenizer"])
+        if not server["log"]:
+            options.update(server_log=None, server_policy="priority")  # --priority-url: as told
+        return running_gateway(server["url"], mode="process", **options)
+    return running_gateway(servers["fcfs"]["url"], max_inflight=args.max_inflight,
+                           ttft_target_ms=args.ttft_target, mode="process",
+                           initial_inflight=args.initial_inflight, **options)
 
 
 def gateway_arm(arm: str) -> dict[str, Any]:
-    """``fcfs``, ``sjf``, or ``sjf@K`` (sjf with aging factor K) as gateway options."""
+    """``fcfs``, ``sjf``, ``sjf@K`` (sjf with aging factor K) or ``tag``/``tag@K`` as gateway
+    options."""
     policy, _, factor = arm.partition("@")
     return {"policy": policy, **({"aging_factor": float(factor)} if factor else {})}
 
@@ -335,9 +380,13 @@ def parse_arms(text: str) -> tuple[str, ...]:
             options = gateway_arm(arm)
         except ValueError:  # sjf@x
             options = {}
-        if options.get("policy") not in ("fcfs", "sjf") or options.get("aging_factor", 1) <= 0 \
+        if arm == "prio":
+            continue
+        if options.get("policy") not in ("fcfs", "sjf", "tag") \
+                or options.get("aging_factor", 1) <= 0 \
                 or (options["policy"] == "fcfs" and "aging_factor" in options):
-            raise argparse.ArgumentTypeError(f"{arm!r} is not fcfs, sjf or sjf@K (K > 0)")
+            raise argparse.ArgumentTypeError(f"{arm!r} is not fcfs, sjf, sjf@K, tag, tag@K "
+                                             "(K > 0) or prio")
     return arms
 
 
@@ -380,10 +429,22 @@ def main() -> int:
     p.add_argument("--keep-gateway", action="store_true",
                    help="one gateway per arm for all rounds, as diagnose keeps one (default: "
                         "a fresh one per run)")
+    p.add_argument("--serve-cmd", default=None, metavar="'CMD --port {port}'",
+                   help="start the server(s) with this command instead of the local target "
+                        "(tag/prio arms: a second one with --scheduling-policy priority, side "
+                        "by side)")
+    p.add_argument("--priority-url", default=None,
+                   help="with --url: a server already running with --scheduling-policy "
+                        "priority, for the tag/prio arms")
+    p.add_argument("--gateway-tokenizer", default=None, metavar="DIR",
+                   help="tag arm with --serve-cmd/--url: tokenizer for exact prompt costs "
+                        "(default: len(text)/4; the local target's own otherwise)")
     p.add_argument("--serve-args", default="--max-num-seqs 4",
                    help="vLLM flags of the local target ('--max-num-seqs 4': a batch that "
                         "fills, so requests queue; '' for latscope's defaults)")
     p.add_argument("--requests", type=int, default=300, help="overhead: per block and arm")
+    p.add_argument("--overhead-policy", default="sjf", choices=("fcfs", "sjf", "tag"),
+                   help="overhead: the gateway's policy (sjf; tag re-encodes each body)")
     p.add_argument("--blocks", type=int, default=4, help="overhead: blocks per arm")
     p.add_argument("--output", type=Path, default=None)
     args = p.parse_args()

@@ -74,6 +74,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
     conclude(state)
     _stage(state, "prove", lambda: proofs.prove(state, control, running, base, budget))
     _stage(state, "gateway", lambda: proofs.gateway(state, control, running, base, budget))
+    _stage(state, "priority", lambda: proofs.priority(state, control, running, base, budget))
     conclude(state)
 
 

@@ -36,7 +36,9 @@ class Proposal:
     cost_measurable: bool = True  # False: the change cannot show its effect on this host
     note: str = ""
     # B is the same server behind latscope's gateway (these GatewayConfig options), not a
-    # relaunch: the fix no server flag gives (docs/gateway.md)
+    # relaunch: the fix no server flag gives (docs/gateway.md). With ``change`` too, B is the
+    # server relaunched with the change *and* behind the gateway (--scheduling-policy priority
+    # with the gateway's tags: campaign.priority)
     gateway: dict[str, Any] | None = None
     # a second metric the fix must not make much worse, measured and reported beside the first
     guard: str | None = None
@@ -44,13 +46,26 @@ class Proposal:
     # ``requests_per_run`` (the gateway: ``gateway.fits.gateway_run_shape``)
     requests: int | None = None
     warmup: int | None = None
+    # further guards, each measured per run and reported with its interval under "guards"
+    # (``throughput_rps``, ``steady_rps``: higher is better; latencies: lower is better)
+    more_guards: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.gateway is not None:
-            return "latscope gateway " + " ".join(
-                f"--{k.replace('_', '-')} {'auto' if v is None else v}"
-                for k, v in self.gateway.items())
+            shown = {k: v for k, v in self.gateway.items() if k not in _UNSHOWN}
+            text = "latscope gateway " + " ".join(
+                f"--{k.replace('_', '-')} {'auto' if v is None else v}" for k, v in shown.items())
+            return f"{self.change.describe()} + {text}" if self.relaunches_with_gateway else text
         return self.change.describe()
+
+    @property
+    def relaunches_with_gateway(self) -> bool:
+        c = self.change
+        return self.gateway is not None and bool(c.flags or c.remove or c.set_env or c.unset_env)
+
+
+# gateway options of a run's own (a path on this host), not of the change proposed
+_UNSHOWN = ("tokenizer", "server_log")
 
 
 @dataclass
@@ -63,6 +78,7 @@ class Experiment:
     hit_rates: dict[str, list[float | None]] = field(default_factory=lambda: {"A": [], "B": []})
     guard_values: dict[str, list[float | None]] = field(
         default_factory=lambda: {"A": [], "B": []})
+    more_guard_values: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     run_dirs: list[str] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # ok | failed: why | cut: why
@@ -94,16 +110,21 @@ class Experiment:
                 "run_dirs": self.run_dirs, "note": note.strip()}
         if self.proposal.guard:
             # renderers say "helped, at a cost" when the guard got worse with 95% confidence
-            out["guard"] = self._guard()
+            out["guard"] = self._guard(self.proposal.guard)
+        if self.proposal.more_guards:
+            out["guards"] = [out["guard"]] if "guard" in out else []
+            out["guards"] += [self._guard(m) for m in self.proposal.more_guards]
         return out
 
-    def _guard(self) -> dict[str, Any]:
+    def _guard(self, metric: str) -> dict[str, Any]:
         from latscope.analysis.tune import paired_change
 
-        a, b = self.guard_values["A"], self.guard_values["B"]
-        result = paired_change(a, b, higher_better=False)
+        values = self.guard_values if metric == self.proposal.guard else \
+            self.more_guard_values.get(metric, {"A": [], "B": []})
+        a, b = values["A"], values["B"]
+        result = paired_change(a, b, higher_better=higher_is_better(metric))
         ci = result.get("ci")
-        return {"metric": self.proposal.guard, "a_values": a, "b_values": b,
+        return {"metric": metric, "a_values": a, "b_values": b,
                 "change_pct": result["change"] * 100 if result.get("change") is not None
                 else None, "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
                 "verdict": result.get("verdict")}
@@ -255,17 +276,22 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                 run_dir = out_dir / f"{i:02d}-{arm}"
                 progress(f"  {arm}{i + 1}: {proposal.describe() if arm == 'B' else 'as is'}"
                          f" at c={load}, {n} requests")
-                with arm_url(arm) as (url, model, tokenizer):
+                with arm_url(arm) as (url, model, tokenizer, *server):
                     cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
                                     num_requests=n, output_dir=run_dir, warmup=warmup,
                                     seed=seed0 + 2 * i + (arm == "B"))
                     # behind a gateway, the server's own /metrics (its prefix-cache hits)
+                    metrics_url = server[0] if server else (
+                        current.url if proposal.gateway else None)
                     obs = observe(cfg, scrape_interval_s=scrape_interval_s,
-                                  metrics_url=current.url if proposal.gateway else None)
+                                  metrics_url=metrics_url)
                 value = metric_of(obs, proposal.metric)
                 (exp.a_values if arm == "A" else exp.b_values).append(value)
                 if proposal.guard:
                     exp.guard_values[arm].append(metric_of(obs, proposal.guard))
+                for extra in proposal.more_guards:
+                    exp.more_guard_values.setdefault(extra, {"A": [], "B": []})[arm].append(
+                        metric_of(obs, extra))
                 exp.arms.append(arm)
                 exp.hit_rates[arm].append(obs.prefix_cache_hit_rate)
                 exp.run_dirs.append(str(run_dir))
@@ -288,7 +314,8 @@ def run_shape(proposal: Proposal, load: int) -> tuple[int, int]:
 
 def restarts_per_run(control: ServerControl, proposal: Proposal) -> bool:
     """Whether each run of the A/B starts its own server (see ``_arms``)."""
-    return proposal.gateway is None and not control.concurrent_arms
+    relaunches = proposal.gateway is None or proposal.relaunches_with_gateway
+    return relaunches and not control.concurrent_arms
 
 
 def _at(base: BenchConfig, url: str, model: str | None, tokenizer: str | None) -> BenchConfig:
@@ -298,14 +325,40 @@ def _at(base: BenchConfig, url: str, model: str | None, tokenizer: str | None) -
                                tokenizer=base.tokenizer or tokenizer)
 
 
+def higher_is_better(metric: str) -> bool:
+    return metric.endswith("_rps")
+
+
 def metric_of(obs: Any, metric: str) -> float | None:
     """A run's figure by name: ``ttft_mean_ms``, ``e2e_p99_ms``... from its summary; with a
-    ``short_`` or ``long_`` prefix, over its short or long requests only (``size_class``)."""
+    ``short_`` or ``long_`` prefix, over its short or long requests only (``size_class``);
+    ``throughput_rps`` (measured requests over first send to last end) or ``steady_rps``."""
+    if metric == "throughput_rps":
+        return (obs.summary.get("throughput") or {}).get("requests_per_s")
+    if metric == "steady_rps":
+        return steady_rps(obs.records)
     size, _, rest = metric.partition("_")
     if size in ("short", "long"):
         return _class_metric(obs.records, size, rest)
     name, _, stat = metric.removesuffix("_ms").rpartition("_")
     return ((obs.summary.get(f"{name}_ms") or {}).get(stat))
+
+
+def steady_rps(records: list[Any]) -> float | None:
+    """Completions per second between the first measured send and the last send of the run.
+
+    The summary's throughput runs to the last end, so it counts the drain after the last send,
+    when fewer requests are in flight. Short-first pushes the long requests it held back into
+    that drain (sjf with aging factor 4: 8 to 11 of the last 16 completions were long, against
+    0 to 3 direct, and the drain took 14-17 s against 1-4 s: docs/gateway.md), so a closed
+    loop's overall rate charges short-first for the run's end, not for its steady state."""
+    measured = [r for r in records if not r.warmup and r.status == 200]
+    if not measured:
+        return None
+    start = min(r.sent_ns for r in measured)
+    stop = max(r.sent_ns for r in records)
+    done = sum(1 for r in measured if r.end_ns is not None and start <= r.end_ns <= stop)
+    return done / ((stop - start) / 1e9) if stop > start else None
 
 
 def size_class(records: list[Any]) -> dict[str, list[Any]]:
@@ -342,6 +395,10 @@ def _arms(control: ServerControl, current: Running, proposal: Proposal, out_dir:
     gateway's B is the running server behind one gateway (its own process: in this one it would
     share the client's CPU and event loop) kept for all B runs."""
     change = proposal.change
+    if proposal.relaunches_with_gateway:
+        with _relaunched_behind_gateway(control, current, proposal, out_dir) as arm_url:
+            yield arm_url
+        return
     if proposal.gateway is not None:
         from latscope.gateway import running_gateway
 
@@ -370,5 +427,51 @@ def _arms(control: ServerControl, current: Running, proposal: Proposal, out_dir:
     def restart(arm: str) -> Iterator[tuple[str, str | None, str | None]]:
         with control.start(change if arm == "B" else None, out_dir / f"server-{arm}") as s:
             yield s.url, s.model or current.model, s.tokenizer_dir or current.tokenizer_dir
+
+    yield restart
+
+
+@contextlib.contextmanager
+def _relaunched_behind_gateway(control: ServerControl, current: Running, proposal: Proposal,
+                               out_dir: Path):
+    """B: the server started with ``proposal.change`` and a gateway in front of it (its own
+    process); beside A where two servers may run at once, else both started per B run. The
+    gateway is told B's log, from which it reads the scheduling policy B runs with."""
+    from latscope.gateway import running_gateway
+
+    @contextlib.contextmanager
+    def b_arm(log_dir: Path) -> Iterator[tuple[str, str | None, str | None, str]]:
+        with control.start(proposal.change, log_dir) as b:
+            options = dict(proposal.gateway or {})
+            if b.log_path is not None:
+                options.setdefault("server_log", str(b.log_path))
+            tokenizer = b.tokenizer_dir or current.tokenizer_dir
+            if tokenizer and "tokenizer" not in options:
+                options["tokenizer"] = tokenizer  # tags from exact prompt counts, no round trip
+            with running_gateway(b.url, mode="process", **options) as url:
+                # the 4th item: B's own /metrics, not the gateway's
+                yield url, b.model or current.model, tokenizer, b.url
+
+    if control.concurrent_arms:
+        with b_arm(out_dir / "server-B") as kept:
+
+            @contextlib.contextmanager
+            def beside(arm: str) -> Iterator[tuple[str, str | None, str | None, str]]:
+                yield kept if arm == "B" else (current.url, current.model,
+                                               current.tokenizer_dir, current.url)
+
+            yield beside
+        return
+
+    @contextlib.contextmanager
+    def restart(arm: str) -> Iterator[tuple[str, str | None, str | None, str]]:
+        # each run its own server, A's too, as ``_arms`` restarts both (equally fresh)
+        if arm == "B":
+            with b_arm(out_dir / "server-B") as b:
+                yield b
+            return
+        with control.start(None, out_dir / "server-A") as s:
+            yield (s.url, s.model or current.model, s.tokenizer_dir or current.tokenizer_dir,
+                   s.url)
 
     yield restart

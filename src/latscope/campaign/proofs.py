@@ -205,3 +205,23 @@ def _proof_command(p: Any, load: int) -> str:
             f"`latscope bench --url URL -c {load} -n {max(16, 3 * load)}` before and after; or let "
             f"diagnose restart it for you: latscope diagnose --serve-cmd "
             f"'<your serve command> --port {{port}}{(' ' + flags) if flags else ''}'")
+
+
+def priority(state: Diagnosis, control: ServerControl | None, running: Running | None,
+             base: Any, budget: Budget) -> str:
+    """vLLM's own priority scheduling with cost tags (``campaign.priority``), A/B'd where the
+    gateway's evidence fits (queueing on mean TTFT, sizes that spread) and latscope controls the
+    server; after the gateway's A/B, with what the budget has left."""
+    from latscope.campaign.priority import prove_in_diagnosis
+
+    fit, f = _gateway_fit(state)
+    if f is None:
+        return "skipped: no queueing finding measured on mean TTFT"
+    if not fit.propose:
+        return f"skipped: {fit.reason}"
+    at = _proof_load(f, state) or int(load_of(f, state) or 1)
+    before = len(state.experiments)
+    prove_in_diagnosis(state, control, running, base, budget, f, at)
+    if len(state.experiments) > before:
+        return f"{f.id}: {experiment_text(state.experiments[-1])}"
+    return "skipped: proposed, not measured (no control of the server, or no time left)"

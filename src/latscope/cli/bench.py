@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--per-chunk-usage", action="store_true",
                         help="ask vLLM for usage in every chunk (tokens per chunk)")
     target.add_argument("--extra-body", help="JSON object merged into every request body")
+    target.add_argument("--priority-by", choices=("cost",), default=None,
+                        help="set vLLM's `priority` from each request's prompt tokens + "
+                        "max_tokens (its power-of-two bucket, lower first; needs a server "
+                        "started with --scheduling-policy priority)")
 
     work = parser.add_argument_group("workload")
     work.add_argument("--input-len", "--random-input-len", default=None,
@@ -251,7 +255,7 @@ def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) 
         output_dir=Path(args.output_dir) if args.output_dir else None,
         request_timeout_s=args.timeout, tokenizer=args.tokenizer or tokenizer_dir,
         use_uvloop=not args.no_uvloop, per_chunk_usage=args.per_chunk_usage,
-        extra_body=_extra_body(args.extra_body))
+        extra_body=_extra_body(args.extra_body), priority_by=args.priority_by)
 
 
 def _extra_body(text: str | None) -> dict[str, Any]:

@@ -17,8 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     p.add_argument("--listen", default="127.0.0.1:8100", metavar="HOST:PORT",
                    help="where to listen (default 127.0.0.1:8100; port 0: a free one)")
-    p.add_argument("--policy", default="sjf", choices=("fcfs", "sjf"),
-                   help="queue order: sjf (short first, with aging; default) or fcfs")
+    p.add_argument("--policy", default="sjf", choices=("fcfs", "sjf", "tag"),
+                   help="queue order: sjf (short first, with aging; default), fcfs, or tag "
+                        "(hold nothing: set each request's vLLM `priority` to its sjf deadline "
+                        "for a server run with --scheduling-policy priority)")
     p.add_argument("--max-inflight", default="auto", metavar="auto|N",
                    help="requests in flight upstream: auto (AIMD, default) or a fixed number")
     p.add_argument("--ttft-target", type=float, default=None, metavar="MS",
@@ -37,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "/tokenize, else len(text)/4)")
     p.add_argument("--upstream-priority", default="auto", choices=("auto", "on", "off"),
                    help="set vLLM's `priority` field (auto: when the upstream accepts it)")
+    p.add_argument("--server-policy", default="auto", choices=("auto", "priority", "fcfs"),
+                   help="tag: the upstream's --scheduling-policy (auto: from --server-log, else "
+                        "its /server_info; unknown is said at start)")
+    p.add_argument("--server-log", default=None, metavar="FILE",
+                   help="tag: the upstream's log, to read its scheduling policy from")
     p.add_argument("--no-watch-waiting", action="store_true",
                    help="auto: do not scrape the upstream's vllm:num_requests_waiting")
     p.add_argument("--default-max-tokens", type=int, default=256, metavar="N",
@@ -55,13 +62,17 @@ def run(args: argparse.Namespace) -> int:
         initial_inflight=args.initial_inflight, max_queue=args.max_queue,
         aging_factor=args.aging_factor, aging_rate=args.aging_rate, tokenizer=args.tokenizer,
         upstream_priority=args.upstream_priority, watch_waiting=not args.no_watch_waiting,
+        server_policy=args.server_policy, server_log=args.server_log,
         default_max_tokens=args.default_max_tokens)
 
     def listening(gateway) -> None:
-        limit = "auto" if config.max_inflight is None else config.max_inflight
+        limit = gateway.admission.limit.value if gateway.tagging else (
+            "auto" if config.max_inflight is None else config.max_inflight)
         print(f"gateway {gateway.url} -> {redact_url_password(gateway.upstream)} "
               f"(policy {config.policy}, max-inflight {limit}, upstream priority "
               f"{'on' if gateway.set_priority else 'off'})", flush=True)
+        if gateway.tagging:
+            print(f"gateway: {gateway.server_policy.describe()}", flush=True)
 
     try:
         serve(config, listening)

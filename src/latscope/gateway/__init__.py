@@ -1,5 +1,6 @@
 """``latscope gateway``: an OpenAI-compatible reverse proxy with its own short-first queue and
-adaptive admission in front of a server (docs/gateway.md).
+adaptive admission in front of a server, or (``policy="tag"``) one that holds nothing and tags
+each request's vLLM ``priority`` with its short-first deadline (docs/gateway.md).
 
 Library surface::
 

@@ -8,13 +8,21 @@ from latscope.errors import ConfigError
 from latscope.gateway.queue import DEFAULT_AGING_FACTOR, POLICIES
 
 
+# --policy tag's in-flight limit when none is given: everything below it goes straight to the
+# upstream (whose own queue the tags order); above it is overload, queued in sjf's order.
+# The AIMD loop is not used: it would hold requests in the gateway whenever vLLM queues, the very
+# queue the tags are for.
+TAG_MAX_INFLIGHT = 4096
+
+
 @dataclass
 class GatewayConfig:
     upstream: str = ""  # base URL of the OpenAI-compatible server (a trailing /v1 is accepted)
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free port (the bound URL is reported once listening)
-    policy: str = "sjf"  # fcfs | sjf
-    max_inflight: int | None = None  # None: auto (AIMD on upstream TTFT and waiting gauge)
+    policy: str = "sjf"  # fcfs | sjf | tag
+    # None: auto (AIMD on upstream TTFT and waiting gauge); tag: TAG_MAX_INFLIGHT, overload only
+    max_inflight: int | None = None
     ttft_target_ms: float | None = None  # auto: also back off above this median TTFT
     initial_inflight: int = 8  # auto: the limit it starts from
     max_queue: int = 1024  # requests waiting in the gateway beyond which it answers 429
@@ -23,6 +31,9 @@ class GatewayConfig:
     aging_rate: float | None = None  # sjf: cost units/s; None: measured from the upstream
     tokenizer: str | None = None  # a dir or tokenizer.json; else the upstream's /tokenize
     upstream_priority: str = "auto"  # auto | on | off: set vLLM's `priority` field
+    # tag: the upstream's scheduling policy (auto: read from server_log, else its /server_info)
+    server_policy: str = "auto"
+    server_log: str | None = None  # the upstream's log, whose non-default args name its policy
     watch_waiting: bool = True  # auto: also scrape the upstream's vllm:num_requests_waiting
     scrape_interval_s: float = 0.5  # auto: the upstream's gauges, and the control loop's tick
     default_max_tokens: int = 256
@@ -49,6 +60,11 @@ class GatewayConfig:
             raise ConfigError("--aging-factor and --aging-rate must be > 0")
         if self.upstream_priority not in ("auto", "on", "off"):
             raise ConfigError("--upstream-priority must be auto, on or off")
+        if self.policy == "tag" and self.upstream_priority == "off":
+            raise ConfigError("--policy tag sets `priority`: it cannot run with "
+                              "--upstream-priority off")
+        if self.server_policy not in ("auto", "priority", "fcfs"):
+            raise ConfigError("--server-policy must be auto, priority or fcfs")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is out of range")
 

@@ -32,6 +32,9 @@ class GatewayMetrics:
                                        buckets=_TTFT_BUCKETS, registry=r)
         self.upstream_priority = Gauge(p + "upstream_priority_enabled",
                                        "1 when `priority` is set on forwarded requests", registry=r)
+        self.priority_honoured = Gauge(p + "upstream_priority_honoured",
+                                       "tag: 1 when the upstream schedules by priority, 0 when "
+                                       "it does not, -1 unknown", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

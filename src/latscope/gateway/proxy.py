@@ -25,12 +25,14 @@ from aiohttp import web
 
 from latscope.env.redact import redact_url_password
 from latscope.gateway.admission import Admission, QueueFull
-from latscope.gateway.config import GatewayConfig
+from latscope.gateway.config import TAG_MAX_INFLIGHT, GatewayConfig
 from latscope.gateway.cost import (COST_HEADER, estimated_tokens, header_cost, priority_of,
                                    read_prompt)
 from latscope.gateway.limit import AimdLimit, FixedLimit
 from latscope.gateway.metrics import GatewayMetrics
 from latscope.gateway.queue import ServedRate, WaitQueue
+from latscope.gateway.tags import (ServerPolicy, deadline_priority, policy_from_log,
+                                   policy_from_server_info)
 
 log = logging.getLogger("latscope.gateway")
 
@@ -51,7 +53,10 @@ class Gateway:
         self.metrics = GatewayMetrics()
         rate = config.aging_rate if config.aging_rate is not None else ServedRate()
         limit: AimdLimit | FixedLimit
-        if config.max_inflight is None:
+        self.tagging = config.policy == "tag"
+        if self.tagging:  # admission for overload only: vLLM's own queue is what tags order
+            limit = FixedLimit(config.max_inflight or TAG_MAX_INFLIGHT)
+        elif config.max_inflight is None:
             target = config.ttft_target_ms / 1e3 if config.ttft_target_ms else None
             limit = AimdLimit(ttft_target_s=target, initial=config.initial_inflight,
                               interval_s=config.scrape_interval_s)
@@ -64,7 +69,10 @@ class Gateway:
             from latscope.load.workload import LocalTokenizer
             self.tokenizer = LocalTokenizer(config.tokenizer)
         self.tokenize_works: bool | None = None if not self.tokenizer else False
-        self.set_priority = config.upstream_priority == "on"
+        self.set_priority = config.upstream_priority == "on" or (
+            self.tagging and config.upstream_priority != "off")
+        self.server_policy = ServerPolicy(None, "not read")
+        self.start_s = time.monotonic()  # tags count their deadlines from here
         self.url = ""
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -94,7 +102,16 @@ class Gateway:
         self.url = f"http://{host}:{port}"
         if self.config.upstream_priority == "auto":
             self.set_priority = await self._probe_priority()
+            if self.tagging and not self.set_priority:
+                log.warning("the upstream refused a request with `priority`: --policy tag "
+                            "forwards requests untagged")
         self.metrics.upstream_priority.set(int(self.set_priority))
+        if self.tagging:
+            self.server_policy = await self._server_policy()
+            honoured = self.server_policy.honours_priority
+            self.metrics.priority_honoured.set(-1 if honoured is None else int(honoured))
+            if not honoured:
+                log.warning("%s", self.server_policy.describe())
         if self.admission.limit.interval_s:
             self._tasks.append(asyncio.create_task(self._control_loop()))
         return self.url
@@ -113,6 +130,7 @@ class Gateway:
     # ---------------------------------------------------------------- handlers
 
     async def handle_generate(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.monotonic()
         raw = await request.read()
         try:
             body = orjson.loads(raw)
@@ -136,10 +154,11 @@ class Gateway:
                 self.metrics.cancelled.labels("queued").inc()
                 raise
         try:
-            if admitted_now:  # light load: an estimate, never a tokenizer on this path
-                cost = await self._cost(request, body, exact=False)
+            if admitted_now:  # an estimate, or a local tokenizer: no round trip on this path
+                cost = await self._cost(request, body,
+                                        exact=self.tagging and self.tokenizer is not None)
             if self.set_priority and body is not None and "priority" not in body:
-                body["priority"] = priority_of(cost)
+                body["priority"] = self._priority(arrival, cost)
                 raw = orjson.dumps(body)
             stream = bool(body and body.get("stream"))
             return await self._forward(request, raw, stream)
@@ -225,6 +244,13 @@ class Gateway:
 
     # ---------------------------------------------------------------- cost
 
+    def _priority(self, arrival_s: float, cost: float) -> int:
+        """tag: the request's sjf deadline (``tags.py``); else its cost's power-of-two bucket."""
+        if not self.tagging:
+            return priority_of(cost)
+        rate = self.admission.queue.current_rate(arrival_s)
+        return deadline_priority(arrival_s, self.start_s, cost, rate, self.config.aging_factor)
+
     async def _cost(self, request: web.Request, body: dict[str, Any] | None, exact: bool
                     ) -> float:
         override = header_cost(request.headers)
@@ -275,6 +301,29 @@ class Gateway:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError,
                 TypeError):
             return False
+
+    async def _server_policy(self) -> ServerPolicy:
+        """The upstream's scheduling policy: as told (``--server-policy``), from its log
+        (``--server-log``), else from its ``/server_info`` (vLLM with VLLM_SERVER_DEV_MODE=1)."""
+        if self.config.server_policy != "auto":
+            return ServerPolicy(self.config.server_policy, "as told by --server-policy")
+        if self.config.server_log:
+            try:
+                policy = policy_from_log(self.config.server_log)
+            except OSError as exc:
+                return ServerPolicy(None, f"its log unreadable: {exc.strerror or exc}")
+            return ServerPolicy(policy, "from its log" if policy else "its log names none")
+        assert self._session is not None
+        try:
+            async with self._session.get(self.upstream + "/server_info",
+                                         params={"config_format": "json"}) as resp:
+                if resp.status == 200:
+                    policy = policy_from_server_info(await resp.json(loads=orjson.loads))
+                    if policy:
+                        return ServerPolicy(policy, "from its /server_info")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            pass
+        return ServerPolicy(None, "no /server_info, no --server-log")
 
     async def _control_loop(self) -> None:
         while True:

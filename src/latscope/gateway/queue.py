@@ -18,7 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-POLICIES = ("fcfs", "sjf")
+# tag: nothing is held below the limit; requests carry their deadline as vLLM's `priority`
+# (tags.py), and those beyond the limit (overload) wait in sjf's order
+POLICIES = ("fcfs", "sjf", "tag")
 # how many fair shares of the upstream's time a request may be held back: measured in
 # docs/gateway.md ("Aging factor"), no K meets both goals there
 DEFAULT_AGING_FACTOR = 4.0

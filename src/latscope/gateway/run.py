@@ -147,6 +147,10 @@ def cli_args(config: GatewayConfig) -> list[str]:
         args += ["--aging-rate", f"{config.aging_rate:g}"]
     if config.tokenizer:
         args += ["--tokenizer", config.tokenizer]
+    if config.server_policy != "auto":
+        args += ["--server-policy", config.server_policy]
+    if config.server_log:
+        args += ["--server-log", config.server_log]
     if not config.watch_waiting:
         args.append("--no-watch-waiting")
     return args

@@ -109,6 +109,8 @@ class BenchConfig:
     request_timeout_s: float = 600.0
     tokenizer: str | None = None  # a dir or tokenizer.json for exact token counts
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+    # "cost": set vLLM's `priority` from each prompt's tokens + max_tokens (docs/gateway.md)
+    priority_by: str | None = None
     per_chunk_usage: bool = False  # ask vLLM for usage in every chunk (tokens per chunk)
     trace_requests: bool = False  # send a fresh W3C traceparent per request (its trace id joins
     # the request with the server's OTLP span of it)
@@ -139,6 +141,8 @@ class BenchConfig:
             raise ConfigError("give num_requests or duration_s")
         if (self.num_requests or 0) < 0 or (self.duration_s or 0) < 0 or self.warmup < 0:
             raise ConfigError("num_requests, duration and warmup must not be negative")
+        if self.priority_by not in (None, "cost"):
+            raise ConfigError(f"priority_by must be cost (got {self.priority_by!r})")
         if self.max_response_bytes <= 0:
             raise ConfigError("max response size must be > 0 bytes")
         if self.request_timeout_s <= 0:

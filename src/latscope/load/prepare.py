@@ -161,6 +161,10 @@ def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:
             body["stream_options"]["continuous_usage_stats"] = True
     if config.workload.ignore_eos:
         body["ignore_eos"] = True
+    if config.priority_by == "cost":  # built once per prompt, before the run: off the send path
+        from latscope.gateway.cost import priority_of
+
+        body["priority"] = priority_of((prompt.prompt_tokens or 0) + prompt.output_tokens)
     body.update(config.extra_body)
     return orjson.dumps(body)
 
