@@ -121,6 +121,10 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
     severity = severity_for_share(impact["share"], fault=rule.fault)
     if rule.role == "symptom" and severity == Severity.CRITICAL:
         severity = Severity.WARNING  # critical needs a named cause: diagnose joins the two
+    if rule.id == "latency.client" and severity == Severity.CRITICAL:
+        # latscope's own lateness is a caveat on the measurement, never the server's fault (a
+        # healthy server on a loaded 2-core box got a critical finding from it)
+        severity = Severity.WARNING
     why, fix = rule.why, rule.fix
     if rule.id in ("latency.network", "latency.http_frontend") and not ctx.client_reliable:
         severity = Severity.INFO  # a starved client stamps chunks late: not the network's time
