@@ -11,16 +11,19 @@ is removed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from urllib.parse import urlsplit
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from latscope.errors import TargetError
 from latscope.server.process import (
@@ -181,14 +184,15 @@ class LocalTarget:
             health_url=f"{self.url}/health", ready_timeout=self.ready_timeout,
             stop_grace=self.stop_grace, detach=self.detach,
         )
-        identity = self.server.spawn()
-        try:
-            if self.pid_file:
-                write_record(self.pid_file, self._record(identity))
-            self.server.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
+        with _sigterm_as_interrupt():
+            identity = self.server.spawn()
+            try:
+                if self.pid_file:
+                    write_record(self.pid_file, self._record(identity))
+                self.server.wait_ready()
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def _lost_port_race(self) -> bool:
@@ -250,6 +254,29 @@ class LocalTarget:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class StartInterrupted(KeyboardInterrupt):
+    """SIGTERM arrived while the server was starting; it has been stopped (exit 130)."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While vLLM starts (minutes), SIGTERM stops it as Ctrl-C does: the ``except`` above stops
+    its process group, and the CLI exits 130 saying why. Python's default for SIGTERM ended
+    latscope at once, and the server was left to its parent-death signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise StartInterrupted("SIGTERM while the embedded vLLM was starting; it was stopped")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _listen_of(endpoint: str | None) -> str | None:
