@@ -196,3 +196,25 @@ def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):
     assert not pid_file.exists()
     gone = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True)
     assert gone.returncode == 3
+
+
+def test_sigterm_while_vllm_starts_stops_it_and_exits_130_with_the_cause(tmp_path):
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
+    pid_file = tmp_path / "latscope" / "target.json"
+    up = subprocess.Popen([sys.executable, "-m", "latscope", "target", "up", "--dummy"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():  # written as soon as vLLM is spawned, before it is ready
+            assert up.poll() is None and time.monotonic() < deadline, up.communicate()
+            time.sleep(0.1)
+        record = json.loads(pid_file.read_text())
+        up.send_signal(signal.SIGTERM)
+        _, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert up.returncode == 130, err
+    assert "SIGTERM while the embedded vLLM was starting; it was stopped" in err, err
+    assert not group_members(record["pgid"])  # the server's whole group is gone

@@ -182,13 +182,20 @@ def _run_workers(args: argparse.Namespace, config: Any, observers: list[Any],
 def _collector(args: argparse.Namespace, console: Any, stack: contextlib.ExitStack) -> Any:
     """The OTLP receiver, started before the server so that its address can be passed to it."""
     listen = args.otlp_listen or (None if args.url else "127.0.0.1:0")
+    recorded = False
+    if listen is None and args.url:  # the background target (`target up`) exports there
+        from latscope.server.target import recorded_otlp_listen
+
+        listen = recorded_otlp_listen(args.url)
+        recorded = listen is not None
     if listen is None or args.trace_requests is False:
         return None
     from latscope.server.otlp import SpanCollector, remote_instructions
 
     collector = stack.enter_context(SpanCollector(listen, grpc_listen=args.otlp_grpc_listen))
-    console.print(f"[dim]OTLP receiver at {collector.http_endpoint}[/dim]")
-    if args.url:
+    console.print(f"[dim]OTLP receiver at {collector.http_endpoint}"
+                  f"{' (the background target exports there)' if recorded else ''}[/dim]")
+    if args.url and not recorded:
         for line in remote_instructions(collector):
             console.print(f"[dim]{line}[/dim]")
     return collector

@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
 
         check_numeric_flags(parser, args)
         return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted: results gathered so far are on disk", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        cause = f" ({exc})" if str(exc) else ""  # e.g. a SIGTERM while vLLM was starting
+        print(f"interrupted{cause}: results gathered so far are on disk", file=sys.stderr)
         return 130
     except LatscopeError as exc:
         if args.debug:

@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "(default $XDG_STATE_HOME/latscope/logs)")
     up.add_argument("--profile-dir", default=None, metavar="DIR",
                     help="enable POST /start_profile and /stop_profile; torch traces go to DIR")
+    up.add_argument("--otlp-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                    help="where the server sends its per-request OTLP spans (default: a free "
+                         "loopback port, recorded; a later bench/diagnose --url against this "
+                         "target listens there); 'off': no tracing")
     up.add_argument("--ready-timeout", type=float, default=None, metavar="S",
                     help="seconds to wait for /health (default 300)")
     up.add_argument("serve_args", nargs="*", metavar="-- VLLM_FLAGS",
@@ -75,6 +79,7 @@ def _up(args: argparse.Namespace) -> int:
         serve_args=args.serve_args, env=env, log_dir=args.log_dir,
         ready_timeout=args.ready_timeout or DEFAULT_READY_TIMEOUT_S, host=args.host,
         detach=True, pid_file=pid_file, profiler_dir=args.profile_dir,
+        otlp_endpoint=_otlp_endpoint(args.otlp_listen),
     )
     err.print(f"starting vLLM ({target.model}) ... log: {target.log_dir}", highlight=False)
     target.start()
@@ -83,6 +88,18 @@ def _up(args: argparse.Namespace) -> int:
               f"{target.pid}, log {target.log_path}\nstop it with: latscope target down",
               highlight=False)
     return 0
+
+
+def _otlp_endpoint(listen: str) -> str | None:
+    """The OTLP/HTTP traces URL the background server exports to; port 0: a free one now (it
+    is recorded, and the runs that receive later bind it)."""
+    from latscope.server.otlp import parse_listen
+    from latscope.server.target import free_port, traces_endpoint
+
+    if listen == "off":
+        return None
+    host, port = parse_listen(listen)
+    return traces_endpoint(f"{host}:{port or free_port(host)}")
 
 
 def _down(args: argparse.Namespace) -> int:

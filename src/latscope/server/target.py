@@ -11,15 +11,19 @@ is removed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from latscope.errors import TargetError
 from latscope.server.process import (
@@ -92,6 +96,9 @@ class TargetRecord:
     tokenizer_dir: str
     started_at: float  # time.time() at spawn
     cmd: list[str] = field(default_factory=list)  # secrets redacted
+    # where the server sends its OTLP spans (host:port): a later `bench --url` / `diagnose
+    # --url` against this target receives there (``recorded_otlp_listen``)
+    otlp_listen: str | None = None
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -177,14 +184,15 @@ class LocalTarget:
             health_url=f"{self.url}/health", ready_timeout=self.ready_timeout,
             stop_grace=self.stop_grace, detach=self.detach,
         )
-        identity = self.server.spawn()
-        try:
-            if self.pid_file:
-                write_record(self.pid_file, self._record(identity))
-            self.server.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
+        with _sigterm_as_interrupt():
+            identity = self.server.spawn()
+            try:
+                if self.pid_file:
+                    write_record(self.pid_file, self._record(identity))
+                self.server.wait_ready()
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def _lost_port_race(self) -> bool:
@@ -238,7 +246,7 @@ class LocalTarget:
             pid=identity.pid, pgid=identity.pgid, start_ticks=identity.start_ticks, url=self.url,
             model_name=self.model_name, log_path=str(self.log_path),
             tokenizer_dir=str(self.model_dir), started_at=time.time(),
-            cmd=redact_cmd(self.server.cmd),
+            cmd=redact_cmd(self.server.cmd), otlp_listen=_listen_of(self.otlp_endpoint),
         )
 
     def __enter__(self) -> LocalTarget:
@@ -246,6 +254,53 @@ class LocalTarget:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class StartInterrupted(KeyboardInterrupt):
+    """SIGTERM arrived while the server was starting; it has been stopped (exit 130)."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While vLLM starts (minutes), SIGTERM stops it as Ctrl-C does: the ``except`` above stops
+    its process group, and the CLI exits 130 saying why. Python's default for SIGTERM ended
+    latscope at once, and the server was left to its parent-death signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise StartInterrupted("SIGTERM while the embedded vLLM was starting; it was stopped")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _listen_of(endpoint: str | None) -> str | None:
+    """host:port of an OTLP/HTTP traces URL (http://127.0.0.1:4318/v1/traces)."""
+    if not endpoint:
+        return None
+    parts = urlsplit(endpoint)
+    return f"{parts.hostname}:{parts.port}" if parts.hostname and parts.port else None
+
+
+def traces_endpoint(listen: str) -> str:
+    return f"http://{listen}/v1/traces"
+
+
+def recorded_otlp_listen(url: str, path: Path | None = None) -> str | None:
+    """The OTLP listen address of the background target (``latscope target up``) when ``url``
+    is that target's and it runs, else None: bench and diagnose receive the target's per-request
+    spans there without being told."""
+    found = target_state(path)
+    rec = found.record
+    if found.state != "running" or rec is None or not rec.otlp_listen:
+        return None
+    same = url.rstrip("/").removesuffix("/v1") == rec.url.rstrip("/").removesuffix("/v1")
+    return rec.otlp_listen if same else None
 
 
 def write_record(path: Path, record: TargetRecord) -> None:

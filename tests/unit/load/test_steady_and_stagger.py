@@ -73,16 +73,18 @@ def _bench(server, tmp_path, concurrency: int, n: int, warmup: int, tokens: int 
 
 
 def test_a_closed_loop_step_is_not_sent_in_lockstep(server, tmp_path):
-    # equal requests (20 + 15 * 5 = 95 ms) from 8 slots: started together, every request left
-    # within 2 ms of all 7 others; staggered, about 12 ms apart
-    result = _bench(server, tmp_path, concurrency=8, n=48, warmup=8)
+    # equal requests (20 + 31 * 5 = 175 ms) from 8 slots: started together, every request left
+    # within 2 ms of all 7 others (median 7); staggered, about 22 ms apart. A loaded box's late
+    # loop turns can still bunch a few sends (a median of 3 was seen at load average 10): the
+    # bound is what separates the two, not a perfect spread
+    result = _bench(server, tmp_path, concurrency=8, n=48, warmup=8, tokens=32)
     sends = np.array(sorted(r.sent_ns for r in result.records if not r.warmup))
     near = [int((np.abs(sends - t) <= 2 * MS).sum()) - 1 for t in sends]
-    assert np.median(near) <= 1, near
+    assert np.median(near) <= 4, near
     drawn = result.summary["load"]["stagger"]
     assert drawn[0]["slots"] == 8 and drawn[0]["request_time_from"] == "pilot"
     assert drawn[0]["spacing_ms"] == pytest.approx(drawn[0]["request_time_ms"] / 8)
-    assert 90 <= drawn[0]["request_time_ms"] < 1000
+    assert 170 <= drawn[0]["request_time_ms"] < 1000
     manifest = (result.run_dir / "manifest.json").read_text()
     assert '"stagger"' in manifest
 

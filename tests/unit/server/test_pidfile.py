@@ -125,3 +125,33 @@ def test_local_target_rejects_a_busy_port(tmp_path):
         port = busy.getsockname()[1]
         with pytest.raises(TargetError, match=f"port {port} on 127.0.0.1 is already in use"):
             LocalTarget(port=port, model="tiny-dummy", log_dir=tmp_path).start()
+
+
+def test_bench_against_the_background_target_receives_its_spans(pid_file, sleeper, tmp_path):
+    # `target up` records where its vLLM exports spans; a later `bench --url` against it binds
+    # that address and sends traceparents, with no flag (it once got no per-request join)
+    import json
+
+    from fakeserver import FakeServer
+
+    from latscope.cli.target import _otlp_endpoint
+    from latscope.server.target import recorded_otlp_listen
+
+    endpoint = _otlp_endpoint("127.0.0.1:0")
+    listen = endpoint.removeprefix("http://").removesuffix("/v1/traces")
+    assert endpoint.endswith("/v1/traces") and not listen.endswith(":0")
+    with FakeServer(ttft_ms=1, itl_ms=1) as srv:
+        record = _record(ProcessIdentity.of(sleeper.pid))
+        record.url, record.otlp_listen = srv.url, listen
+        write_record(pid_file, record)
+        assert recorded_otlp_listen(srv.url + "/v1") == listen
+        assert recorded_otlp_listen("http://127.0.0.1:1") is None  # another server
+        out = tmp_path / "run"
+        rc = main(["bench", "--url", srv.url, "-n", "2", "-c", "1", "--output-len", "2",
+                   "--no-progress", "--scrape-interval", "0", "--output-dir", str(out)])
+    assert rc == 0
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert records and all(r["trace_id"] for r in records)  # traceparent sent with each
+    sleeper.kill()
+    sleeper.wait()
+    assert recorded_otlp_listen(srv.url) is None  # the target is gone: nothing to receive
