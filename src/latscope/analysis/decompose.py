@@ -36,9 +36,8 @@ from latscope.analysis.join import SOURCE as SPAN_SOURCE
 from latscope.analysis.join import PerRequestSplit, join_spans
 from latscope.analysis.stats import e2e_ms, latency_origin, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
-from latscope.server.metrics import (HistogramDelta, gauge_series, has_vllm_series,
-                                     histogram_delta)
 from latscope.rundir import write_json
+from latscope.server.metrics import HistogramDelta, gauge_series, has_vllm_series, histogram_delta
 from latscope.server.scrape import read_snapshots
 
 H_TTFT = "vllm:time_to_first_token_seconds"

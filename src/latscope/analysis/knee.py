@@ -20,8 +20,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from latscope.errors import ConfigError
-
 # A later step that adds at most this share of throughput counts as "saturated".
 SATURATION_GAIN = 0.10
 # Latency must grow by more than this share of its lowest value for a knee to exist.

@@ -13,7 +13,8 @@ resumes without repeating trials). A caller that can run several trials at once 
 ``evaluate_many(configs) -> outcomes``: the search then hands it, before each decision, the
 configurations that decision needs (the two probes of a ternary step, the final candidates along
 a flag, the whole grid). It asks for nothing the one-at-a-time search would not have evaluated,
-and decides on the same outcomes, so the result and the set of trials are the same. Moves need a relative gain above ``min_gain`` so measurement
+and decides on the same outcomes, so the result and the set of trials are the same. Moves need a
+relative gain above ``min_gain`` so measurement
 noise does not walk the search away from the incumbent.
 """
 

@@ -17,7 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from latscope.analysis.knee import (
-    SATURATION_GAIN, CurvePoint, Knee, SloTerm, find_knee, highest_load_meeting, interpolate,
+    SATURATION_GAIN,
+    CurvePoint,
+    Knee,
+    SloTerm,
+    find_knee,
+    highest_load_meeting,
+    interpolate,
     operating_point,
 )
 from latscope.errors import ConfigError

@@ -26,7 +26,14 @@ import orjson
 
 from latscope.analysis.knee import SloTerm, meets_slo, parse_slo
 from latscope.analysis.search import (
-    STRATEGIES, Config, Outcome, Param, SearchResult, Value, config_key, pareto_front,
+    STRATEGIES,
+    Config,
+    Outcome,
+    Param,
+    SearchResult,
+    Value,
+    config_key,
+    pareto_front,
 )
 from latscope.errors import ConfigError, LatscopeError
 

@@ -18,9 +18,9 @@ from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.rank import merge, rank
 from latscope.findings.server import findings_from_metrics
 from latscope.findings.telemetry import capacity_hint, telemetry_findings
-from latscope.telemetry.facts import telemetry_facts
 from latscope.findings.verdict import VerdictInputs, experiment_text, verdict
 from latscope.model import Finding, Severity
+from latscope.telemetry.facts import telemetry_facts
 
 
 def server_limits(state: Diagnosis) -> tuple[int | None, str, int | None]:

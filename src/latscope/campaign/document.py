@@ -11,7 +11,6 @@ from typing import Any
 from latscope.campaign.state import Diagnosis, level_label
 from latscope.telemetry.facts import telemetry_section
 
-
 REPORT_SCHEMA = 1
 
 

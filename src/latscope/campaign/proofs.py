@@ -13,7 +13,6 @@ from latscope.campaign.state import Budget, Diagnosis, load_of
 from latscope.findings.verdict import experiment_text
 from latscope.model import Finding, Severity
 
-
 MIN_PAIRS = 2
 
 

@@ -17,7 +17,6 @@ from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError
 from latscope.model import Severity
 
-
 SWEEP_SHARE = 0.6
 
 

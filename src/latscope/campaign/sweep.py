@@ -9,8 +9,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from latscope.analysis.knee import SloTerm
-from latscope.analysis.sweep import (Step, StopRules, SweepAnalysis, analyse, flatten_summary,
-                                     noise_estimates, run_sweep)
+from latscope.analysis.sweep import (
+    Step,
+    StopRules,
+    SweepAnalysis,
+    analyse,
+    flatten_summary,
+    noise_estimates,
+    run_sweep,
+)
 from latscope.model import Finding
 
 # Leaves of the latency decomposition compared across steps ("what grows at the knee").

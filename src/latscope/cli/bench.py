@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from latscope.load.runner import RunInterrupted, run_failure
     from latscope.load.rundir import default_run_dir
+    from latscope.load.runner import RunInterrupted, run_failure
     from latscope.report.bench import print_bench
 
     console = Console()
@@ -224,9 +224,9 @@ def _on_record(progress: Any, recorder: Any) -> Any:
 def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) -> Any:
     from pathlib import Path
 
+    from latscope.errors import ConfigError
     from latscope.load import BenchConfig, WorkloadSpec
     from latscope.load.config import load_workload_file, parse_mix, parse_slo
-    from latscope.errors import ConfigError
 
     local = not args.url
     workload = WorkloadSpec(input_len=args.input_len or LOCAL_DEFAULTS["input_len"],
@@ -338,8 +338,7 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-            from rich.progress import TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("bench"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("{task.fields[rate]} req/s  p50 TTFT {task.fields[ttft]}"),

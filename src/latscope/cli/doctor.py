@@ -7,9 +7,9 @@ Prints the findings (with evidence and fixes); ``--json`` writes them with the r
 from __future__ import annotations
 
 import argparse
+import os
 
 from latscope.cli.common import add_output_arguments
-import os
 
 HELP = "check host, GPU and server config for known latency killers (no load sent)"
 
@@ -33,7 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
 
     from latscope.cli.common import finish_run, open_run
     from latscope.cli.output import check_writable

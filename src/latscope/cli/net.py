@@ -4,9 +4,9 @@ gaps and iperf3, ending with the network's share of the server's measured TTFT."
 from __future__ import annotations
 
 import argparse
+import os
 
 from latscope.cli.common import add_output_arguments
-import os
 
 HELP = "measure the network path to a server and its share of TTFT"
 

@@ -59,7 +59,11 @@ def _up(args: argparse.Namespace) -> int:
 
     from latscope.errors import ConfigError, TargetError
     from latscope.server.target import (
-        DEFAULT_READY_TIMEOUT_S, LocalTarget, default_pid_file, stop_recorded, target_state,
+        DEFAULT_READY_TIMEOUT_S,
+        LocalTarget,
+        default_pid_file,
+        stop_recorded,
+        target_state,
     )
 
     err = Console(stderr=True, soft_wrap=True)

@@ -4,9 +4,9 @@ time went and why the GPU waited, write JSON; `--compare A B` diffs two traces."
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from latscope.cli.common import add_output_arguments, open_run
-from pathlib import Path
 
 HELP = "explain a GPU profiler trace: breakdown, top kernels, copies, idle gaps, findings"
 
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from latscope.errors import ConfigError
     from latscope.report.findings import findings_to_json, print_findings
+    from latscope.report.ranks import print_cross_rank
     from latscope.report.text import make_console
     from latscope.report.trace import print_comparison, print_ranks, print_result
     from latscope.trace.analyze import (
@@ -45,10 +46,9 @@ def run(args: argparse.Namespace) -> int:
         analyze_trace,
         to_json_units,
     )
-    from latscope.report.ranks import print_cross_rank
     from latscope.trace.compare import compare_results
-    from latscope.trace.parallel import analyze_files, cross_rank
     from latscope.trace.findings import trace_findings
+    from latscope.trace.parallel import analyze_files, cross_rank
     from latscope.trace.readers import read_trace
 
     if not args.files and not args.compare:

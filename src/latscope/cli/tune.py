@@ -8,10 +8,10 @@ interrupted tune goes on with ``latscope tune --resume DIR``. See docs/sweep.md.
 from __future__ import annotations
 
 import argparse
-
-from latscope.cli.common import add_api_key_argument
 from pathlib import Path
 from typing import Any
+
+from latscope.cli.common import add_api_key_argument
 
 HELP = "search server flags (max-num-seqs, max-num-batched-tokens, ...) with few restarts"
 
@@ -193,8 +193,7 @@ def _pool(args: argparse.Namespace, spec: Any, launch: Any, measure: Any, consol
 def run(args: argparse.Namespace) -> int:
     import sys
 
-
-    from latscope.analysis.tune import TuneState, Tuner
+    from latscope.analysis.tune import Tuner, TuneState
     from latscope.cli.common import api_key
     from latscope.errors import ConfigError
     from latscope.report.sweep import trials_table, validation_lines

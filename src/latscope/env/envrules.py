@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from latscope.env.facts import Facts, ev
-from latscope.findings import server as server_rules
 from latscope.findings import reference as _ref
+from latscope.findings import server as server_rules
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md"

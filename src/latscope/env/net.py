@@ -257,7 +257,8 @@ def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[
         raise ConfigError(f"--timeout {timeout_s}: must be more than 0 seconds")
     scheme, host, port = _target(url)
     base = url.rstrip("/").removesuffix("/v1")
-    report = NetReport(url=redact_url_password(base), health_path=path if path.startswith("/") else "/" + path)
+    report = NetReport(url=redact_url_password(base),
+                       health_path=path if path.startswith("/") else "/" + path)
     family, sockaddr = _resolve(report, host, port)
     _socket_probes(report, scheme, host, family, sockaddr, probes, timeout_s, verify_tls)
     import aiohttp

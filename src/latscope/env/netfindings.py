@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from latscope.analysis.stats import distribution
-from latscope.findings.latency import Context, network_fix, share_finding
 from latscope.findings import reference as _ref
+from latscope.findings.latency import Context, network_fix, share_finding
 from latscope.model import Evidence, Finding, Severity
 
 # Client TTFT - server TTFT above this on a LAN points at the network or a proxy: a LAN round

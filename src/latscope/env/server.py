@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from latscope.env.facts import Facts, ev, skipped
-from latscope.findings import server as server_rules
 from latscope.findings import reference as _ref
+from latscope.findings import server as server_rules
 from latscope.model import Finding, Severity
 
 REF = "docs/findings.md"

@@ -21,9 +21,8 @@ def reference(finding_id: str, public: str = "") -> str:
     return f"{DOCS}#{finding_id}" + (f"; {public}" if public else "")
 
 
-from latscope.findings.impact import (IMPACT_TARGETS, ImpossibleShare, make_impact,
-                                      severity_for_share)
-from latscope.findings.rank import merge, rank
+from latscope.findings.impact import IMPACT_TARGETS, ImpossibleShare, make_impact, severity_for_share  # noqa: E402 (after reference: impact imports it)
+from latscope.findings.rank import merge, rank  # noqa: E402
 
 __all__ = ["DOCS", "reference", "IMPACT_TARGETS", "ImpossibleShare", "make_impact", "merge", "rank",
            "severity_for_share"]

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from latscope.findings.impact import (ImpossibleShare, WARNING_SHARE, make_impact,
-                                      severity_for_share)
+from latscope.findings.impact import WARNING_SHARE, ImpossibleShare, make_impact, severity_for_share
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md"

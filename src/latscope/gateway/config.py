@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from latscope.errors import ConfigError
 from latscope.gateway.queue import DEFAULT_AGING_FACTOR, POLICIES
 
-
 # --policy tag's in-flight limit when none is given: everything below it goes straight to the
 # upstream (whose own queue the tags order); above it is overload, queued in sjf's order.
 # The AIMD loop is not used: it would hold requests in the gateway whenever vLLM queues, the very

@@ -3,8 +3,7 @@ process, as in the tests). Names start with ``latscope_gateway_``; docs/gateway.
 
 from __future__ import annotations
 
-from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
-                               generate_latest)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -2,7 +2,8 @@
 
 Why not aiohttp: measured on the 2-core dev box (``docs/bench.md``), this client's TTFT error at
 concurrency 256 is +1.7 ms p50 where a lean aiohttp client adds +92 ms and vllm bench serve +291
-ms, and it streams 2-3x the tokens/s of that aiohttp client (6.7-9.7x vllm bench serve's). On every ``data_received`` the
+ms, and it streams 2-3x the tokens/s of that aiohttp client (6.7-9.7x vllm bench serve's). On every
+``data_received`` the
 connection takes one ``perf_counter_ns()``, keeps the bytes and checks for the end of the body;
 nothing else. De-chunking, SSE framing and the few fields we need (is there content? usage
 counts? [DONE]?) are read after the response ended (``latscope.load.response.finalize``), with

@@ -23,8 +23,7 @@ import orjson
 from latscope.errors import ConfigError, TargetError
 from latscope.load.config import BenchConfig, LengthDist
 from latscope.load.rundir import host_info
-from latscope.load.workload import (LocalTokenizer, Prompt, ServerTokenizer, Tokenizer,
-                                    WordTokenizer, Workload)
+from latscope.load.workload import LocalTokenizer, Prompt, ServerTokenizer, Tokenizer, WordTokenizer, Workload
 
 _DURATION_POOL = 4096  # distinct prompts prepared for a closed-loop --duration run (then reused)
 # Longest prompt built when the server does not state its context length: beyond any served

@@ -15,8 +15,7 @@ import orjson
 
 from latscope.errors import ConfigError
 from latscope.model import RequestRecord
-from latscope.rundir import (SCHEMA_VERSION, RunDir, default_run_dir, host_info, iter_jsonl,
-                             write_json)
+from latscope.rundir import SCHEMA_VERSION, RunDir, default_run_dir, host_info, iter_jsonl, write_json
 
 MANIFEST, REQUESTS, SUMMARY = "manifest.json", "requests.jsonl", "summary.json"
 

@@ -33,13 +33,20 @@ from latscope.analysis.stats import RunStats, distribution
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
-from latscope.load.prepare import (check_lengths, discover_model, make_manifest, pick_tokenizer,
-                                   prompt_count, request_body, request_headers, split_url)
+from latscope.load.prepare import (
+    check_lengths,
+    discover_model,
+    make_manifest,
+    pick_tokenizer,
+    prompt_count,
+    request_body,
+    request_headers,
+    split_url,
+)
 from latscope.load.response import finalize
 from latscope.load.rundir import RunWriter, default_run_dir, read_run
 from latscope.load.stagger import Stagger
-from latscope.load.summary import (client_warnings, compose_summary, rebuild_summary,  # noqa: F401
-                                   run_failure)
+from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
 from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
 

@@ -9,7 +9,6 @@ from typing import Any
 from latscope.analysis.stats import RunStats, distribution
 from latscope.load.rundir import read_run
 
-
 _GROUP_KEYS = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
 
 

@@ -48,10 +48,17 @@ import orjson
 from latscope.analysis.stats import distribution
 from latscope.errors import ConfigError, LatscopeError
 from latscope.load.arrival import arrival_offsets_ns
-from latscope.load.config import BenchConfig
 from latscope.load.client import check_headers
-from latscope.load.prepare import (check_lengths, discover_model, make_manifest, pick_tokenizer,
-                                   prompt_count, request_headers, split_url)
+from latscope.load.config import BenchConfig
+from latscope.load.prepare import (
+    check_lengths,
+    discover_model,
+    make_manifest,
+    pick_tokenizer,
+    prompt_count,
+    request_headers,
+    split_url,
+)
 from latscope.load.runner import BenchResult, OnRecord, _Run, client_warnings
 from latscope.load.workload import Workload, build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver

@@ -45,7 +45,8 @@ def sweep_table(steps: Sequence[Step], analysis: SweepAnalysis, unit: str) -> Ta
     """The curve: one row per step, latencies in ms, the knee and the SLO limit marked."""
     table = compact_table(title=f"Throughput–latency curve by {unit} (latencies in ms)",
                           title_justify="left")
-    for col in (("conc" if unit.startswith("conc") else "rate"), "req/s", "tok/s", "TTFT\np50", "TTFT\np99", "ITL\np50",
+    for col in (("conc" if unit.startswith("conc") else "rate"), "req/s", "tok/s", "TTFT\np50",
+                "TTFT\np99", "ITL\np50",
                 "ITL\np99", "E2E\np50", "E2E\np99", "err", "note"):
         table.add_column(col, justify="left" if col == "note" else "right", no_wrap=True)
     knee = analysis.knee.load if analysis.knee else None

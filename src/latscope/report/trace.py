@@ -12,8 +12,15 @@ from typing import Any
 
 from rich.console import Console, Group
 
-from latscope.report.text import (WIDE, compact_table, ellipsize, room_left, short_event_name,
-                                  short_kernel_names, titled)
+from latscope.report.text import (
+    WIDE,
+    compact_table,
+    ellipsize,
+    room_left,
+    short_event_name,
+    short_kernel_names,
+    titled,
+)
 
 _MIN_NAME = 24  # below this a name column says too little: extra columns are dropped first
 

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from latscope.errors import ConfigError
-from latscope.rundir import write_bytes
 from latscope.report.schema import check_version
+from latscope.rundir import write_bytes
 
 REPORT_JSON, REPORT_HTML, REPORT_MD = "report.json", "report.html", "report.md"
 

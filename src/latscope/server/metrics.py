@@ -3,7 +3,8 @@
 ``parse_metrics_text`` parses one exposition page with ``prometheus_client``'s own text parser and
 maps vLLM's renamed series to today's names (``gpu_cache_usage_perc`` -> ``kv_cache_usage_perc``,
 ``time_per_output_token_seconds`` -> ``inter_token_latency_seconds``, ...; see vLLM's
-``docs/design/metrics.md`` and ``vllm/v1/metrics/loggers.py``) so that the rest of latscope reads one vocabulary whatever
+``docs/design/metrics.md`` and ``vllm/v1/metrics/loggers.py``) so that the rest of latscope reads
+one vocabulary whatever
 the server version. The window functions take two ``MetricSnapshot``s (first and last scrape of a
 run) and give counter deltas as rates, histogram deltas as a mean (from ``_sum``/``_count``) and
 quantiles interpolated inside the ``le`` buckets read from the page -- never hard-coded -- with the

@@ -76,8 +76,7 @@ def _attributes(kvs: Iterable[Any]) -> dict[str, Any]:
 
 def _parse(body: bytes) -> Any:
     from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     request = ExportTraceServiceRequest()
     try:

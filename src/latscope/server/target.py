@@ -27,8 +27,14 @@ from urllib.parse import urlsplit
 
 from latscope.errors import TargetError
 from latscope.server.process import (
-    DEFAULT_STOP_GRACE_S, ManagedServer, ProcessIdentity, health_ok, owns_group, redact_cmd,
-    stop_group, tail_lines,
+    DEFAULT_STOP_GRACE_S,
+    ManagedServer,
+    ProcessIdentity,
+    health_ok,
+    owns_group,
+    redact_cmd,
+    stop_group,
+    tail_lines,
 )
 from latscope.server.tinymodel import SERVED_NAME, ensure_tiny_model
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from latscope.model import MetricSnapshot
-from latscope.server.metrics import (counter_delta, histogram_delta, label_values,
-                                     snapshot_value)
+from latscope.server.metrics import counter_delta, histogram_delta, label_values, snapshot_value
 
 GAUGES = {  # key -> (series, how several engines combine)
     "running": ("vllm:num_requests_running", sum),

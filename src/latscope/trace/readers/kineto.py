@@ -34,8 +34,7 @@ from latscope.trace.model import (
     as_text,
 )
 from latscope.trace.readers.chunked import ChunkedEvents
-from latscope.trace.readers.kineto_fast import DECODER, DecodeError, _Event, add_events, span_ns, \
-    to_float
+from latscope.trace.readers.kineto_fast import DECODER, DecodeError, _Event, add_events, span_ns, to_float
 from latscope.trace.readers.stream import IntegerOverflow, iter_json_items, open_binary
 
 EXPECTED = "PyTorch profiler (Kineto) JSON"

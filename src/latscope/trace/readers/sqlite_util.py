@@ -16,7 +16,6 @@ from pathlib import Path
 from latscope.errors import TraceFormatError
 from latscope.trace.readers.stream import GZIP_MAGIC, open_binary
 
-
 # What a damaged SQLite file raises: sqlite3's errors, and UnicodeDecodeError when the error
 # message quotes non-UTF-8 bytes of the damaged schema (sqlite3 decodes messages as UTF-8).
 SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
