@@ -138,8 +138,12 @@ def test_a_healthy_server_gets_no_false_alarm(healthy_target, tmp_path):
                                       budget_s=90, max_load=8,
                                       output_dir=str(tmp_path / "run")))
     _check_run_dir(report)
-    assert report["verdict"]["healthy"] is True, report["verdict"]
-    assert not [f for f in report["findings"] if f["severity"] == "critical"]
+    # on a box busy with other work (another test run, a CI neighbour) the right answer is that
+    # the host is busy, named first; a fault of the server's is never the answer
+    busy = report["verdict"].get("finding_id") == "host.cpu_contention"
+    assert report["verdict"]["healthy"] is True or busy, report["verdict"]
+    assert not [f for f in report["findings"] if f["severity"] == "critical"
+                and f["id"] != "host.cpu_contention"]
     network = [f for f in _acting(report) if f["layer"] == "network"]
     assert network == [], network
     assert report["target"]["same_host"] is True
