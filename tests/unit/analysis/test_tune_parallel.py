@@ -323,7 +323,12 @@ def test_cli_ctrl_c_stops_parallel_trials_in_their_bench_and_resume_finishes(tmp
             servers = [p for p in _descendants(proc.pid) if _is_fake_server(p)]
             time.sleep(0.2)
         assert len(servers) == 2, "the two trials' servers never ran at once"
-        time.sleep(2)  # into the bench
+        # into the bench: both trials have written a record (a fixed 2 s sleep stood here)
+        while time.monotonic() < deadline and sum(
+                1 for f in out.rglob("requests.jsonl") if f.stat().st_size) < 2:
+            time.sleep(0.1)
+        benching = [f for f in out.rglob("requests.jsonl") if f.stat().st_size]
+        assert len(benching) == 2, f"both trials never got into their bench: {benching}"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
