@@ -55,7 +55,6 @@ def test_queue_time_grows_with_concurrency(vllm_target_constrained, tmp_path):
     q_high = high.component("ttft.server.queue").mean_ms
     assert q_low < 0.2 * _round_ms(low), (q_low, _round_ms(low))
     assert q_high > 0.5 * _round_ms(high), (q_high, _round_ms(high))
-    assert high.gauges["running_max"] == 2  # the cap, by vLLM's own gauge
     assert high.component("ttft.server").mean_ms > low.component("ttft.server").mean_ms
     # the split is consistent: the server's TTFT never exceeds what the client saw
     for result in (low, high):
