@@ -96,6 +96,7 @@ def _max_overlap(notes: list[dict]) -> int:
     return peak
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["coordinate", "grid"])
 def test_parallel_finds_the_same_best_with_the_same_trials_and_at_most_k_at_once(
         tmp_path, strategy):
@@ -119,6 +120,7 @@ def test_parallel_finds_the_same_best_with_the_same_trials_and_at_most_k_at_once
     assert saved["result"]["best"] == res2.best
 
 
+@pytest.mark.slow
 def test_each_running_trial_gets_its_own_gpus(tmp_path):
     tuner, _ = _tune(tmp_path, 2, gpus_per_trial=2)
     notes = _intervals(tmp_path)
