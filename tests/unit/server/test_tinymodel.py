@@ -90,6 +90,7 @@ def test_transformers_loads_tokenizer_and_chat_template(built):
     assert tok.eos_token == EOT
 
 
+@pytest.mark.slow
 def test_weights_match_huggingface_llama_layout(built):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
