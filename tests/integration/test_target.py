@@ -90,19 +90,21 @@ def _request_counters(base_url: str) -> dict[str, float]:
 
 class GaugeWatch:
     """Polls vLLM's running/waiting gauges (one scrape is read as a whole, so the two values are
-    simultaneous) and keeps the largest running value seen."""
+    simultaneous) and keeps every distinct (running, waiting) pair seen, for the message."""
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
-        self.running_max = 0.0
+        self.seen: set[tuple[float, float]] = set()
 
-    def wait_for(self, want: dict[str, float], give_up, timeout: float = 120) -> bool:
-        """Poll until one scrape shows every value in ``want`` (True) or ``give_up()`` (False)."""
+    def wait_for(self, state, give_up, timeout: float = 300) -> bool:
+        """Poll until one scrape's (running, waiting) satisfies ``state`` (True) or
+        ``give_up()`` (False)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             gauges = _gauges(self.base_url)
-            self.running_max = max(self.running_max, gauges["vllm:num_requests_running"])
-            if all(gauges.get(name) == value for name, value in want.items()):
+            pair = (gauges["vllm:num_requests_running"], gauges["vllm:num_requests_waiting"])
+            self.seen.add(pair)
+            if state(*pair):
                 return True
             if give_up():
                 return False
@@ -123,11 +125,13 @@ def _wait_counter(base_url: str, name: str, at_least: float, timeout: float = 60
 
 def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constrained):
     # What the cap guarantees, read from vLLM's own gauges and counters, not from how long
-    # things took (a version with six short requests raced the box: its running gauge was once
-    # seen to peak at 0, and its queue-time bound, a ratio of two timings, failed on a faster
-    # CI machine). Two long requests fill both slots; four short ones sent then must all wait:
-    # one scrape shows running == 2 with waiting == 4. A long request decodes 1900 tokens
-    # (~0.5 s on a fast box, 1-3 s here): ample time for a 10 ms poll to see that state.
+    # things took (six short requests raced the box: the running gauge was once seen to peak at
+    # 0, and a queue-time bound, a ratio of two timings, failed on a faster CI machine). Two
+    # long requests and four short ones at once: whenever three are in the engine, one scrape
+    # shows running == 2 with some waiting, and the long ones (1900 tokens: ~0.5 s on a fast
+    # box, 1-3 s here) hold that state far longer than a 10 ms poll needs. Sending the short
+    # ones only once both long ones ran failed beside a busy core (load average 24): the API
+    # server was too starved to start both long ones together.
     target = vllm_target_constrained
     url = f"{target.url}/v1/completions"
 
@@ -138,22 +142,22 @@ def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constra
     watch = GaugeWatch(target.url)
     before = _request_counters(target.url)
     with ThreadPoolExecutor(6) as pool:
-        longs = [pool.submit(_post, url, body(LONG_TOKENS)) for _ in range(2)]
-        slots_full = watch.wait_for({"vllm:num_requests_running": 2},
-                                    give_up=lambda: any(f.done() for f in longs))
-        shorts = [pool.submit(_post, url, body(8)) for _ in range(4)]
-        queued = watch.wait_for({"vllm:num_requests_running": 2, "vllm:num_requests_waiting": 4},
-                                give_up=lambda: any(f.done() for f in longs))
-        results = [f.result() for f in longs + shorts]
-    assert slots_full, "the two long requests never ran together"
-    assert queued, "no scrape showed both slots busy and the four short requests waiting"
-    assert watch.running_max == 2  # never more than --max-num-seqs 2
+        futures = [pool.submit(_post, url, body(tokens))
+                   for tokens in (LONG_TOKENS, LONG_TOKENS, 8, 8, 8, 8)]
+        queued = watch.wait_for(lambda running, waiting: running == 2 and waiting >= 1,
+                                give_up=lambda: all(f.done() for f in futures))
+        # the rest of the run: the cap must hold throughout
+        watch.wait_for(lambda running, waiting: False,
+                       give_up=lambda: all(f.done() for f in futures))
+        results = [f.result() for f in futures]
+    assert queued, f"no scrape showed both slots busy with requests waiting: {sorted(watch.seen)}"
+    assert max(running for running, _ in watch.seen) == 2  # never more than --max-num-seqs 2
     assert [r["usage"]["completion_tokens"] for r in results] == [LONG_TOKENS] * 2 + [8] * 4
     after = _wait_counter(target.url, "vllm:request_queue_time_seconds_count",
                           before["vllm:request_queue_time_seconds_count"] + 6)
     grew = {name: after[name] - before[name] for name in after}
     assert grew["vllm:request_queue_time_seconds_count"] == 6
-    assert grew["vllm:request_queue_time_seconds_sum"] > 0  # the four waits, by vLLM's clock
+    assert grew["vllm:request_queue_time_seconds_sum"] > 0  # the waits, by vLLM's clock
 
     log = target.log_path.read_text(errors="replace")
     assert "'max_num_seqs': 2" in log  # vLLM's own "non-default args" line
