@@ -1,7 +1,31 @@
 #!/usr/bin/env bash
 # The test command: install latscope with the local vLLM target and test extras, then run every test
 # (unit tests on the real fixtures in ../shared/fixtures, integration tests against a real local vLLM).
+#
+# With no arguments, two phases: the unit tests spread over every core (pytest-xdist), then the
+# `serial` tests one at a time (every integration test, and the unit tests that hold measured
+# timing to a known truth: they must not share the CPU with other tests). The exit code is the
+# first failing phase's, else 0. With arguments, one plain pytest run with them
+# (`bash scripts/test.sh -m "not slow"`, `bash scripts/test.sh tests/unit/gateway -x`).
+# LATSCOPE_TEST_WORKERS=N sets the parallel phase's workers (default: one per core; 0: no xdist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
 bash scripts/install.sh test
-exec "${PYTHON:-python3}" -m pytest -q "$@"
+[ $# -eq 0 ] || exec "$PY" -m pytest -q "$@"
+
+workers=${LATSCOPE_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}
+parallel=(-n "$workers")
+[ "$workers" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null || parallel=()
+
+start=$(date +%s)
+set +e
+"$PY" -m pytest -q "${parallel[@]}" -m "not serial" tests/unit
+unit_rc=$?
+echo "phase 1 (unit tests, ${workers} workers): exit ${unit_rc} in $(( $(date +%s) - start )) s;" \
+  "phase 2: the serial tests"
+"$PY" -m pytest -q -m serial  # its summary is the run's last line (CI reads it)
+serial_rc=$?
+set -e
+[ "$unit_rc" -ne 0 ] && exit "$unit_rc"
+exit "$serial_rc"

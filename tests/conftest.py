@@ -59,3 +59,19 @@ def fixtures_dir() -> Path:
 def traces_dir() -> Path:
     """The real trace files (fixtures root / traces)."""
     return _need("traces") / "traces"
+
+
+
+INTEGRATION_DIR = REPO / "tests" / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/integration is ``slow`` and ``serial``: each starts or shares a
+    real vLLM, a Ray cluster or Chromium (a vLLM start alone is 30-60 s on 2 cores), and several
+    time a real server. So ``-m "not slow"`` is the inner loop's fast subset (CONTRIBUTING.md),
+    scripts/test.sh never runs them beside other tests, and a new integration test needs no
+    marker for either."""
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.serial)

@@ -255,7 +255,19 @@ async def test_priority_field_is_probed_and_accepted(upstream, model):
     assert enabled == 1
 
 
+def _until_upstream_running(upstream: str, running, timeout: float = 60.0) -> None:
+    """Poll vLLM's running gauge until ``running(value)`` holds."""
+    deadline = time.monotonic() + timeout
+    while not running(_metrics(upstream).value("vllm:num_requests_running") or 0.0):
+        assert time.monotonic() < deadline, "vLLM's running gauge never reached the state"
+        time.sleep(0.005)
+
+
 def test_client_disconnect_cancels_the_vllm_request(upstream, model):
+    # The client leaves once the answer's head came and vLLM's own gauge shows the request
+    # running, not after its first token came back through vLLM's API server and the gateway:
+    # on a fast CI box that wait let vLLM decode all 1900 tokens (~0.5 s there) before the
+    # abort arrived (1900.0 < 1900). Each step waits on an event, with a generous timeout.
     long_run = MAX_OUTPUT  # 1-3 s of decoding here, ~0.5 s on a faster box
     before = _metrics(upstream).value("vllm:generation_tokens_total") or 0.0
     with running_gateway(upstream, policy="sjf", max_inflight=4, mode="thread",
@@ -267,20 +279,21 @@ def test_client_disconnect_cancels_the_vllm_request(upstream, model):
                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(payload), payload))
             seen = sock.recv(65536)
-            assert seen.startswith(b"HTTP/1.1 200")
-            while b"data:" not in seen:  # the first token: vLLM is decoding it
+            while b"\r\n\r\n" not in seen:  # the head: the gateway is relaying vLLM's answer
                 piece = sock.recv(65536)
-                assert piece, f"the gateway closed before the first token: {seen[-300:]!r}"
+                assert piece, f"the gateway closed before its answer's head: {seen[-300:]!r}"
                 seen += piece
-            # leave at once: a fixed sleep here let a fast CI box decode all 1900 tokens first
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if not _metrics(upstream).value("vllm:num_requests_running"):
-                break
-            time.sleep(0.2)
-        running = _metrics(upstream).value("vllm:num_requests_running")
-        cancelled = _metrics(url).value("latscope_gateway_cancelled_total", stage="upstream")
+            assert seen.startswith(b"HTTP/1.1 200"), seen[:300]
+            _until_upstream_running(upstream, lambda n: n >= 1)
+            left = time.perf_counter()
+        _until_upstream_running(upstream, lambda n: n == 0, timeout=30)
+        stopped_s = time.perf_counter() - left
+        deadline = time.monotonic() + 30  # the count follows the handler's cancellation
+        while not (cancelled := _metrics(url).value("latscope_gateway_cancelled_total",
+                                                    stage="upstream")):
+            assert time.monotonic() < deadline, "the gateway never counted the cancellation"
+            time.sleep(0.01)
     generated = (_metrics(upstream).value("vllm:generation_tokens_total") or 0.0) - before
-    assert running == 0, "vLLM still runs the request after its client left"
-    assert generated < long_run  # aborted before the end, however fast the box decodes
+    # aborted before the end, however fast the box decodes
+    assert generated < long_run, f"vLLM stopped {stopped_s:.3f} s after the client left"
     assert cancelled == 1

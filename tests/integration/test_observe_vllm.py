@@ -27,9 +27,22 @@ def _bench(target, out, *, concurrency: int, num: int | None = None, duration: f
     return result, decompose_run(result.run_dir)
 
 
-def test_queue_time_grows_with_concurrency(vllm_target, tmp_path):
-    low_run, low = _bench(vllm_target, tmp_path / "c1", concurrency=1, num=8)
-    high_run, high = _bench(vllm_target, tmp_path / "c48", concurrency=48, num=96)
+def _round_ms(result) -> float:
+    """A request's mean time in the engine once scheduled (prefill + decode), by vLLM's clock:
+    the unit a request queued behind a full batch waits in."""
+    return (result.component("ttft.server.prefill").mean_ms
+            + result.component("e2e.decode.engine").mean_ms)
+
+
+def test_queue_time_grows_with_concurrency(vllm_target_constrained, tmp_path):
+    # On two slots (--max-num-seqs 2) a lone client never waits behind another request, and
+    # eight clients keep about six waiting: three rounds each on average. Both bounds are in
+    # rounds timed by vLLM itself, so they hold on a fast box and a slow one alike (on the
+    # default server, 48 clients queued only while the API server could feed the engine faster
+    # than its 2048-token budget drained: a ratio of two speeds, and a CI box failed it).
+    target = vllm_target_constrained
+    low_run, low = _bench(target, tmp_path / "c1", concurrency=1, num=6)
+    high_run, high = _bench(target, tmp_path / "c8", concurrency=8, num=24)
     for run, result in ((low_run, low), (high_run, high)):
         snaps = read_snapshots(run.run_dir)
         assert len(snaps) >= 2 and snaps[0].t_ns >= run.manifest["start_ns"]
@@ -40,7 +53,8 @@ def test_queue_time_grows_with_concurrency(vllm_target, tmp_path):
         assert scrape["status"] == "ok"
     q_low = low.component("ttft.server.queue").mean_ms
     q_high = high.component("ttft.server.queue").mean_ms
-    assert q_high > 5 * q_low and q_high > 1.0, (q_low, q_high)
+    assert q_low < 0.2 * _round_ms(low), (q_low, _round_ms(low))
+    assert q_high > 0.5 * _round_ms(high), (q_high, _round_ms(high))
     assert high.component("ttft.server").mean_ms > low.component("ttft.server").mean_ms
     # the split is consistent: the server's TTFT never exceeds what the client saw
     for result in (low, high):
@@ -48,12 +62,19 @@ def test_queue_time_grows_with_concurrency(vllm_target, tmp_path):
 
 
 def test_constrained_server_names_queueing(vllm_target_constrained, tmp_path):
+    # Sixteen clients on two slots: vLLM's gauges show the full batch with requests waiting,
+    # and each request waits about seven rounds. What is asserted is what that guarantees (the
+    # cap in vLLM's gauges and log lines, a queue of at least one round by vLLM's clock, the
+    # findings that cite them), not that queueing is the largest part of TTFT: on a CI box
+    # whose API server was slow beside the engine the frontend's share came first (432 ms).
     target = vllm_target_constrained
-    run, result = _bench(target, tmp_path / "c16", concurrency=16, duration=24.0,
+    run, result = _bench(target, tmp_path / "c16", concurrency=16, duration=12.0,
                          input_len="64", output_len="32", interval=1.0)
-    assert result.dominant_ttft == "ttft.server.queue", [(c.key, c.mean_ms) for c in result.components]
+    assert result.gauges["running_max"] == 2 and result.gauges["waiting_max"] > 0, result.gauges
+    queue_ms = result.component("ttft.server.queue").mean_ms
+    assert queue_ms > _round_ms(result), (queue_ms, _round_ms(result))
     ids = {f.id for f in findings_from_decomposition(result)}
-    assert "latency.queue" in ids
+    assert "latency.queue" in ids, [(c.key, c.mean_ms) for c in result.components]
     log = parse_log(target.log_path)
     assert log.config["max_num_seqs"] == 2
     assert log.config["log_level"] == "DEBUG" and log.config["request_logging"] is True

@@ -96,6 +96,7 @@ def _max_overlap(notes: list[dict]) -> int:
     return peak
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["coordinate", "grid"])
 def test_parallel_finds_the_same_best_with_the_same_trials_and_at_most_k_at_once(
         tmp_path, strategy):
@@ -119,6 +120,7 @@ def test_parallel_finds_the_same_best_with_the_same_trials_and_at_most_k_at_once
     assert saved["result"]["best"] == res2.best
 
 
+@pytest.mark.slow
 def test_each_running_trial_gets_its_own_gpus(tmp_path):
     tuner, _ = _tune(tmp_path, 2, gpus_per_trial=2)
     notes = _intervals(tmp_path)
@@ -323,7 +325,12 @@ def test_cli_ctrl_c_stops_parallel_trials_in_their_bench_and_resume_finishes(tmp
             servers = [p for p in _descendants(proc.pid) if _is_fake_server(p)]
             time.sleep(0.2)
         assert len(servers) == 2, "the two trials' servers never ran at once"
-        time.sleep(2)  # into the bench
+        # into the bench: both trials have written a record (a fixed 2 s sleep stood here)
+        while time.monotonic() < deadline and sum(
+                1 for f in out.rglob("requests.jsonl") if f.stat().st_size) < 2:
+            time.sleep(0.1)
+        benching = [f for f in out.rglob("requests.jsonl") if f.stat().st_size]
+        assert len(benching) == 2, f"both trials never got into their bench: {benching}"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:

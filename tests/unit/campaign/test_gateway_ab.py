@@ -52,6 +52,7 @@ def test_uniform_sizes_have_no_long_class():
     assert len(classes["short"]) == 10 and classes["long"] == []
 
 
+@pytest.mark.slow
 def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
     mix = parse_mix("short:0.8:8:4,long:0.2:64:40")
     with FakeServer(ttft_ms=5, itl_ms=1) as server:

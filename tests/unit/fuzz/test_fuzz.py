@@ -27,6 +27,7 @@ def _fuzz_test(target):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS, ids=[t.name for t in TARGETS])
 def test_fuzz(target):
     _fuzz_test(target)()

@@ -70,24 +70,36 @@ async def test_unreachable_upstream_is_502_and_health_503_with_the_reason():
     assert rejected == 2
 
 
+async def _until_gauges(url: str, timeout: float = 30.0, **want: float):
+    """The gateway's metrics page once its gauges show ``want`` (latscope_gateway_ + key)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page = await asyncio.to_thread(_metrics, url)
+        if all(page.value(f"latscope_gateway_{k}") == v for k, v in want.items()):
+            return page
+        assert time.monotonic() < deadline, f"the gateway never showed {want}"
+        await asyncio.sleep(0.01)
+
+
 async def test_a_queued_client_that_leaves_never_reaches_the_upstream():
-    with FakeServer(ttft_ms=600, itl_ms=1) as srv:
+    # The busy request holds the only slot for 3 s of server TTFT; each step waits on the
+    # gateway's own gauges, not on a fixed sleep (0.2 s sleeps raced a loaded box: the leaver
+    # was not queued yet when the queue was read).
+    with FakeServer(ttft_ms=3000, itl_ms=1) as srv:
         with running_gateway(srv.url, max_inflight=1, mode="thread") as url:
             busy = asyncio.create_task(_post(url, _body(2), "busy"))
-            await asyncio.sleep(0.2)
+            await _until_gauges(url, inflight=1)
             leaver = asyncio.create_task(_post(url, _body(2), "leaver"))
-            await asyncio.sleep(0.2)
-            queued = _metrics(url).value("latscope_gateway_queue_length")
+            await _until_gauges(url, inflight=1, queue_length=1)
             leaver.cancel()  # closes its connection while it waits in the gateway
             with pytest.raises(asyncio.CancelledError):
                 await leaver
+            await _until_gauges(url, queue_length=0)
+            assert not busy.done(), "the busy request ended before the leaver left"
             assert (await busy)[0] == 200
-            await asyncio.sleep(0.2)
-            page = _metrics(url)
+            page = _metrics(url)  # the leaver left seconds ago: its count is in
         seen = set(srv.truth())
-    assert queued == 1
     assert page.value("latscope_gateway_cancelled_total", stage="queued") == 1
-    assert page.value("latscope_gateway_queue_length") == 0
     assert "busy" in seen and "leaver" not in seen
 
 

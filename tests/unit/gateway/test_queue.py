@@ -96,8 +96,11 @@ async def test_a_request_holds_its_place_while_its_cost_is_computed():
     assert admission.try_now()  # the busy request holds the only slot
     served: list[str] = []
 
+    counting = asyncio.Event()
+
     async def slow_cost() -> float:
-        await asyncio.sleep(0.3)  # the upstream's /tokenize, slow
+        counting.set()
+        await asyncio.sleep(30)  # the upstream's /tokenize, slow
         return 1510.0
 
     async def long_request() -> None:
@@ -105,7 +108,7 @@ async def test_a_request_holds_its_place_while_its_cost_is_computed():
         served.append("long")
 
     task = asyncio.create_task(long_request())
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(counting.wait(), 5)  # queued, its count outstanding (no fixed sleep)
     admission.release(0.0)  # the busy one ends while the long one's cost is computed
     if admission.try_now():  # a short request arrives now
         served.append("short")
@@ -160,11 +163,18 @@ async def test_the_count_reorders_the_queue_when_it_comes_first():
         await asyncio.sleep(0.01)
         admission.release(exact)
 
+    async def until_queued(count: int, total_cost: float) -> None:
+        """Both waiters queued and their counts in: the state the release must find (fixed
+        0.01 s sleeps stood here)."""
+        async with asyncio.timeout(5):
+            while len(admission.queue) != count or admission.queue.total_cost() != total_cost:
+                await asyncio.sleep(0)
+
     # the first looks short by its text, and is long by its tokens: the count puts it last
     first = asyncio.create_task(request("long", 10.0, 5000.0))
-    await asyncio.sleep(0.01)
+    await until_queued(1, 5000.0)
     second = asyncio.create_task(request("short", 20.0, 20.0))
-    await asyncio.sleep(0.01)
+    await until_queued(2, 5020.0)
     admission.release(0.0)
     await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
     assert order == ["short", "long"]

@@ -59,6 +59,7 @@ def test_unreachable_server_is_one_clear_error(tmp_path):
         _bench(f"http://127.0.0.1:{port}", tmp_path)
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_everything_and_marks_in_flight_cancelled(tmp_path):
     import signal
     import subprocess

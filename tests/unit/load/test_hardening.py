@@ -74,6 +74,7 @@ def test_connection_refused_with_a_given_model_exits_1(tmp_path, capsys):
     assert rc == 1 and "all 3 requests failed (connection 3); first: connect failed" in err
 
 
+@pytest.mark.slow
 def test_duration_bounds_a_run_against_a_server_that_stalls(tmp_path):
     with FakeServer(ttft_ms=1, itl_ms=1, fail_every=1, fail_mode="stall") as srv:
         config = _config(srv.url, tmp_path, n=0, duration_s=1.0)
@@ -88,6 +89,7 @@ def test_duration_bounds_a_run_against_a_server_that_stalls(tmp_path):
     assert len(read_run(result.run_dir)[1]) == 2
 
 
+@pytest.mark.slow
 def test_duration_against_a_healthy_server_finishes_what_is_in_flight(tmp_path):
     with FakeServer(ttft_ms=5, itl_ms=5) as srv:
         config = _config(srv.url, tmp_path, duration_s=0.5)
@@ -167,6 +169,7 @@ def _wait_for_records(run_dir, count: int) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_everything_like_ctrl_c(tmp_path):
     run_dir = tmp_path / "run"
     with FakeServer(ttft_ms=20, itl_ms=20) as srv:
@@ -180,6 +183,7 @@ def test_sigterm_keeps_everything_like_ctrl_c(tmp_path):
     assert summary["errors"] == {"cancelled": 4}  # the 4 in flight, written, not dropped
 
 
+@pytest.mark.slow
 def test_after_sigkill_the_summary_is_rebuilt_from_the_records(tmp_path, capsys):
     run_dir = tmp_path / "run"
     with FakeServer(ttft_ms=20, itl_ms=20) as srv:

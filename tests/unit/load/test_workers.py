@@ -126,6 +126,7 @@ def _check_merged(result, truth, sent: int) -> None:
         assert summary[key] == again[key], key
 
 
+@pytest.mark.slow
 def test_two_workers_closed_loop_merge_everything_once(server, tmp_path):
     server.reset()
     result = run_workers(_config(server, tmp_path, num_requests=60, concurrency=6, warmup=2), 2)
@@ -140,6 +141,7 @@ def test_two_workers_closed_loop_merge_everything_once(server, tmp_path):
     assert not result.summary["workers_failed"]
 
 
+@pytest.mark.slow
 def test_two_workers_open_loop_send_the_global_schedule(server, tmp_path):
     server.reset()
     config = _config(server, tmp_path, num_requests=80, rate=100.0, seed=5)
@@ -150,6 +152,7 @@ def test_two_workers_open_loop_send_the_global_schedule(server, tmp_path):
     assert scheduled == sorted(arrival_offsets_ns(100.0, 80, seed=5).tolist())
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_path):
     server.reset()
     killed: list[int] = []

@@ -107,6 +107,7 @@ def test_mangled_names_without_a_demangler_show_their_nested_name():
     assert short_kernel_name(name, 48).startswith("aiter::add_rmsnorm_quant_kernel<")
 
 
+@pytest.mark.slow
 def test_every_fixture_kernel_name_fits_one_line(fixtures_dir):
     names: set[str] = set()
     for trace in TRACES:

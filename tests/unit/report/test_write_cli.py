@@ -38,6 +38,7 @@ def test_unknown_version_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_report_regenerates_html_and_md(tmp_path, capsys):
     write_reports(tmp_path, full_report())
     (tmp_path / "report.html").unlink()

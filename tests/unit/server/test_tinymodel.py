@@ -25,6 +25,7 @@ def _files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
+@pytest.mark.slow
 def test_two_builds_give_identical_bytes(built, tmp_path):
     # Built in another process: per-process hash seeds (Python's, Rust's HashMap) must not matter.
     code = ("import sys; from pathlib import Path; from latscope.server.tinymodel import "
@@ -78,6 +79,7 @@ def test_chat_template_renders_and_special_tokens_stay_whole(built):
     assert tok.token_to_id(EOT) in ids
 
 
+@pytest.mark.slow
 def test_transformers_loads_tokenizer_and_chat_template(built):
     transformers = pytest.importorskip("transformers")
     tok = transformers.AutoTokenizer.from_pretrained(str(built))
@@ -88,6 +90,7 @@ def test_transformers_loads_tokenizer_and_chat_template(built):
     assert tok.eos_token == EOT
 
 
+@pytest.mark.slow
 def test_weights_match_huggingface_llama_layout(built):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -86,6 +86,7 @@ except FileNotFoundError:
     curl.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_fetch_downloads_checks_and_places_every_file(traces_dir, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -117,6 +118,7 @@ def test_fetch_refuses_a_file_whose_checksum_differs(traces_dir, tmp_path):
     assert not list((tmp_path / "fixtures" / "traces").glob(".fetch.*"))
 
 
+@pytest.mark.slow
 def test_tests_skip_with_how_to_get_the_fixtures_when_they_are_missing(tmp_path):
     env = {**os.environ, "LATSCOPE_FIXTURES": str(tmp_path / "none")}
     done = subprocess.run(
@@ -129,6 +131,7 @@ def test_tests_skip_with_how_to_get_the_fixtures_when_they_are_missing(tmp_path)
     assert "fetch-fixtures.sh" in done.stdout and "LATSCOPE_FIXTURES" in done.stdout
 
 
+@pytest.mark.slow
 def test_fixtures_are_found_through_latscope_fixtures(traces_dir, tmp_path):
     root = _copy_traces(traces_dir, tmp_path)
     env = {**os.environ, "LATSCOPE_FIXTURES": str(root)}

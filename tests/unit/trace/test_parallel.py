@@ -43,6 +43,7 @@ def rank_files(tmp_path, fixtures_dir):
     return paths
 
 
+@pytest.mark.slow
 def test_jobs_give_the_same_results_as_one_process(rank_files, tmp_path):
     bad = tmp_path / "broken.pt.trace.json"
     bad.write_text('{"traceEvents": [{"ph": "X", ')
