@@ -43,7 +43,7 @@ def _traced_run(target: LocalTarget, port: int, out: Path, n: int = 16,
                 concurrency: int = 16) -> tuple[list, SpanRecorder]:
     config = BenchConfig(url=target.url, num_requests=n, concurrency=concurrency,
                          trace_requests=True, tokenizer=str(target.tokenizer_dir),
-                         output_dir=out)
+                         output_dir=out, stagger=False)  # 16 at once: the queue is the point
     config.workload.input_len, config.workload.output_len = "64", "16"
     with SpanCollector(f"127.0.0.1:{port}") as collector:
         recorder = SpanRecorder(collector)

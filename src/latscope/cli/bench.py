@@ -68,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("-n", "--num-requests", "--num-prompts", type=int, default=None)
     load.add_argument("--duration", type=float, default=None, help="run for this many seconds")
     load.add_argument("--warmup", type=int, default=0, help="warm-up requests (not measured)")
+    load.add_argument("--no-stagger", action="store_true",
+                      help="closed loop: send every slot's first request at once (a burst), not "
+                      "spread over one request time")
     load.add_argument("--workers", default="auto", metavar="N|auto",
                       help="split the load over N client processes, one event loop each "
                       "(default auto: one per 256 slots or 1000 req/s, at most the spare "
@@ -258,7 +261,8 @@ def build_config(args: argparse.Namespace, url: str, tokenizer_dir: str | None) 
         or os.environ.get("OPENAI_API_KEY"),
         stream=not args.no_stream, workload=workload, concurrency=concurrency, rate=args.rate,
         burstiness=args.burstiness, num_requests=num, duration_s=args.duration,
-        warmup=args.warmup, seed=args.seed, slo=parse_slo(args.slo), percentiles=percentiles,
+        warmup=args.warmup, seed=args.seed, stagger=not args.no_stagger, slo=parse_slo(args.slo),
+        percentiles=percentiles,
         output_dir=Path(args.output_dir) if args.output_dir else None,
         request_timeout_s=args.timeout, tokenizer=args.tokenizer or tokenizer_dir,
         use_uvloop=not args.no_uvloop, per_chunk_usage=args.per_chunk_usage,

@@ -140,8 +140,10 @@ def _token_budget_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | 
                                  round(full_steps[0], 3), f"of {full_steps[1]:g} steps",
                                  f"vllm:iteration_tokens_total, {source}"))
     kv_pct = kv[worst] * 100 if worst in kv else None
+    # with neither the budget nor vLLM's tokens-per-step known, a queue below max_num_seqs may
+    # be a scrape between a finished request and the next step: information, not a blame
     return token_budget_finding(running[worst], waiting[worst], kv_pct, max_seqs, mbt, evidence,
-                                sustained=True)
+                                sustained=full_steps is not None or mbt is not None)
 
 
 def budget_full_share(snapshots: list[MetricSnapshot], mbt: int | None
@@ -210,6 +212,11 @@ def _full_batch_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | No
         return None
     if max_seqs is not None:
         at_cap = [q for q in queued if q[1] >= max_seqs]
+        if not at_cap and max(running.values(), default=0) >= max_seqs:
+            # a short step's few scrapes may catch the batch full and the queue apart (Running 2,
+            # Waiting 0; then Running 1, Waiting 14 between two steps): the cap was reached and
+            # requests waited in the same run
+            at_cap = [max(queued, key=lambda q: q[2])]
     else:  # unknown cap: a ceiling -- the most that ever ran, hit by most queued scrapes,
         # in a run whose KV cache never filled (a full KV cache explains queueing by itself)
         if peak < max(running.values()) or max(kv.values(), default=0.0) >= KV_SATURATED:

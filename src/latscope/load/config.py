@@ -103,6 +103,9 @@ class BenchConfig:
     duration_s: float | None = None
     warmup: int = 0  # requests sent (and waited for) before measuring, excluded from stats
     seed: int = 0
+    # closed loop: the slots' first sends spread over one request time (latscope.load.stagger);
+    # False sends them all at once (a burst, on purpose)
+    stagger: bool = True
     slo: dict[str, float] | None = None  # ms, keys ttft/tpot/itl/e2e
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     output_dir: Path | None = None  # None: ./latscope-runs/bench-<UTC time>

@@ -326,8 +326,11 @@ class _Run:
         gate = _Once(begin) if begin is not None else None
         stagger = Stagger(concurrency, self.request_time_ns, deadline_ns, stagger_offset)
 
+        spread = self.config.stagger
+
         async def slot(i: int) -> None:
-            await stagger.wait(i)
+            if spread:
+                await stagger.wait(i)
             for index in it:
                 warm = warmup or index < warm_below
                 if gate is not None and not warm:
@@ -336,7 +339,7 @@ class _Run:
                 if deadline_ns is not None and now >= deadline_ns:
                     break
                 await self.one(index, now, warm)
-                if i == 0 and not stagger.released.is_set():
+                if spread and i == 0 and not stagger.released.is_set():
                     stagger.pilot_ended(time.perf_counter_ns() - now)
                     await stagger.after_pilot()
             stagger.pilot_ended(None)  # slot 0 sent nothing more: release the others

@@ -121,3 +121,15 @@ def test_a_long_round_trip_on_one_host_is_named_whatever_its_share():
     remote = findings_from_decomposition(slow_path, Context(same_host=False))
     assert [f.id for f in remote] == ["latency.queue"]  # the queue's share, as information
     assert remote[0].severity == Severity.INFO
+
+
+def test_a_full_batch_seen_apart_from_the_queue_in_a_short_step_is_still_the_cap():
+    # the CPU target with 2 slots, a step of three scrapes: the cap reached, then the queue
+    short = [_gauges(0, 1, 1), _gauges(0.5, 2, 0), _gauges(1.0, 1, 14), _gauges(1.5, 0, 0)]
+    by_id = {f.id: f for f in findings_from_metrics(short, max_num_seqs=2)}
+    assert by_id["server.queue_max_num_seqs"].severity == Severity.WARNING
+    assert "server.queue_token_budget" not in by_id
+    # neither the budget nor vLLM's tokens per step known: a queue below the cap blames nothing
+    unknown = [_gauges(t, 1, 14) for t in range(4)]
+    by_id = {f.id: f for f in findings_from_metrics(unknown, max_num_seqs=2)}
+    assert by_id["server.queue_token_budget"].severity == Severity.INFO

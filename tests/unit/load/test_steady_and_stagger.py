@@ -64,10 +64,11 @@ def server():
         yield srv
 
 
-def _bench(server, tmp_path, concurrency: int, n: int, warmup: int, tokens: int = 16):
+def _bench(server, tmp_path, concurrency: int, n: int, warmup: int, tokens: int = 16,
+           stagger: bool = True):
     server.reset()
     config = BenchConfig(url=server.url, num_requests=n, concurrency=concurrency, warmup=warmup,
-                         output_dir=tmp_path / "run", model="fake-model")
+                         output_dir=tmp_path / "run", model="fake-model", stagger=stagger)
     config.workload.output_len = str(tokens)
     return run_bench(config)
 
@@ -87,6 +88,14 @@ def test_a_closed_loop_step_is_not_sent_in_lockstep(server, tmp_path):
     assert 170 <= drawn[0]["request_time_ms"] < 1000
     manifest = (result.run_dir / "manifest.json").read_text()
     assert '"stagger"' in manifest
+
+
+def test_a_burst_on_purpose_sends_every_slot_at_once(server, tmp_path):
+    # --no-stagger (a test of queueing wants all of them at once): the first 8 sends within a
+    # few ms of each other, no pilot request
+    result = _bench(server, tmp_path, concurrency=8, n=8, warmup=0, stagger=False)
+    sends = sorted(r.sent_ns for r in result.records)
+    assert (sends[-1] - sends[0]) < 100 * MS, [(s - sends[0]) / MS for s in sends]
 
 
 def test_a_steps_throughput_is_its_steady_window(server, tmp_path):
