@@ -72,8 +72,9 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
         _stage(state, "trace", lambda: stages.trace(state, base, running, budget))
     conclude(state)
     _stage(state, "prove", lambda: proofs.prove(state, control, running, base, budget))
-    _stage(state, "gateway", lambda: proofs.gateway(state, control, running, base, budget))
+    # vLLM's own priority policy first: in-engine, it is the likelier fix of the two
     _stage(state, "priority", lambda: proofs.priority(state, control, running, base, budget))
+    _stage(state, "gateway", lambda: proofs.gateway(state, control, running, base, budget))
     conclude(state)
 
 

@@ -210,7 +210,7 @@ def priority(state: Diagnosis, control: ServerControl | None, running: Running |
              base: Any, budget: Budget) -> str:
     """vLLM's own priority scheduling with cost tags (``campaign.priority``), A/B'd where the
     gateway's evidence fits (queueing on mean TTFT, sizes that spread) and latscope controls the
-    server; after the gateway's A/B, with what the budget has left."""
+    server; before the gateway's A/B, which gets what the budget has left."""
     from latscope.campaign.priority import prove_in_diagnosis
 
     fit, f = _gateway_fit(state)
