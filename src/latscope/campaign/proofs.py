@@ -67,15 +67,13 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
     the same server direct (A) and behind the gateway (B), short requests' mean TTFT the metric
     and long requests' mean E2E the guard. The gateway needs no control of the server, only a
     workload whose sizes spread (``--mix`` or ``--dataset``)."""
-    fit, f = _gateway_fit(state)
-    if f is None:
-        return "skipped: no queueing finding measured on mean TTFT"
-    if not fit.propose:
-        return f"skipped: {fit.reason}"
+    fits = _queueing_that_fits(state)
+    if isinstance(fits, str):
+        return fits
+    fit, f, at = fits
     from latscope.campaign.experiment import Proposal, run_experiment
     from latscope.campaign.servers import Change
 
-    at = _proof_load(f, state) or int(load_of(f, state) or 1)
     # auto's limit starts at the server's batch size when known: from its default of 8, the
     # slow start spends the first B run's first seconds below what the server takes
     seqs = server_limits(state)[0]
@@ -100,6 +98,17 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
     state.experiments.append(exp.to_dict())
     state.run.write("experiments.json", state.experiments)
     return f"{f.id}: {experiment_text(state.experiments[-1])}"
+
+
+def _queueing_that_fits(state: Diagnosis) -> tuple[Any, Finding, int] | str:
+    """(the fit, the queueing finding, the load to prove at) when queueing on mean TTFT and
+    spread sizes fit a short-first fix (the gateway's, vLLM's priority policy); else why not."""
+    fit, f = _gateway_fit(state)
+    if f is None:
+        return "skipped: no queueing finding measured on mean TTFT"
+    if not fit.propose:
+        return f"skipped: {fit.reason}"
+    return fit, f, _proof_load(f, state) or int(load_of(f, state) or 1)
 
 
 def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
@@ -213,12 +222,10 @@ def priority(state: Diagnosis, control: ServerControl | None, running: Running |
     server; before the gateway's A/B, which gets what the budget has left."""
     from latscope.campaign.priority import prove_in_diagnosis
 
-    fit, f = _gateway_fit(state)
-    if f is None:
-        return "skipped: no queueing finding measured on mean TTFT"
-    if not fit.propose:
-        return f"skipped: {fit.reason}"
-    at = _proof_load(f, state) or int(load_of(f, state) or 1)
+    fits = _queueing_that_fits(state)
+    if isinstance(fits, str):
+        return fits
+    _, f, at = fits
     before = len(state.experiments)
     prove_in_diagnosis(state, control, running, base, budget, f, at)
     if len(state.experiments) > before:
