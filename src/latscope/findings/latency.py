@@ -19,6 +19,8 @@ REF = "docs/findings.md"
 # A round trip between two processes of one host takes well under a millisecond (loopback);
 # this much means a proxy, a gateway or traffic shaping sits on the path.
 SAME_HOST_RTT_MS = 5.0
+# The queue's share is kept as information from here (below, a cause would take "0% of TTFT").
+QUEUE_KEPT_SHARE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,8 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
     odd_path = key == "ttft.network" and bool(ctx.same_host) and part_ms >= SAME_HOST_RTT_MS
     # the queue's share is kept however small (information): a limit the server's own counters
     # show binding takes it, so a slow machine's other shares do not overrule those counters
-    if share < WARNING_SHARE and not odd_path and not (key == "ttft.server.queue" and share > 0):
+    if share < WARNING_SHARE and not odd_path and not (key == "ttft.server.queue"
+                                                       and share >= QUEUE_KEPT_SHARE):
         return None
     try:
         impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)

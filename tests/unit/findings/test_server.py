@@ -118,9 +118,8 @@ def test_a_long_round_trip_on_one_host_is_named_whatever_its_share():
     found = {f.id: f for f in findings_from_decomposition(slow_path, Context(same_host=True))}
     assert found["latency.network"].severity == Severity.WARNING
     assert "far above a loopback" in found["latency.network"].why
-    remote = findings_from_decomposition(slow_path, Context(same_host=False))
-    assert [f.id for f in remote] == ["latency.queue"]  # the queue's share, as information
-    assert remote[0].severity == Severity.INFO
+    # 10 ms of queue in 400 ms (2.5%) is below what the queue's share is kept from
+    assert findings_from_decomposition(slow_path, Context(same_host=False)) == []
 
 
 def test_a_full_batch_seen_apart_from_the_queue_in_a_short_step_is_still_the_cap():
