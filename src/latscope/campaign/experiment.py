@@ -222,7 +222,10 @@ def _no_eager(finding: Finding, control: ServerControl, load: int) -> Proposal |
     if "--enforce-eager" not in control.argv:
         return None
     cpu = control.kind == "local"  # the CPU build runs eager whatever the flag
-    return Proposal(finding.id, Change(remove=("--enforce-eager",)),
+    # the cost is in decode steps (ITL 13 ms eager against 5 ms with graphs on an H200), so
+    # TPOT is the metric; TTFT, which graphs barely move, is the guard
+    return Proposal(finding.id, Change(remove=("--enforce-eager",)), metric="tpot_mean_ms",
+                    guard="ttft_mean_ms",
                     why="CUDA graphs replace per-kernel launches on every decode step",
                     cost_measurable=not cpu,
                     note="the CPU build has no CUDA graphs: measure it on the GPU server"

@@ -122,3 +122,5 @@ def test_eager_mode_is_proposed_as_an_experiment_and_its_removal_keeps_the_model
     p = propose(f, control, 8)
     assert p is not None and p.change.describe() == "without --enforce-eager" and p.cost_measurable
     assert p.change.apply_args(control.argv) == ["vllm", "serve", "/models/llama", "--port", "0"]
+    # graphs cost decode steps, not the first token: TPOT is what the A/B measures
+    assert (p.metric, p.guard) == ("tpot_mean_ms", "ttft_mean_ms")
