@@ -89,7 +89,7 @@ def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     step_times: list[float] = []
     out = state.run.path / "sweep"
 
-    def measure(load: float, phase: str) -> Step:
+    def measure(load: float, phase: str, workers: int | str = "auto") -> Step:
         i = len(state.steps)
         c = int(load)
         t0 = time.monotonic()
@@ -99,7 +99,8 @@ def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
         cfg = with_load(base, concurrency=c, num_requests=max(16, 2 * c),
                         output_dir=out / f"step-{i:02d}-c{c}", warmup=2 * c, seed=100 + i)
         obs = observe(cfg, scrape_interval_s=SCRAPE_S, network_rtt_ms=state.rtt_ms,
-                      collector=state.collector, server_pids=_server_pids(state))
+                      collector=state.collector, server_pids=_server_pids(state),
+                      workers=workers)
         step_times.append(time.monotonic() - t0)
         state.observations[load] = obs
         step = step_of(load, obs)
@@ -128,6 +129,15 @@ def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     state.steps = sorted(steps, key=lambda s: s.load)
     state.analysis = analyse(state.steps, _slo(opts.slo))
     pick_levels(state)
+    from latscope.load.workers import free_cores
+
+    again = remeasure_unreliable(
+        state, lambda load, n: measure(load, "remeasure", workers=n),
+        fits=lambda load: not over_budget(state.steps), spare_cores=free_cores() - 1)
+    if again:
+        state.analysis = analyse(state.steps, _slo(opts.slo))
+        pick_levels(state)
+        on_step(state.steps)
     reason = next((s.stop_reason for s in steps if s.stop_reason), "")
     if reason.startswith("cut"):
         state.notes.append(f"sweep {reason}; highest load measured c={state.steps[-1].load:g}")
@@ -137,6 +147,48 @@ def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
     knee = state.levels.get("knee")
     return (f"{len(steps)} steps, knee at c={knee:g}" if knee is not None
             else f"{len(steps)} steps, no knee found") + (f"; stopped: {reason}" if reason else "")
+
+
+def remeasure_unreliable(state: Diagnosis, measure: Any, fits: Any, spare_cores: int
+                         ) -> list[float]:
+    """Measure again, with more client processes, a step the verdict reads (the knee, the
+    highest load, light load) whose client timing was unreliable: a share read from it would be
+    the client's lateness as much as the server's. ``measure(load, workers)`` runs the step and
+    appends it to ``state.steps``; the first measurement's step is dropped, its run directory
+    kept. Where no core is spare, or the budget has no time left (``fits(load)``), the step
+    stays as it is and a note says why. Returns the loads measured again."""
+    again: list[float] = []
+    for name in ("knee", "top", "light"):
+        load = state.levels.get(name)
+        obs = state.observations.get(load) if load is not None else None
+        if obs is None or load in again or obs.client.get("reliable", True):
+            continue
+        used = int(((obs.summary.get("load") or {}).get("workers_chosen") or {})
+                   .get("count") or 1)
+        more = min(spare_cores, max(2, 2 * used))
+        why = obs.client.get("why") or "unreliable"
+        if more <= used:
+            state.notes.append(f"sweep: c={load:g}'s client timing was unreliable ({why}); no "
+                               f"spare core for more than {used} client process(es)")
+            continue
+        if not fits(load):
+            state.notes.append(f"sweep: c={load:g}'s client timing was unreliable ({why}); the "
+                               f"budget left no time to measure it again with {more} client "
+                               "processes")
+            continue
+        first = next(s for s in state.steps if s.load == load)
+        state.progress(f"    c={load:g} again with {more} client processes: the client's "
+                       f"timing was unreliable ({why})")
+        measure(load, more)
+        state.steps = sorted((s for s in state.steps if s is not first), key=lambda s: s.load)
+        now = state.observations[load].client
+        state.notes.append(f"sweep: c={load:g} measured again with {more} client processes "
+                           f"(the first run's client timing was unreliable: {why}); "
+                           + ("now reliable" if now.get("reliable") else
+                              f"still unreliable: {now.get('why')}")
+                           + f"; the first run stays in {first.run_dir}")
+        again.append(load)
+    return again
 
 
 def _server_pids(state: Diagnosis) -> set[int]:
