@@ -93,6 +93,9 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
     elif impact.get("explains") == "trace.gpu_idle":
         text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile because of this: {top.title}")
+    elif top.id == "trace.gpu_idle":  # its share is idle time: never "... is GPU time"
+        text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
+                f"{impact['share']:.0%} of the profile, its cause not named here: {top.title}")
     else:
         where = f"At {impact['measured_at']}, " if impact.get("measured_at") else ""
         text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "

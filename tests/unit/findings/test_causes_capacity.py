@@ -137,15 +137,17 @@ def _snap(t: float, text: str) -> MetricSnapshot:
 
 
 def test_the_token_budget_binds_only_when_engine_steps_use_it_up(fixtures_dir):
-    from latscope.findings.server import budget_full_share
+    from latscope.findings.server import BUDGET_USED, budget_use
 
     h200 = fixtures_dir / "vllm" / "h200-vllm0.26"
     first = _snap(0, (h200 / "metrics_after_c128.txt").read_text())
     last = _snap(60, (h200 / "metrics_after_c512.txt").read_text())
-    share, steps = budget_full_share([first, last], 8192)
-    # at its knee the H200 ran 1163 steps, 16% of them past half the 8192-token budget
-    assert steps == 1163 and share == pytest.approx(0.161, abs=0.001)
-    assert budget_full_share([first, last], None) is None
+    used, steps = budget_use([first, last], 8192)
+    # at its knee the H200 ran 1163 steps of 1549 tokens on average: 19% of the 8192 budget
+    assert steps == 1163 and used == pytest.approx(0.189, abs=0.001) and used < BUDGET_USED
+    # the same steps under a 512-token budget would have used all of it (never above 100%)
+    assert budget_use([first, last], 512)[0] == 1.0
+    assert budget_use([first, last], None) is None
 
 
 def test_a_merged_finding_keeps_the_title_of_the_measurement_whose_share_it_keeps():
