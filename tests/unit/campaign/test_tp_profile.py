@@ -61,6 +61,11 @@ def test_the_newest_file_of_every_rank_is_the_profile_and_the_api_server_trace_i
     other = _touch(tmp_path / "myhost_42.300.pt.trace.json", 3000)  # no rank in the name
     assert [f.path for f in profile_files([other, front])] == [other]
     assert profile_files([front]) == []
+    # what vLLM 0.32's CPU build wrote here for one `diagnose --profile` (its worker name falls
+    # back to rank{R} when the parallel groups are not set up), beside the API server's trace
+    cpu = _touch(tmp_path / "rank0.1796203116217275919.pt.trace.json.gz", 4000)
+    front2 = _touch(tmp_path / "vm_26302.async_llm.1796203114963261472.pt.trace.json.gz", 3999)
+    assert [(f.path, f.rank) for f in profile_files([cpu, front2])] == [(cpu, 0)]
 
 
 def _state(tp: int | None) -> SimpleNamespace:
