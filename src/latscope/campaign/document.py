@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Any
 
 from latscope.campaign.state import Diagnosis, level_label
@@ -30,6 +31,7 @@ def build_report(state: Diagnosis) -> dict[str, Any]:
         "decompositions": _decomposition_section(state),
         "timeseries": _timeseries_section(state),
         "trace": _trace_section(state.trace),
+        "cross_rank": cross_rank_section((state.trace or {}).get("cross_rank")),
         "telemetry": telemetry_section([o.run_dir for _, o in sorted(state.observations.items())]),
         "experiments": state.experiments,
         "proposals": state.proposals,
@@ -123,3 +125,36 @@ def _trace_section(trace: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"source": (trace.get("source") or {}).get("path"), "device": dev.get("device"),
             "window_ms": b.get("window_ms"), "breakdown": shares, "categories": cats,
             "top_kernels": top}
+
+
+def cross_rank_section(view: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The cross-rank view of a profile with one trace per rank (``trace.parallel.cross_rank``
+    after ``to_json_units``), one row per rank: busy/idle, communication and its exposed part,
+    collective time and the wait in it for other ranks, by collective kind; the slowest rank,
+    the straggler and the skew. Lookups only: every number was computed by the trace package."""
+    if not view or not view.get("ranks"):
+        return None
+    coll = view.get("collectives") or {}
+    waits = {(r["path"], r["device"]): r for r in coll.get("per_rank") or []}
+    rows = []
+    for r in view["ranks"]:
+        w = waits.get((r["path"], r["device"])) or {}
+        rows.append({"rank": r.get("rank"), "file": Path(r["path"]).name, "device": r["device"],
+                     "window_ms": r.get("window_ms"), "busy_ms": r.get("busy_ms"),
+                     "idle_share": r.get("idle_share"), "comm_share": r.get("comm_share"),
+                     "exposed_comm_share": r.get("exposed_comm_share"),
+                     "collective_ms": w.get("collective_ms"), "wait_ms": w.get("wait_ms"),
+                     "wait_share": w.get("wait_share"), "kinds": w.get("by_kind") or []})
+    return {"ranks": rows, "slowest": _rank_ref(view.get("slowest_rank")),
+            "slowest_busy_ms": (view.get("slowest_rank") or {}).get("compute_busy_ms"),
+            "straggler": _rank_ref(coll.get("straggler")), "matched": coll.get("matched", 0),
+            "skew_p50_ms": coll.get("skew_p50_ms"), "skew_p99_ms": coll.get("skew_p99_ms"),
+            "skew_max_ms": coll.get("skew_max_ms"),
+            "notes": coll.get("notes") or [],
+            "errors": [f"{Path(w['path']).name}: {w['error']}" for w in view.get("workers") or []
+                       if w.get("error")]}
+
+
+def _rank_ref(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if not r else {"rank": r.get("rank"), "file": Path(r["path"]).name,
+                               "device": r.get("device")}

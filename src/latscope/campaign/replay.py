@@ -5,7 +5,8 @@ What is re-derived: every sweep step's summary throughput (from ``requests.jsonl
 split, its /metrics rules (from ``metrics/snapshots.jsonl``), the host's CPUs
 (``host/cpu.json``, when recorded), the knee, the log's rules (from the parsed log in
 ``log.json``, or the server log kept beside it), the trace's rules (from ``trace.json``, the
-stored analysis: the raw profile, which users delete for size, is not needed), the joins of
+stored analysis, every rank's and the cross-rank view for a tensor-parallel profile: the raw
+profile, which users delete for size, is not needed), the joins of
 causes to symptoms, the capacity verdict and the ranking. What is read as stored: doctor's and
 net's findings (their facts came from the live host), the experiments and proposals (runs that
 cannot be repeated without the server), the stages' records.
@@ -195,10 +196,9 @@ def _restore_log(state: Diagnosis, out: Path) -> None:
 
 
 def _restore_trace(state: Diagnosis, out: Path) -> None:
-    from latscope.trace.analyze import from_json_units
-    from latscope.trace.findings import trace_findings
+    from latscope.campaign.traces import trace_findings_of
 
     data = _read(out, "trace.json", None)
-    if data:
+    if data:  # one trace, or every rank's with the cross-rank view (campaign.traces)
         state.trace = data
-        state.trace_findings = trace_findings(from_json_units(data))
+        state.trace_findings = trace_findings_of(data)

@@ -31,7 +31,7 @@ class DiagnoseOptions:
     serve_args: tuple[str, ...] = ()  # extra vLLM flags for the local target
     serve_env: dict[str, str] = field(default_factory=dict)  # extra env for the local target
     log: str | None = None
-    trace: str | None = None
+    trace: tuple[str, ...] | None = None  # one file, or one per rank of a TP server
     profile: bool = False
     trace_dir: str | None = None
     slo: str | None = None

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after --: extra vLLM flags for the local target")
     inputs = parser.add_argument_group("more evidence")
     inputs.add_argument("--log", help="the server's log file (a remote server's)")
-    inputs.add_argument("--trace", help="a profiler trace to analyse (any format `trace` reads)")
+    inputs.add_argument("--trace", action="append", metavar="FILE",
+                        help="a profiler trace to analyse (any format `trace` reads); repeat "
+                        "it for one trace per rank of a tensor-parallel server")
     inputs.add_argument("--profile", action="store_true",
                         help="take a profile: POST /start_profile, a short load, /stop_profile")
     inputs.add_argument("--trace-dir", help="where the server writes profiler traces "
@@ -115,7 +117,8 @@ def build_options(args: argparse.Namespace) -> object:
         raise ConfigError(f"--dataset {args.dataset}: no such file")
     return DiagnoseOptions(
         url=args.url, serve_cmd=args.serve_cmd, serve_args=tuple(server_args),
-        serve_env=_env(args.env), log=args.log, trace=args.trace, profile=args.profile,
+        serve_env=_env(args.env), log=args.log, trace=tuple(args.trace) if args.trace else None,
+        profile=args.profile,
         trace_dir=args.trace_dir, slo=args.slo, budget_s=parse_duration(args.budget),
         output_dir=args.output_dir, api_key=args.api_key, model=args.model,
         input_len=args.input_len, output_len=args.output_len, mix=args.mix,

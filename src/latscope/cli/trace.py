@@ -93,11 +93,19 @@ def run(args: argparse.Namespace) -> int:
                           "nothing to break down[/yellow]")
         print_findings(findings, console, title=f"Findings: {Path(path).name}")
     if len(results) > 1:
+        from latscope.findings.crossrank import crossrank_findings
+
         view = cross_rank(analyses)
         output["summary"] = to_json_units(view["ranks"])
         output["cross_rank"] = to_json_units(view)
-        print_ranks(view["ranks"], console)
-        print_cross_rank(view, console)
+        rank_findings = crossrank_findings(view)
+        all_findings += rank_findings
+        _save(run, output, all_findings)
+        if not args.json:
+            print_ranks(view["ranks"], console)
+            print_cross_rank(view, console)
+            if rank_findings:
+                print_findings(rank_findings, console, title="Findings: across ranks")
     if args.compare:
         a, b = (analyze_trace(read_trace(p), options) for p in args.compare)
         diff = compare_results(a, b)

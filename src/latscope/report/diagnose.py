@@ -46,6 +46,7 @@ def render_text(report: dict[str, Any], width: int = WIDTH) -> str:
     if rest > 0:
         lines.append(f"  ({rest} more: information and passed checks, in report.md)")
     lines += _experiment_lines(report.get("experiments") or [], width)
+    lines += _cross_rank_lines(report.get("cross_rank"), width)
     for p in report.get("proposals") or []:
         lines += _wrap(f"to prove {p['finding_id']} ({p['change']}): {p['command']}", "    ",
                        "  - ", width)
@@ -98,6 +99,21 @@ def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str
                      f"{interval}: {word}" + _guard_text(e.get("guard"))
                      + (f"; {e['note']}" if e.get("note") else ""),
                      "    ", "  - ", width)
+    return out
+
+
+def _cross_rank_lines(section: dict[str, Any] | None, width: int) -> list[str]:
+    """One line per rank (the table is in report.md / report.html), then the sentences."""
+    from latscope.report.ranks import RANK_COLUMNS, cross_rank_sentences, rank_rows
+
+    if not section:
+        return []
+    out = ["", "Ranks (one profile trace per rank):"]
+    for cells in rank_rows(section):
+        named = ", ".join(f"{col} {cell}" for col, cell in zip(RANK_COLUMNS[1:], cells[1:]))
+        out += _wrap(f"{cells[0]}: {named}", "      ", "  - ", width)
+    for sentence in cross_rank_sentences(section):
+        out += _wrap(sentence, "    ", "  ", width)
     return out
 
 

@@ -31,7 +31,17 @@ def render_html(report: dict[str, Any]) -> str:
         findings=actionable(report.get("findings") or []),
         checks=checks(report.get("findings") or []),
         decompositions=[_decomposition_rows(d) for d in report.get("decompositions") or []],
-        load_kind=(report.get("sweep") or {}).get("load_kind", "concurrency"))
+        load_kind=(report.get("sweep") or {}).get("load_kind", "concurrency"),
+        ranks=_cross_rank(report.get("cross_rank")))
+
+
+def _cross_rank(section: dict[str, Any] | None) -> dict[str, Any] | None:
+    from latscope.report.ranks import RANK_COLUMNS, cross_rank_sentences, rank_rows
+
+    if not section:
+        return None
+    return {"columns": RANK_COLUMNS, "rows": rank_rows(section),
+            "sentences": cross_rank_sentences(section)}
 
 
 def _chart_specs(report: dict[str, Any]) -> dict[str, dict[str, Any] | None]:

@@ -24,7 +24,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     parts = [_header(report), _client(report.get("client")), _findings(report),
              _experiments(report), _sweep(report.get("sweep")),
              _decompositions(report.get("decompositions")), _timeseries(report.get("timeseries")),
-             _telemetry(report.get("telemetry")), _trace(report.get("trace")), _stages(report)]
+             _telemetry(report.get("telemetry")), _trace(report.get("trace")),
+             _cross_rank(report.get("cross_rank")), _stages(report)]
     return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
 
@@ -302,6 +303,20 @@ def _trace(trace: dict[str, Any] | None) -> str:
         if any(len(_one_line(k.get("name"))) > _KERNEL_CHARS for k in kernels):
             out.append("(long kernel names shortened; full names in report.json)")
     return "\n".join(out)
+
+
+def _cross_rank(section: dict[str, Any] | None) -> str:
+    if not section:
+        return ""
+    from latscope.report.ranks import RANK_COLUMNS, cross_rank_sentences, rank_rows
+
+    rows = rank_rows(section)
+    return ("## Ranks\n\n" + _wrap("One profile trace per rank; comm is the union of "
+                                   "communication kernels over the window, exposed the part not "
+                                   "overlapped with compute, waiting the part of the collectives "
+                                   "spent waiting for other ranks.") + "\n\n"
+            + _table(list(RANK_COLUMNS), rows, right={1, 2, 3, 4, 5, 6}) + "\n\n"
+            + "\n".join(_wrap(_text(s)) for s in cross_rank_sentences(section)))
 
 
 def _stages(r: dict[str, Any]) -> str:

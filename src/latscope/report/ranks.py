@@ -31,6 +31,10 @@ def print_cross_rank(view: dict[str, Any], console: Console) -> None:
             t.add_row(r["path"].rsplit("/", 1)[-1], str(r["device"]), _ms(r["collective_ns"]),
                       _ms(r["wait_ns"]), _pct(r["wait_share"]))
         console.print(t)
+        for r in coll["per_rank"]:
+            kinds = ", ".join(f"{k['kind']} {k['count']}x {_ms(k['total_ns'])} ms (wait "
+                              f"{_ms(k['wait_ns'])} ms)" for k in r.get("by_kind") or [])
+            console.print(f"[dim]{_name(r)}: {kinds}[/dim]")
     for note in (coll or {}).get("notes", []):
         console.print(f"[dim]note: {note}[/dim]")
     workers = view.get("workers") or []
@@ -44,3 +48,52 @@ def print_cross_rank(view: dict[str, Any], console: Console) -> None:
 def _name(r: dict[str, Any]) -> str:
     rank = "" if r.get("rank") is None else f" rank {r['rank']}"
     return f"{r['path'].rsplit('/', 1)[-1]}{rank} device {r['device']}"
+
+
+# --- the cross-rank section of a diagnose report (report.json "cross_rank") ---------------------
+
+RANK_COLUMNS = ("rank", "busy ms", "idle", "comm", "exposed", "collective ms", "waiting",
+                "collectives by kind")
+
+
+def rank_rows(section: dict[str, Any]) -> list[list[str]]:
+    """One row of cells per rank, in ``RANK_COLUMNS`` order (formatting only)."""
+    from latscope.report import units
+
+    rows = []
+    for r in section.get("ranks") or []:
+        kinds = ", ".join(f"{k['kind']} {k['count']}x {units.ms(k.get('total_ms'))}"
+                          for k in r.get("kinds") or [])
+        rows.append([rank_label(r), units.number(r.get("busy_ms")), units.pct(r.get("idle_share")),
+                     units.pct(r.get("comm_share")), units.pct(r.get("exposed_comm_share")),
+                     units.number(r.get("collective_ms")), units.pct(r.get("wait_share")),
+                     kinds or "-"])
+    return rows
+
+
+def rank_label(r: dict[str, Any] | None) -> str:
+    if not r:
+        return "?"
+    rank = f"rank {r['rank']}" if r.get("rank") is not None else r.get("file", "?")
+    return f"{rank} (GPU {r.get('device')})"
+
+
+def cross_rank_sentences(section: dict[str, Any]) -> list[str]:
+    """The slowest rank, the straggler and the skew, then notes: one sentence each."""
+    from latscope.report import units
+
+    out = []
+    if section.get("slowest"):
+        out.append(f"Slowest rank by GPU busy time outside exposed communication: "
+                   f"{rank_label(section['slowest'])}, {units.ms(section.get('slowest_busy_ms'))}.")
+    if section.get("matched"):
+        out.append(f"{section['matched']} collectives matched across ranks; skew (max - min "
+                   f"duration) p50 {units.ms(section.get('skew_p50_ms'))}, p99 "
+                   f"{units.ms(section.get('skew_p99_ms'))}, max "
+                   f"{units.ms(section.get('skew_max_ms'))}; the others wait for "
+                   f"{rank_label(section.get('straggler'))} (it waits least).")
+    else:
+        out.append("No collective kernels matched across ranks: no skew to measure.")
+    out += [f"Note: {n}." for n in section.get("notes") or []]
+    out += [f"Not analysed: {e}." for e in section.get("errors") or []]
+    return out

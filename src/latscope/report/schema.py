@@ -63,6 +63,9 @@ def _shares(report: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         yield f"trace breakdown {name}", share
     for c in trace.get("categories") or []:
         yield f"trace category {c.get('name')}", c.get("share")
+    for r in (report.get("cross_rank") or {}).get("ranks") or []:
+        for key in ("idle_share", "comm_share", "exposed_comm_share", "wait_share"):
+            yield f"cross-rank rank {r.get('rank')} {key}", r.get(key)
 
 
 def ttft_leaves(decomposition: dict[str, Any]) -> list[dict[str, Any]]:

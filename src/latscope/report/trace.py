@@ -226,6 +226,7 @@ def ranks_table(rows: list[dict[str, Any]], width: int) -> Group:
                ("window ms", [_ms(r["window_ns"]) for r in rows]),
                ("busy ms", [_ms(r["busy_ns"]) for r in rows]),
                ("idle", [_pct(r["idle_share"]) for r in rows]),
+               ("comm", [_pct(r.get("comm_share")) for r in rows]),
                ("exposed comm", [_pct(r["exposed_comm_share"]) for r in rows])]
     room = max(1, room_left(width, [[h, *c] for h, c in columns]))
     files = [ellipsize(r["path"].rsplit("/", 1)[-1], room) for r in rows]

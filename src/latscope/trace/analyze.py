@@ -114,6 +114,8 @@ def rank_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append({"path": result["source"]["path"], "rank": result["source"]["rank"],
                          "device": dev["device"], "window_ns": b["window_ns"],
                          "busy_ns": b["busy_ns"], "idle_share": b["idle_share"],
+                         "comm_share": (b["communication_ns"] / b["window_ns"]
+                                        if b["window_ns"] else 0.0),
                          "exposed_comm_share": b["exposed_comm_share"]})
     return rows
 

@@ -18,6 +18,7 @@ of collective kernels as HTA's straggler / comm-comp analyses.
 from __future__ import annotations
 
 import os
+import re
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -130,6 +131,30 @@ def cross_rank(analyses: list[RankAnalysis]) -> dict[str, Any]:
     return view
 
 
+# Collective kinds by kernel name: NCCL/RCCL (``ncclDevKernel_AllReduce_RING_LL``), vLLM's custom
+# all-reduce (``cross_device_reduce_1stage``), NVLS (``multimem_all_reduce_kernel``).
+_KINDS = (("all-reduce", re.compile(r"all_?reduce|cross_device_reduce", re.I)),
+          ("all-gather", re.compile(r"all_?gather", re.I)),
+          ("reduce-scatter", re.compile(r"reduce_?scatter", re.I)),
+          ("all-to-all", re.compile(r"all_?to_?all", re.I)),
+          ("send/recv", re.compile(r"send|recv", re.I)),
+          ("broadcast", re.compile(r"broadcast", re.I)))
+
+
+def collective_kind(name: str) -> str:
+    return next((kind for kind, pattern in _KINDS if pattern.search(name)), "other")
+
+
+def _by_kind(kinds: list[str], durs: np.ndarray, wait: np.ndarray) -> list[dict[str, Any]]:
+    """Per collective kind of one rank: count, total time and the part spent waiting."""
+    out = []
+    for kind in dict.fromkeys(kinds):
+        mask = np.array([k == kind for k in kinds])
+        out.append({"kind": kind, "count": int(mask.sum()), "total_ns": int(durs[mask].sum()),
+                    "wait_ns": int(wait[mask].sum())})
+    return sorted(out, key=lambda r: -r["total_ns"])
+
+
 def _comm_ns(row: dict[str, Any]) -> float:
     return row["exposed_comm_share"] * row["window_ns"]
 
@@ -154,13 +179,15 @@ def collective_skew(seqs: dict[tuple[str, int], tuple[list[str], list[int]]],
         return {"matched": 0, "notes": notes}
     wait = durs - durs.min(axis=0)
     skew = durs.max(axis=0) - durs.min(axis=0)
+    kinds = [collective_kind(n) for n in names[0][same]]
     per_rank = []
     for i, key in enumerate(keys):
         row = rows.get(key, {})
         window = row.get("window_ns") or 0
         per_rank.append({"path": key[0], "device": key[1], "rank": row.get("rank"),
                          "collective_ns": int(durs[i].sum()), "wait_ns": int(wait[i].sum()),
-                         "wait_share": float(wait[i].sum() / window) if window else None})
+                         "wait_share": float(wait[i].sum() / window) if window else None,
+                         "by_kind": _by_kind(kinds, durs[i], wait[i])})
     straggler = min(per_rank, key=lambda r: r["wait_ns"])
     return {"matched": int(durs.shape[1]),
             "skew_p50_ns": float(np.percentile(skew, 50)),

@@ -1,0 +1,57 @@
+"""diagnose's trace analysis: one trace, or one per rank of a tensor-parallel profile, into what
+``trace.json`` stores and the findings read from it (live and in ``--replay``).
+
+``trace.json`` is the first rank's analysis, as for one trace (what the report's GPU section and
+the capacity verdict read); with several ranks it also holds ``other_ranks`` (each rank's
+analysis) and ``cross_rank`` (``latscope.trace.parallel.cross_rank``: per-rank busy/idle and
+communication, the slowest rank, collective skew and each rank's wait). Numbers in ``*_ms``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from latscope.model import Finding
+
+
+def analyse_traces(paths: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The stored analysis of ``paths`` and notes (a rank whose file could not be read)."""
+    from latscope.trace.analyze import AnalysisOptions, analyze_trace, to_json_units
+    from latscope.trace.parallel import analyze_files, cross_rank
+    from latscope.trace.readers import read_trace
+
+    if len(paths) == 1:
+        return to_json_units(analyze_trace(read_trace(paths[0]))), []
+    # a process per trace where there are cores to spare (memory: one trace per job); in this
+    # process otherwise, one trace at a time
+    jobs = min(len(paths), max(1, (os.cpu_count() or 2) // 2))
+    analyses = analyze_files(paths, AnalysisOptions(), jobs=jobs)
+    good = [a for a in analyses if a.result is not None]
+    notes = [f"{a.path}: not analysed ({a.error})" for a in analyses if a.error is not None]
+    if not good:
+        raise analyses[0].error  # type: ignore[misc]  # every rank failed: the first reason
+    stored = to_json_units(good[0].result)
+    stored["other_ranks"] = [to_json_units(a.result) for a in good[1:]]
+    stored["cross_rank"] = to_json_units(cross_rank(analyses))
+    return stored, notes
+
+
+def trace_findings_of(stored: dict[str, Any] | None) -> list[Finding]:
+    """Every rank's trace findings (merged later, one per id: the worst rank's) and the
+    cross-rank findings, from the stored analysis."""
+    from latscope.findings.crossrank import crossrank_findings
+    from latscope.trace.analyze import from_json_units
+    from latscope.trace.findings import trace_findings
+
+    if not stored:
+        return []
+    data = from_json_units(stored)
+    out = trace_findings(data)
+    for rank in data.get("other_ranks") or []:
+        out += trace_findings(rank)
+    return out + crossrank_findings(data.get("cross_rank"))
+
+
+def rank_count(stored: dict[str, Any] | None) -> int:
+    return 1 + len((stored or {}).get("other_ranks") or []) if stored else 0
