@@ -18,7 +18,7 @@ from typing import Any, Callable
 import ray
 import ray.exceptions
 
-from latscope.load.workers import WorkerDied, WorkerRun, WorkerSpec, host_facts, run_loop
+from latscope.load.worker import WorkerDied, WorkerRun, WorkerSpec, host_facts, run_loop
 
 _POLL_S = 0.1
 
