@@ -118,6 +118,7 @@ def _bench_base(state: Diagnosis, running: Running | None) -> Any:
 
     opts = state.opts
     url = running.url if running else opts.url
+    assert url is not None  # diagnose() starts a server where no --url is given
     return BenchConfig(url=url, model=opts.model or (running.model if running else None),
                        api_key=opts.api_key or os.environ.get("LATSCOPE_API_KEY")
                        or os.environ.get("OPENAI_API_KEY"),

@@ -245,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(state.path.read_text())
         return 0
     res = state.result
+    assert res is not None  # the search ran to its end: its result is recorded
     console.print(trials_table(state.trials, spec.objective, spec.latency, res["best"]))
     n_val = sum(t.purpose != "search" for t in state.trials)
     console.print(f"restarts for the search: {res['restarts']} ({res['strategy']}); full grid: "

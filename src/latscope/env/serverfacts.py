@@ -146,7 +146,7 @@ def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str
     if isinstance(version, tuple) and version[0] == 200:
         try:
             facts.version = str(orjson.loads(version[1]).get("version"))
-            facts.version_source = base_url(facts.url) + "/version"
+            facts.version_source = base_url(url) + "/version"
         except (orjson.JSONDecodeError, AttributeError):
             pass
     models = results.get("/v1/models")
@@ -159,5 +159,6 @@ def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str
     if isinstance(metrics, tuple) and metrics[0] == 200:
         facts.metrics_text = metrics[1]
     else:
-        facts.metrics_error = metrics if isinstance(metrics, str) else f"HTTP {metrics[0]}"
+        facts.metrics_error = (metrics if isinstance(metrics, str) or metrics is None
+                               else f"HTTP {metrics[0]}")
     return facts

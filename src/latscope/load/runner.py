@@ -141,6 +141,7 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     headers = request_headers(config.api_key, credentials)
     check_headers(headers)  # before any request, setup ones included
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
+    assert model is not None  # discover_model raises where the server lists no model
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),

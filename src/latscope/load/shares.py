@@ -73,8 +73,9 @@ def plan_shares(config: BenchConfig, workers: int, pool_size: int) -> list[Share
     owner = np.random.default_rng([config.seed, 1]).integers(0, workers, size=count)
     caps: list[int | None] = [None] * workers
     if config.concurrency:
-        caps = list(split_evenly(config.concurrency, workers))
-        if min(caps) < 1:
+        slots = split_evenly(config.concurrency, workers)
+        caps = list(slots)
+        if min(slots) < 1:
             raise ConfigError(f"a cap of {config.concurrency} in flight cannot be split over "
                               f"{workers} workers")
     shares = []

@@ -215,7 +215,7 @@ def run_load(config: BenchConfig, workers: int | str = "auto",
     return result
 
 
-def run_workers(config: BenchConfig, workers: int, *, backend: str = "local",
+def run_workers(config: BenchConfig, workers: int | None, *, backend: str = "local",
                 ray_address: str | None = None, observers: Iterable[RunObserver] = (),
                 on_record: OnRecord | None = None) -> BenchResult:
     """``run_bench`` with the load split over ``workers`` processes (``backend`` local | ray).
@@ -238,6 +238,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
     headers = request_headers(config.api_key, credentials)
     check_headers(headers)
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
+    assert model is not None  # discover_model raises where the server lists no model
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
@@ -280,9 +281,10 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         for state in states:
             with contextlib.suppress(Exception):
                 state.handle.stop()
-        for obs in started:
-            with contextlib.suppress(Exception):  # one observer's failure must not lose data
-                await obs.stop(ctx)
+        if ctx is not None:  # observers start only once ctx is set
+            for obs in started:
+                with contextlib.suppress(Exception):  # one observer's failure must not lose data
+                    await obs.stop(ctx)
         summary = run.summary()
         summary["client"] = merged_client_figures([s.report() for s in states], summary)
         summary["workers"] = [s.report() for s in states]
@@ -363,7 +365,8 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
             except queue.Empty:
                 break
             for item in orjson.loads(data):
-                run._finished(shift_record(RequestRecord.from_dict(item), state.clock.applied_ns))
+                run._finished(shift_record(RequestRecord.from_dict(item),
+                                          state.clock.applied_ns if state.clock else 0))
                 state.received += 1
         if not alive:
             return
@@ -378,7 +381,7 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
     wall = max((w["wall_s"] or 0.0 for w in workers), default=0.0)
     util = max((w["cpu_utilization"] or 0.0 for w in workers), default=None)
     lags = [w["loop_lag_ms"] for w in workers if w.get("loop_lag_ms")]
-    worst = max(lags, key=lambda d: d.get("p99") or 0.0, default={})
+    worst: dict[str, Any] = max(lags, key=lambda d: d.get("p99") or 0.0, default={})
     send = summary.get("send_lag_ms") or {}
     send_p99 = max((w["send_lag_p99_ms"] or 0.0 for w in workers), default=None)
     figures = {"cpu_s": cpu, "wall_s": wall, "cpu_utilization": util,

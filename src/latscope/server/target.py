@@ -123,7 +123,7 @@ class LocalTarget:
     """
 
     def __init__(self, port: int | None = None, model: str | Path = "tiny",
-                 serve_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 serve_args: Sequence[str] = (), env: Mapping[str, str | None] | None = None,
                  log_dir: Path | str | None = None,
                  ready_timeout: float = DEFAULT_READY_TIMEOUT_S, *, host: str = "127.0.0.1",
                  detach: bool = False, pid_file: Path | str | None = None,
