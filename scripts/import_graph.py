@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = "latscope"
 # The ground: plain values and helpers every layer uses; they import only each other.
-GROUND = frozenset({"latscope.model", "latscope.errors", "latscope.slo", "latscope.rundir",
+GROUND = frozenset({"latscope", "latscope.model", "latscope.errors", "latscope.slo", "latscope.rundir",
                     "latscope.stats", "latscope.redact"})
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80

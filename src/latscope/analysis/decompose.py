@@ -34,11 +34,11 @@ import orjson
 
 from latscope.analysis.join import SOURCE as SPAN_SOURCE
 from latscope.analysis.join import PerRequestSplit, join_spans
-from latscope.analysis.stats import e2e_ms, latency_origin, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.rundir import write_json
 from latscope.server.metrics import HistogramDelta, gauge_series, has_vllm_series, histogram_delta
 from latscope.server.scrape import read_snapshots
+from latscope.stats import e2e_ms, latency_origin, ttft_ms
 
 H_TTFT = "vllm:time_to_first_token_seconds"
 H_QUEUE = "vllm:request_queue_time_seconds"
@@ -352,7 +352,7 @@ def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Deco
     """Decompose a run directory; writes ``decomposition.json`` and ``server_timeseries.json``.
 
     The client's receive delay estimate is the run's mean event-loop lag from ``summary.json``."""
-    from latscope.load.rundir import read_run
+    from latscope.rundir import read_run
     from latscope.server.timeseries import server_timeseries
 
     run_dir = Path(run_dir)

@@ -387,7 +387,7 @@ def size_class(records: list[Any]) -> dict[str, list[Any]]:
 def _class_metric(records: list[Any], size: str, metric: str) -> float | None:
     import numpy as np
 
-    from latscope.analysis.stats import e2e_ms, ttft_ms
+    from latscope.stats import e2e_ms, ttft_ms
 
     name, _, stat = metric.removesuffix("_ms").rpartition("_")
     of = {"ttft": ttft_ms, "e2e": e2e_ms}[name]

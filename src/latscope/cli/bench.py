@@ -108,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from latscope.load.rundir import default_run_dir
     from latscope.load.runner import RunInterrupted, run_failure
     from latscope.report.bench import print_bench
+    from latscope.rundir import default_run_dir
 
     console = Console()
     with contextlib.ExitStack() as stack:
@@ -358,7 +358,7 @@ class _Progress:
             return
         self.done += 1
         if record.ok and record.first_token_ns is not None and not record.warmup:
-            from latscope.analysis.stats import ttft_ms
+            from latscope.stats import ttft_ms
 
             self.ttfts.append(ttft_ms(record) or 0.0)  # not None: the first token came
         now = time.perf_counter()

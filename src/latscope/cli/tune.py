@@ -95,7 +95,7 @@ def _spec(args: argparse.Namespace) -> Any:
     if args.serve_cmd:
         import shlex
 
-        from latscope.server.process import redact_cmd
+        from latscope.redact import redact_cmd
         if redact_cmd(shlex.split(args.serve_cmd)) != shlex.split(args.serve_cmd):
             raise ConfigError("--serve-cmd carries a secret (--api-key, --token, ...): pass it through "
                               "the environment instead (e.g. VLLM_API_KEY), tune.json keeps the command")

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from latscope.env.redact import redact_url_password
 from latscope.errors import ConfigError, TargetError
 from latscope.model import Finding
+from latscope.redact import redact_url_password
 
 NS_PER_MS = 1e6
 

@@ -6,7 +6,7 @@ outside the engine (client TTFT - the server's own TTFT, a warning above 10 ms),
 trip's share of TTFT is ``latency.network``, made by the same rule (``findings.latency``) as in a
 measured run, so its advice knows when client and server share a host.
 
-Definitions (ms; percentiles with numpy's linear interpolation via ``analysis.stats``):
+Definitions (ms; percentiles with numpy's linear interpolation via ``latscope.stats``):
 - HTTP round trip = GET ``/health`` over a kept-alive connection, request sent -> headers received
   (network both ways + the server's HTTP handling of /health);
 - new-connection cost = p50(GET on a fresh connection) - p50(GET on the kept-alive connection);
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from latscope.analysis.stats import distribution
 from latscope.findings import reference as _ref
 from latscope.findings.latency import Context, network_fix, share_finding
 from latscope.model import Evidence, Finding, Severity
+from latscope.stats import distribution
 
 # Client TTFT - server TTFT above this on a LAN points at the network or a proxy: a LAN round
 # trip is well under a millisecond, so 10 ms is time something on the path holds the request.

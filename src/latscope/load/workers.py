@@ -38,7 +38,6 @@ from typing import Any, Callable, Iterable, Protocol
 
 import orjson
 
-from latscope.analysis.stats import distribution
 from latscope.errors import ConfigError
 from latscope.load.client import check_headers
 from latscope.load.clocks import ClockOffset, measure_offset, shift_record
@@ -57,6 +56,7 @@ from latscope.load.shares import Share, plan_shares
 from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
 from latscope.load.workload import build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
+from latscope.stats import distribution
 
 _START_MARGIN_NS = 300_000_000  # the common start lies this far after the "go" is sent
 _READY_TIMEOUT_S = 120.0

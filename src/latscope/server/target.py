@@ -26,13 +26,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from latscope.errors import TargetError
+from latscope.redact import redact_cmd
 from latscope.server.process import (
     DEFAULT_STOP_GRACE_S,
     ManagedServer,
     ProcessIdentity,
     health_ok,
     owns_group,
-    redact_cmd,
     stop_group,
     tail_lines,
 )

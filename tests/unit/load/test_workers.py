@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from fakeserver import FakeServer
 
-from latscope.analysis.stats import summarize
+from latscope.stats import summarize
 from latscope.errors import ConfigError
 from latscope.load import BenchConfig, read_run
 from latscope.load.arrival import arrival_offsets_ns
