@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from fakeserver import FakeServer  # noqa: E402
 
-from latscope.analysis.stats import ttft_ms  # noqa: E402
+from latscope.stats import ttft_ms  # noqa: E402
 from latscope.load import BenchConfig, run_bench  # noqa: E402
 
 

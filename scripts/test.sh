@@ -2,7 +2,7 @@
 # The test command: install latscope with the local vLLM target and test extras, then run every test
 # (unit tests on the real fixtures in ../shared/fixtures, integration tests against a real local vLLM).
 #
-# With no arguments: ruff over src/, then two phases: the unit tests spread over every core (pytest-xdist), then the
+# With no arguments: ruff and mypy over src/, then two phases: the unit tests spread over every core (pytest-xdist), then the
 # `serial` tests one at a time (every integration test, and the unit tests that hold measured
 # timing to a known truth: they must not share the CPU with other tests). The exit code is the
 # first failing phase's, else 0. With arguments, one plain pytest run with them
@@ -19,6 +19,7 @@ parallel=(-n "$workers")
 [ "$workers" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null || parallel=()
 
 "$PY" -m ruff check src  # lint first: a second, quiet and cheap
+"$PY" -m mypy  # then types: src/latscope, pyproject's [tool.mypy] (~20 s)
 start=$(date +%s)
 set +e
 "$PY" -m pytest -q "${parallel[@]}" -m "not serial" tests/unit

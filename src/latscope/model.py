@@ -38,7 +38,7 @@ class RequestRecord:
     concurrency slot became free (closed loop). ``sent_ns`` is when the request bytes were handed
     to the socket. Latencies start at ``scheduled_ns`` in an open loop (client lag is counted,
     never hidden) and at ``sent_ns`` in a closed loop (``open_loop`` says which; the one
-    definition is ``latscope.analysis.stats.origin_ns``).
+    definition is ``latscope.stats.origin_ns``).
     """
 
     index: int

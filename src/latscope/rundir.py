@@ -25,10 +25,11 @@ from typing import Any, Iterable, Iterator
 import orjson
 
 from latscope.errors import ConfigError
-from latscope.model import Finding
+from latscope.model import Finding, RequestRecord
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+REQUESTS, SUMMARY = "requests.jsonl", "summary.json"  # a load run's records and summary
 FINDINGS = "findings.json"
 RUNS_ROOT = Path("latscope-runs")
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -116,7 +117,7 @@ def redacted_command(argv: Iterable[str] | None = None) -> str:
     """The command line as typed, with secret-bearing flags and URL passwords redacted."""
     import shlex
 
-    from latscope.env.redact import redact_argv, redact_url_password
+    from latscope.redact import redact_argv, redact_url_password
 
     args = list(sys.argv[1:] if argv is None else argv)
     return "latscope " + " ".join(shlex.quote(redact_url_password(a)) for a in redact_argv(args))
@@ -213,3 +214,47 @@ class RunDir:
 
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# A load run (bench, and each step of sweep/tune/diagnose): its records and summary
+
+
+class RunWriter:
+    """Writes a run directory; records are appended and flushed one by one."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create output dir {self.run_dir}: {exc.strerror}") from None
+        # A reused --output-dir starts clean: appending would mix an earlier run's records (and
+        # leave its summary) into this run's directory, and every reader would average them.
+        (self.run_dir / SUMMARY).unlink(missing_ok=True)
+        self._requests = open(self.run_dir / REQUESTS, "wb")
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_json(self.run_dir / MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
+
+    def append(self, record: RequestRecord) -> None:
+        # orjson serialises the (slotted) dataclass directly: same keys as to_dict(), ~20x faster.
+        self._requests.write(orjson.dumps(record) + b"\n")
+        self._requests.flush()
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json(self.run_dir / SUMMARY, summary)
+
+    def close(self) -> None:
+        self._requests.close()
+
+
+def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[RequestRecord], dict[str, Any]]:
+    """(manifest, records, summary) of a run directory; summary is {} while the run is going or
+    if it was interrupted before writing one. A truncated last line (a crash mid-write) is
+    skipped; any other bad line is an error."""
+    run_dir = RunDir.open(run_dir).path
+    manifest = orjson.loads((run_dir / MANIFEST).read_bytes())
+    records = [RequestRecord.from_dict(obj) for obj in iter_jsonl(run_dir / REQUESTS)]
+    summary_path = run_dir / SUMMARY
+    summary = orjson.loads(summary_path.read_bytes()) if summary_path.is_file() else {}
+    return manifest, records, summary

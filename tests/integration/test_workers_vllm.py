@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.analysis.stats import summarize
+from latscope.stats import summarize
 from latscope.load import BenchConfig, read_run
 from latscope.load.workers import run_workers
 

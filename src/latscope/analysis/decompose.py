@@ -34,11 +34,11 @@ import orjson
 
 from latscope.analysis.join import SOURCE as SPAN_SOURCE
 from latscope.analysis.join import PerRequestSplit, join_spans
-from latscope.analysis.stats import e2e_ms, latency_origin, ttft_ms
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.rundir import write_json
 from latscope.server.metrics import HistogramDelta, gauge_series, has_vllm_series, histogram_delta
 from latscope.server.scrape import read_snapshots
+from latscope.stats import e2e_ms, latency_origin, ttft_ms
 
 H_TTFT = "vllm:time_to_first_token_seconds"
 H_QUEUE = "vllm:request_queue_time_seconds"
@@ -113,7 +113,7 @@ def _client_stats(values: list[float]) -> dict[str, Any]:
 def _hist_stats(h: HistogramDelta | None) -> dict[str, Any] | None:
     if h is None or h.count <= 0:
         return None
-    out: dict[str, Any] = {"mean_ms": h.mean * 1e3, "count": int(h.count)}
+    out: dict[str, Any] = {"mean_ms": (h.mean or 0.0) * 1e3, "count": int(h.count)}  # count > 0
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         est = h.quantile(q)
         if est is not None and not est.above_top_bucket:
@@ -131,7 +131,8 @@ def per_request_server_timings(record: RequestRecord) -> dict[str, float] | None
     ``build_per_request_timing_metrics``); ``generation_time_ms`` is first -> last token.
     """
     server = record.server or {}
-    m = server.get("metrics") if isinstance(server.get("metrics"), dict) else server
+    metrics = server.get("metrics")
+    m: dict[str, Any] = metrics if isinstance(metrics, dict) else server
     out = {}
     for ours, theirs in (("queue", "queue_time_ms"), ("prefill", "time_to_first_token_ms"),
                          ("decode", "generation_time_ms")):
@@ -146,8 +147,8 @@ def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
     s = split.stats.get(name) if split is not None else None
     if not s or not s.get("count"):
         return None
-    return {"mean_ms": s["mean"] - shift_ms, "p50_ms": s.get("p50") - shift_ms,
-            "p99_ms": s.get("p99") - shift_ms, "count": s["count"]}
+    return {"mean_ms": s["mean"] - shift_ms, "p50_ms": s["p50"] - shift_ms,
+            "p99_ms": s["p99"] - shift_ms, "count": s["count"]}
 
 
 def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] | None = None,
@@ -170,7 +171,7 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     vllm = last is not None and has_vllm_series(last)
     if last is not None and not vllm:
         notes.append("the server exposes no vllm:* series (stats disabled?): client view only")
-    hist = {name: (histogram_delta(first, last, name) if vllm else None)
+    hist = {name: (histogram_delta(first, last, name) if vllm and last is not None else None)
             for name in (H_TTFT, H_QUEUE, H_PREFILL, H_DECODE, H_E2E)}
 
     per_req = [t for r in recs if (t := per_request_server_timings(r))]
@@ -179,7 +180,7 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         "lag": _client_stats([_origin_to_send_ms(r) for r in recs]),
         "e2e": _client_stats([v for r in recs if (v := e2e_ms(r)) is not None]),
         "decode": _client_stats([(r.end_ns - r.first_token_ns) / 1e6 for r in recs
-                                 if r.end_ns is not None]),
+                                 if r.end_ns is not None and r.first_token_ns is not None]),
     }
 
     spans = split if split is not None and split.joined and \
@@ -278,7 +279,8 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     add("e2e.server", "server E2E (arrival -> last token)", "e2e", e_src, e_stats, e2e_total,
         note="shown for comparison; not a part of the sum")
 
-    server_count = hist[H_E2E].count if hist[H_E2E] is not None else None
+    e2e_hist = hist[H_E2E]
+    server_count = e2e_hist.count if e2e_hist is not None else None
     mismatch = server_count is not None and abs(server_count - len(recs)) > max(1, 0.02 * len(recs))
     if recs and mismatch:
         notes.append(f"the server finished {server_count:g} requests in the window, the client "
@@ -350,7 +352,7 @@ def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Deco
     """Decompose a run directory; writes ``decomposition.json`` and ``server_timeseries.json``.
 
     The client's receive delay estimate is the run's mean event-loop lag from ``summary.json``."""
-    from latscope.load.rundir import read_run
+    from latscope.rundir import read_run
     from latscope.server.timeseries import server_timeseries
 
     run_dir = Path(run_dir)

@@ -4,7 +4,7 @@ The client sends a fresh W3C ``traceparent`` per request (``RequestRecord.trace_
 with ``--otlp-traces-endpoint`` exports one ``llm_request`` span per request in that trace
 (``latscope.server.otlp``). Matching the two by trace id gives, per request:
 
-- ``client_ttft_ms``: the client's TTFT (``latscope.analysis.stats.ttft_ms``) and ``send_lag_ms``
+- ``client_ttft_ms``: the client's TTFT (``latscope.stats.ttft_ms``) and ``send_lag_ms``
   (latency origin -> sent, the client's own send delay: client TTFT - (first chunk - sent));
 - ``server_ttft_ms``: ``gen_ai.latency.time_to_first_token`` (frontend arrival, taken before
   tokenization, -> the first token handled by the frontend's output processor);
@@ -26,8 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from latscope.analysis.stats import distribution, e2e_ms, ttft_ms
 from latscope.model import RequestRecord
+from latscope.stats import distribution, e2e_ms, ttft_ms
 
 SOURCE = "per-request spans (OTLP)"
 PERCENTILES = (50, 90, 99)

@@ -72,7 +72,8 @@ def kneedle_index(throughput: Sequence[float], latency: Sequence[float]) -> int 
     return int(np.argmax(diff)) if diff.max() > MIN_DIFFERENCE else None
 
 
-def no_knee_reason(throughput: Sequence[float], latency: Sequence[float]) -> str:
+def no_knee_reason(throughput: Sequence[float] | np.ndarray,
+                   latency: Sequence[float] | np.ndarray) -> str:
     """Why a curve has no knee to look for ("" if it may have one).
 
     Min–max normalisation stretches any range to [0, 1], so a latency that only wobbles with

@@ -98,7 +98,7 @@ def parse_param(text: str) -> Param:
             v *= factor
         values.append(hi)
         integral = match[1].lstrip("+-").isdigit() and match[2].lstrip("+-").isdigit()
-        values = [int(round(x)) for x in values] if integral else values
+        values = [int(round(float(x))) for x in values] if integral else values
     elif ".." in spec:  # meant as a range but malformed: never pass it to the server verbatim
         raise ConfigError(f"bad --param {text!r}: a range is LO..HI or LO..HI*FACTOR (numbers)")
     else:

@@ -54,7 +54,7 @@ class Step:
 
 
 def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """``analysis.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``."""
+    """``latscope.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``."""
     flat: dict[str, Any] = {}
     for metric in ("ttft", "itl", "tpot", "e2e"):
         dist = summary.get(f"{metric}_ms") or {}

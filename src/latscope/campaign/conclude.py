@@ -160,7 +160,7 @@ def _gpu_busy(state: Diagnosis) -> GpuBusy | None:
         return _telemetry_busy(state)
     load = state.levels.get("knee") or state.levels.get("light")
     where = level_label(state, load) if load is not None else "the profiled load"
-    source = (state.trace.get("source") or {}).get("path") or "trace.json"
+    source = ((state.trace or {}).get("source") or {}).get("path") or "trace.json"
     return GpuBusy(1.0 - float(b["idle_share"]), where, source)
 
 
@@ -168,7 +168,7 @@ def _telemetry_busy(state: Diagnosis) -> GpuBusy | None:
     load = state.levels.get("knee") or state.levels.get("top")
     obs = state.observations.get(load) if load is not None else None
     hint = capacity_hint(telemetry_facts(obs.run_dir)) if obs is not None else None
-    if not hint:
+    if not hint or load is None:
         return None
     return GpuBusy(hint["gpu_busy_pct"] / 100.0, level_label(state, load), hint["source"])
 
@@ -181,7 +181,7 @@ def _add_decode_cost(findings: list[Finding], state: Diagnosis) -> None:
     light = state.levels.get("light")
     step = next((s for s in state.steps if s.load == light), None)
     itl = (step.metrics.get("itl_p50_ms") if step else None)
-    if itl is None:
+    if itl is None or light is None:
         return
     for f in findings:
         if f.id in ("server.enforce_eager", "gpu.launch_blocking", "gpu.serialize") \
@@ -214,17 +214,18 @@ def healthy_split(state: Diagnosis) -> dict[str, Any] | None:
     healthy or at-capacity verdict reports, from one run."""
     load = state.levels.get("knee") or state.levels.get("top") or state.levels.get("light")
     obs = state.observations.get(load) if load is not None else None
-    if obs is None or obs.decomposition is None:
+    if obs is None or obs.decomposition is None or load is None:
         return None
     d = obs.decomposition
     ttft = d.component("ttft")
     if ttft is None or not ttft.mean_ms:
         return None
+    total_ms = ttft.mean_ms
     parts = sorted((c for c in d.components if c.key in _TTFT_LEAVES and c.mean_ms
                     and c.mean_ms > 0), key=lambda c: -(c.mean_ms or 0))
     # a remainder can exceed its total where the parts disagree: no share above 100% is shown
-    split = ", ".join(f"{c.label} {c.mean_ms / ttft.mean_ms:.0%}" for c in parts[:3]
-                      if c.mean_ms <= ttft.mean_ms)
+    split = ", ".join(f"{c.label} {(c.mean_ms or 0) / total_ms:.0%}" for c in parts[:3]
+                      if (c.mean_ms or 0) <= total_ms)
     return {"where": level_label(state, load), "ttft_ms": ttft.mean_ms, "split": split,
             "rps": obs.summary.get("throughput", {}).get("requests_per_s") or 0.0}
 

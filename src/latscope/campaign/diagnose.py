@@ -82,7 +82,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
 def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | None]]:
     opts = state.opts
     if opts.url:
-        from latscope.env.redact import redact_url_password
+        from latscope.redact import redact_url_password
 
         state.target = {"url": redact_url_password(opts.url), "local": False,
                         "controlled": False}
@@ -98,7 +98,7 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
         what = "the embedded local vLLM (tiny model, CPU build)"
     state.progress(f"starting {what} ...")
     with control.start(None, state.run.path / "server") as running:
-        from latscope.env.redact import redact_argv
+        from latscope.redact import redact_argv
 
         state.progress(f"server ready at {running.url} after {running.start_s:.0f} s")
         state.target = {"url": running.url, "local": control.kind == "local",
@@ -118,6 +118,7 @@ def _bench_base(state: Diagnosis, running: Running | None) -> Any:
 
     opts = state.opts
     url = running.url if running else opts.url
+    assert url is not None  # diagnose() starts a server where no --url is given
     return BenchConfig(url=url, model=opts.model or (running.model if running else None),
                        api_key=opts.api_key or os.environ.get("LATSCOPE_API_KEY")
                        or os.environ.get("OPENAI_API_KEY"),

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 from latscope.campaign.observe import observe, with_load
 from latscope.campaign.servers import Change, Running, ServerControl, flag_value
+from latscope.errors import LatscopeError
 from latscope.load import BenchConfig
 from latscope.model import Finding
 
@@ -177,6 +178,8 @@ def _more_seqs(finding: Finding, control: ServerControl, load: int) -> Proposal 
 def _more_budget(finding: Finding, control: ServerControl, load: int) -> Proposal | None:
     current = _evidence(finding, "max_num_batched_tokens") or flag_value(
         control.argv, "--max-num-batched-tokens")
+    if current is None:
+        return None
     try:
         new = int(current) * 2
     except (TypeError, ValueError):
@@ -289,6 +292,9 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                     obs = observe(cfg, scrape_interval_s=scrape_interval_s,
                                   metrics_url=metrics_url)
                 value = metric_of(obs, proposal.metric)
+                if value is None:  # e.g. every request failed: an arm without its figure
+                    raise LatscopeError(f"arm {arm} of {proposal.finding_id}: the run gave no "
+                                        f"{proposal.metric}")
                 (exp.a_values if arm == "A" else exp.b_values).append(value)
                 if proposal.guard:
                     exp.guard_values[arm].append(metric_of(obs, proposal.guard))
@@ -381,7 +387,7 @@ def size_class(records: list[Any]) -> dict[str, list[Any]]:
 def _class_metric(records: list[Any], size: str, metric: str) -> float | None:
     import numpy as np
 
-    from latscope.analysis.stats import e2e_ms, ttft_ms
+    from latscope.stats import e2e_ms, ttft_ms
 
     name, _, stat = metric.removesuffix("_ms").rpartition("_")
     of = {"ttft": ttft_ms, "e2e": e2e_ms}[name]

@@ -118,7 +118,8 @@ def gpu_sampler(server_url: str, interval_s: float, enabled: bool | None,
                 same_host: bool | None) -> list[Any]:
     """A ``TelemetrySampler`` at the scrape interval when the server is on this host (a remote
     server's GPUs cannot be read from here), or when asked for; [] otherwise."""
-    from latscope.env.serverfacts import is_local, url_port
+    from latscope.env.serverfacts import is_local
+    from latscope.server.hostview import url_port
     from latscope.telemetry.sampler import TelemetrySampler
 
     if enabled is False or interval_s <= 0:

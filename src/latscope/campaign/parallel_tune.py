@@ -61,7 +61,7 @@ def visible_gpus(explicit: str | None = None) -> tuple[list[str], str]:
         if value is not None:
             return [part.strip() for part in value.split(",") if part.strip()], f"${var}"
     from latscope.env.host import pci_gpus
-    from latscope.env.hostview import HostView
+    from latscope.server.hostview import HostView
 
     count = len(pci_gpus(HostView()))
     return [str(i) for i in range(count)], "/sys/bus/pci/devices"

@@ -163,8 +163,8 @@ def _observation(step_dir: Path, rtt_ms: float | None) -> Observation:
     """One stored step as diagnose observed it, its summary's throughput recomputed from the
     step's own records with today's code (the rest of the summary, such as the client's loop
     lag, only the live run knew)."""
-    from latscope.load.rundir import read_run
     from latscope.load.runner import BenchResult, rebuild_summary
+    from latscope.rundir import read_run
 
     manifest, _, summary = read_run(step_dir)
     rebuilt = rebuild_summary(step_dir)

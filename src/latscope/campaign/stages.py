@@ -69,12 +69,12 @@ def _same_host(url: str) -> bool:
 
     host = urlsplit(url).hostname or ""
     try:
-        addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addrs = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
     local = {"127.0.0.1", "::1"}
     with contextlib.suppress(OSError):
-        local |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+        local |= {str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None)}
     return all(ipaddress.ip_address(a.split("%")[0]).is_loopback or a in local for a in addrs)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 HELP = "send load to an OpenAI-compatible server; print TTFT/ITL/TPOT/E2E, throughput, goodput"
 
 # Defaults for the embedded tiny vLLM: about a minute on 2 CPU cores.
-LOCAL_DEFAULTS = {"num_requests": 64, "concurrency": 8, "input_len": "128", "output_len": "64"}
+LOCAL_DEFAULTS: dict[str, Any] = {"num_requests": 64, "concurrency": 8, "input_len": "128",
+                                  "output_len": "64"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from latscope.load.rundir import default_run_dir
     from latscope.load.runner import RunInterrupted, run_failure
     from latscope.report.bench import print_bench
+    from latscope.rundir import default_run_dir
 
     console = Console()
     with contextlib.ExitStack() as stack:
@@ -357,9 +358,9 @@ class _Progress:
             return
         self.done += 1
         if record.ok and record.first_token_ns is not None and not record.warmup:
-            from latscope.analysis.stats import ttft_ms
+            from latscope.stats import ttft_ms
 
-            self.ttfts.append(ttft_ms(record))
+            self.ttfts.append(ttft_ms(record) or 0.0)  # not None: the first token came
         now = time.perf_counter()
         if now - self.last < 0.25 and self.done != self.total:
             return

@@ -10,6 +10,10 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from latscope.campaign.diagnose import DiagnoseOptions
 
 HELP = "find out why a server is slow: doctor, net, sweep, logs, trace; a verdict and a report"
 
@@ -86,7 +90,7 @@ def _env(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def build_options(args: argparse.Namespace) -> object:
+def build_options(args: argparse.Namespace) -> DiagnoseOptions:
     from latscope.campaign.diagnose import DiagnoseOptions
     from latscope.errors import ConfigError
 

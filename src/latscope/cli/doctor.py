@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     key = os.environ.get(args.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    from latscope.env.redact import redact_url_password
+    from latscope.redact import redact_url_password
 
     run = open_run(args, "doctor", url=redact_url_password(args.url) if args.url else None,
                    root=args.root)

@@ -51,9 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from latscope.env.redact import redact_url_password
     from latscope.gateway import GatewayConfig, serve
     from latscope.gateway.config import parse_listen, parse_max_inflight
+    from latscope.redact import redact_url_password
 
     host, port = parse_listen(args.listen)
     config = GatewayConfig(

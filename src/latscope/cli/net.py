@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from latscope.cli.common import finish_run, open_run
     from latscope.env.net import probe
-    from latscope.env.redact import redact_url_password
+    from latscope.redact import redact_url_password
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
 

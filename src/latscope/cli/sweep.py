@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     from latscope.analysis.sweep import StopRules
     from latscope.campaign.sweep import sweep
     from latscope.cli.common import bench_base_config, parse_loads
-    from latscope.env.redact import redact_url_password
     from latscope.errors import ConfigError
+    from latscope.redact import redact_url_password
     from latscope.report.findings import print_findings
     from latscope.report.sweep import decomposition_table, sweep_table
     from latscope.report.text import make_console

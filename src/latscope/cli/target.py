@@ -72,7 +72,7 @@ def _up(args: argparse.Namespace) -> int:
     if found.state == "running" and found.record:
         raise TargetError(f"a target is already running at {found.record.url} "
                           f"(pid {found.record.pid}); run `latscope target down` first")
-    if found.state == "stale":
+    if found.state == "stale" and found.record is not None:
         stop_recorded(pid_file)
         err.print(f"removed a stale PID file ({pid_file}: pid {found.record.pid} was gone)")
     env = _parse_env(args.env, ConfigError)

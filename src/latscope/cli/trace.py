@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
                 run.finish(f"failed: {analysis.error}")
             raise analysis.error
         path, result = analysis.path, analysis.result
+        assert result is not None  # an analysis without an error has its result
         findings = trace_findings(result)
         results.append(result)
         output["traces"].append({**to_json_units(result), "findings": findings_to_json(findings)})

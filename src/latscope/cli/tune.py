@@ -95,7 +95,7 @@ def _spec(args: argparse.Namespace) -> Any:
     if args.serve_cmd:
         import shlex
 
-        from latscope.server.process import redact_cmd
+        from latscope.redact import redact_cmd
         if redact_cmd(shlex.split(args.serve_cmd)) != shlex.split(args.serve_cmd):
             raise ConfigError("--serve-cmd carries a secret (--api-key, --token, ...): pass it through "
                               "the environment instead (e.g. VLLM_API_KEY), tune.json keeps the command")
@@ -245,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(state.path.read_text())
         return 0
     res = state.result
+    assert res is not None  # the search ran to its end: its result is recorded
     console.print(trials_table(state.trials, spec.objective, spec.latency, res["best"]))
     n_val = sum(t.purpose != "search" for t in state.trials)
     console.print(f"restarts for the search: {res['restarts']} ({res['strategy']}); full grid: "

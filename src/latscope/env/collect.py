@@ -26,15 +26,22 @@ import orjson
 from latscope import __version__
 from latscope.env.gpu import local_python_versions
 from latscope.env.host import pci_gpus
-from latscope.env.hostview import META_DIR, TOOL_COMMANDS, TOOLS_DIR, HostView
-from latscope.env.redact import (
+from latscope.env.serverfacts import is_local
+from latscope.errors import ConfigError
+from latscope.redact import (
     environ_bytes,
     redact_argv,
     redact_env,
     redact_url_password,
 )
-from latscope.env.serverfacts import find_listening_pid, is_local, url_port
-from latscope.errors import ConfigError
+from latscope.server.hostview import (
+    META_DIR,
+    TOOL_COMMANDS,
+    TOOLS_DIR,
+    HostView,
+    find_listening_pid,
+    url_port,
+)
 
 HOST_FILES = ("/proc/sys/kernel/numa_balancing", "/proc/cmdline", "/proc/cpuinfo")
 HOST_GLOBS = ("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor",
@@ -124,7 +131,7 @@ def _add_process(w: _Writer, view: HostView, pid: int) -> None:
 
 
 def _add_log(w: _Writer, log: Path) -> None:
-    from latscope.server.process import redact_text
+    from latscope.redact import redact_text
     try:
         text = log.read_text(errors="replace")
     except OSError as exc:

@@ -14,18 +14,12 @@ import orjson
 
 from latscope.env import envrules, gpu, host, server, servermetrics
 from latscope.env.facts import Facts, ServerFacts
-from latscope.env.hostview import META_DIR, HostView, parse_environ
-from latscope.env.redact import redact_argv, redact_env
-from latscope.env.serverfacts import (
-    find_listening_pid,
-    gather_server_facts,
-    is_local,
-    settings_from_cmdline,
-    url_port,
-)
+from latscope.env.serverfacts import gather_server_facts, is_local, settings_from_cmdline
 from latscope.errors import ConfigError, HostCheckError
 from latscope.findings.rank import sort_findings
 from latscope.model import Finding, Severity
+from latscope.redact import redact_argv, redact_env
+from latscope.server.hostview import META_DIR, HostView, find_listening_pid, parse_environ, url_port
 
 Check = Callable[[Facts], list[Finding]]
 ALL_CHECKS: tuple[Check, ...] = (*host.HOST_CHECKS, envrules.check_env_rules, *gpu.GPU_CHECKS,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.env.gputools import GpuInfo, GpuProcess, Topology
-from latscope.env.hostview import HostView
 from latscope.model import Evidence, Finding, Severity
+from latscope.server.hostview import HostView
 
 
 @dataclass(slots=True)

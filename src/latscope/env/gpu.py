@@ -12,9 +12,9 @@ from importlib import metadata
 from latscope.env import gputools
 from latscope.env.facts import Facts, GpuFacts, ev, skipped
 from latscope.env.host import pci_gpus
-from latscope.env.hostview import HostView
 from latscope.findings import reference as _ref
 from latscope.model import Finding, Severity
+from latscope.server.hostview import HostView
 
 REF = "docs/findings.md"
 AMD_VLLM_DOC = ("https://rocm.docs.amd.com/en/docs-7.2.0/how-to/rocm-for-ai/"

@@ -222,7 +222,7 @@ def parse_rocminfo(text: str) -> list[GpuInfo]:
         if agents and ":" in line:
             key, _, value = line.strip().partition(":")
             agents[-1].setdefault(key.strip(), value.strip())
-    gpus = []
+    gpus: list[GpuInfo] = []
     for agent in agents:
         if agent.get("Device Type") == "GPU":
             gpus.append(GpuInfo(index=len(gpus), name=agent.get("Marketing Name", ""),

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 
 from latscope.env.facts import Facts, PciGpu, ev, skipped
-from latscope.env.hostview import HostView, format_cpulist, parse_cpulist
 from latscope.findings import reference as _ref
 from latscope.model import Finding, Severity
+from latscope.server.hostview import HostView, format_cpulist, parse_cpulist
 
 REF = "docs/findings.md"
 AMD_MI300X_DOC = "https://rocm.docs.amd.com/en/latest/how-to/system-optimization/mi300x.html"

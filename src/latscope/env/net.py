@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from latscope.env.redact import redact_url_password
 from latscope.errors import ConfigError, TargetError
 from latscope.model import Finding
+from latscope.redact import redact_url_password
 
 NS_PER_MS = 1e6
 
@@ -86,7 +86,7 @@ def _resolve(report: NetReport, host: str, port: int) -> tuple[Any, ...]:
         raise TargetError(f"cannot resolve {host}: {exc.strerror}") from exc
     report.dns_ms = _ms_since(t0)
     family, _, _, _, sockaddr = infos[0]
-    report.address = f"{sockaddr[0]}:{sockaddr[1]}"
+    report.address = str(sockaddr[0]) + ":" + str(sockaddr[1])  # an IP family: (host, port, ...)
     return family, sockaddr
 
 
@@ -139,7 +139,7 @@ async def _http_probes(report: NetReport, base: str, probes: int, timeout: float
     import aiohttp
 
     client_timeout = aiohttp.ClientTimeout(total=timeout)
-    ssl_arg = None if verify else False
+    ssl_arg = verify  # aiohttp: True checks the certificate (its default), False does not
     url = base + report.health_path
     async with aiohttp.ClientSession(timeout=client_timeout, headers=headers,
                                      connector=aiohttp.TCPConnector(force_close=True, ssl=ssl_arg)

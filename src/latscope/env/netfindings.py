@@ -6,7 +6,7 @@ outside the engine (client TTFT - the server's own TTFT, a warning above 10 ms),
 trip's share of TTFT is ``latency.network``, made by the same rule (``findings.latency``) as in a
 measured run, so its advice knows when client and server share a host.
 
-Definitions (ms; percentiles with numpy's linear interpolation via ``analysis.stats``):
+Definitions (ms; percentiles with numpy's linear interpolation via ``latscope.stats``):
 - HTTP round trip = GET ``/health`` over a kept-alive connection, request sent -> headers received
   (network both ways + the server's HTTP handling of /health);
 - new-connection cost = p50(GET on a fresh connection) - p50(GET on the kept-alive connection);
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from latscope.analysis.stats import distribution
 from latscope.findings import reference as _ref
 from latscope.findings.latency import Context, network_fix, share_finding
 from latscope.model import Evidence, Finding, Severity
+from latscope.stats import distribution
 
 # Client TTFT - server TTFT above this on a LAN points at the network or a proxy: a LAN round
 # trip is well under a millisecond, so 10 ms is time something on the path holds the request.
@@ -39,6 +39,10 @@ MEASURED_AT = "latscope net probe"
 
 def _p50(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def jitter_ms(values: list[float]) -> float | None:
@@ -82,9 +86,12 @@ def _http_finding(r: Any) -> Finding | None:
                               f"GET {r.health_path} -> HTTP {r.health_status}")
     evidence.append(Evidence("jitter (mean |consecutive difference|)", round(jitter_ms(
         r.keepalive_ms) or 0.0, 3), "ms", "kept-alive round trips"))
-    evidence.append(Evidence("TCP connect p50", round(connect, 3), "ms", f"connect() to {r.address}"))
     title = f"HTTP round trip {rtt:.2f} ms over a reused connection"
     why = ""
+    if rtt is None or connect is None:  # not measured (rtt: kept-alive round trips are)
+        return Finding("net.http_rtt", Severity.INFO, title, evidence, why=why, layer="network",
+                       reference=_ref("net.http_rtt"))
+    evidence.append(Evidence("TCP connect p50", round(connect, 3), "ms", f"connect() to {r.address}"))
     if rtt - connect > max(2.0, 3 * connect):
         title += f"; TCP connect only {connect:.2f} ms"
         why = ("The TCP handshake is answered much faster than an HTTP request: either an "
@@ -97,11 +104,14 @@ def _http_finding(r: Any) -> Finding | None:
 def _reuse_finding(r: Any) -> Finding | None:
     if not r.new_connection_ms or not r.keepalive_ms:
         return None
-    cost = _p50(r.new_connection_ms) - _p50(r.keepalive_ms)
+    new, kept = _p50(r.new_connection_ms), _p50(r.keepalive_ms)
+    if new is None or kept is None:  # not reached: both lists are non-empty
+        return None
+    cost = new - kept
     evidence = _dist_evidence("GET on a new connection", r.new_connection_ms, f"GET {r.health_path}")
     evidence += _dist_evidence("GET on a reused connection", r.keepalive_ms, f"GET {r.health_path}")
     evidence.append(Evidence("new-connection cost (p50 difference)", round(cost, 3), "ms", "measured"))
-    severity = Severity.WARNING if cost > 1.0 and cost > 0.2 * _p50(r.keepalive_ms) else Severity.INFO
+    severity = Severity.WARNING if cost > 1.0 and cost > 0.2 * kept else Severity.INFO
     return Finding("net.connection_reuse", severity,
                    f"a new connection costs {cost:.2f} ms per request more than a reused one",
                    evidence, why="A client that does not keep connections alive pays it on every "
@@ -167,7 +177,7 @@ def _verdict(r: Any) -> list[Finding | None]:
     share = network / ttft
     local = same_host(r.address)
     evidence = [net_ev, Evidence("TCP connect p50 (handshake only: lower bound)",
-                                 round(_p50(r.tcp_connect_ms), 3), "ms", f"connect() to {r.address}"),
+                                 _round(_p50(r.tcp_connect_ms)), "ms", f"connect() to {r.address}"),
                 Evidence("client TTFT p50", round(ttft, 3), "ms",
                          f"{len(r.stream.ttft_ms)} streamed completions ({r.stream.model})"),
                 Evidence("client and server on one host", local, "",

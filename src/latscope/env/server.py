@@ -84,7 +84,7 @@ def check_eager_and_graphs(facts: Facts) -> list[Finding]:
         return eager
     version = version_tuple(facts.vllm_version()[0])
     graphs = _flag(facts, "server.cudagraph_mode", "cudagraph_mode",
-                   lambda v: str(v).upper() in ("NONE", "PIECEWISE") and bool(version)
+                   lambda v: str(v).upper() in ("NONE", "PIECEWISE") and version is not None
                    and version >= (0, 11),
                    Severity.WARNING, "CUDA graphs not captured for full decode batches",
                    "With NONE/PIECEWISE, attention runs outside graphs: slower decode steps.",

@@ -9,13 +9,11 @@ checks in ``latscope.env.server`` can cite it.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
 from latscope.env.facts import ServerFacts
-from latscope.env.hostview import HostView
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 # vLLM CLI flags doctor judges: flag -> (setting, value when given without an argument)
@@ -46,33 +44,6 @@ def base_url(url: str) -> str:
 
 def is_local(url: str) -> bool:
     return (urlsplit(url).hostname or "") in LOCAL_HOSTS
-
-
-def url_port(url: str) -> int | None:
-    parts = urlsplit(url)
-    return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-
-
-def find_listening_pid(view: HostView, port: int) -> int | None:
-    """The pid owning a TCP socket listening on ``port`` (``/proc/net/tcp{,6}`` state 0A), found
-    by matching the socket inode in ``/proc/*/fd``; None when not visible to this user."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (view.read(table) or "").splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    targets = {f"socket:[{i}]" for i in inodes}
-    for name in view.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        for fd in view.listdir(f"/proc/{name}/fd"):
-            try:
-                if os.readlink(view.path(f"/proc/{name}/fd/{fd}")) in targets:
-                    return int(name)
-            except OSError:
-                continue
-    return None
 
 
 def settings_from_cmdline(argv: list[str], source: str) -> dict[str, tuple[Any, str]]:
@@ -122,7 +93,7 @@ async def fetch_endpoints(url: str, headers: dict[str, str], timeout_s: float = 
 def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str]) -> ServerFacts:
     import orjson
 
-    from latscope.env.redact import redact_url_password
+    from latscope.redact import redact_url_password
 
     # facts.url is printed and written to --json: never with a user:password@ in it
     facts = ServerFacts(url=url and redact_url_password(url), log_path=log)
@@ -146,7 +117,7 @@ def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str
     if isinstance(version, tuple) and version[0] == 200:
         try:
             facts.version = str(orjson.loads(version[1]).get("version"))
-            facts.version_source = base_url(facts.url) + "/version"
+            facts.version_source = base_url(url) + "/version"
         except (orjson.JSONDecodeError, AttributeError):
             pass
     models = results.get("/v1/models")
@@ -159,5 +130,6 @@ def gather_server_facts(url: str | None, log: str | None, headers: dict[str, str
     if isinstance(metrics, tuple) and metrics[0] == 200:
         facts.metrics_text = metrics[1]
     else:
-        facts.metrics_error = metrics if isinstance(metrics, str) else f"HTTP {metrics[0]}"
+        facts.metrics_error = (metrics if isinstance(metrics, str) or metrics is None
+                               else f"HTTP {metrics[0]}")
     return facts

@@ -82,7 +82,7 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
     run_at = f"Run at c<={recommended:g} (10% left of the knee). " if recommended else ""
     frontend = next((f for f in findings if f.id == "latency.engine_frontend" and f.impact
                      and f.impact.get("share", 0) >= FRONTEND_BOUND), None)
-    if frontend is not None:
+    if frontend is not None and frontend.impact:
         # one API server process tokenizes and detokenizes for the whole engine: where it is
         # a third of TTFT or more at the top, a second one may be the capacity to add
         sentences.append(f"The API server's own processing was {frontend.impact['share']:.0%} "

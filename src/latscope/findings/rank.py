@@ -75,12 +75,13 @@ def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
     top = [f for f in ranked if f.severity in (Severity.CRITICAL, Severity.WARNING) and f.impact]
     if len(top) >= 2:
         a, b = top[0], top[1]
-        if a.impact.get("target") != b.impact.get("target"):
+        ia, ib = a.impact or {}, b.impact or {}  # not None: `top` holds findings with an impact
+        if ia.get("target") != ib.get("target"):
             notes.append(f"{a.id} and {b.id} are measured against different targets "
-                         f"({a.impact.get('target')} vs {b.impact.get('target')}): ranked by "
+                         f"({ia.get('target')} vs {ib.get('target')}): ranked by "
                          "severity and target order, not by size")
-        elif a.impact.get("measured_at") != b.impact.get("measured_at"):
+        elif ia.get("measured_at") != ib.get("measured_at"):
             notes.append(f"{a.id} and {b.id} were measured at different loads "
-                         f"({a.impact.get('measured_at') or '?'} vs "
-                         f"{b.impact.get('measured_at') or '?'})")
+                         f"({ia.get('measured_at') or '?'} vs "
+                         f"{ib.get('measured_at') or '?'})")
     return ranked, notes

@@ -67,7 +67,7 @@ def _queue_finding(log: ServerLog) -> Finding | None:
     queued = [p for p in log.stats if (p.waiting or 0) > 0 and p.running is not None]
     if not queued:
         return None
-    below = [p for p in queued if max_seqs is None or p.running < max_seqs]
+    below = [p for p in queued if max_seqs is None or (p.running or 0) < max_seqs]
     kv_bound = [p for p in below if (p.kv_usage_pct or 0) >= KV_SATURATED * 100]
     budget_bound = [p for p in below if p not in kv_bound]
     if not budget_bound:
@@ -80,7 +80,8 @@ def _queue_finding(log: ServerLog) -> Finding | None:
                              log.source("max_num_batched_tokens") if mbt else "not in the log"))
     evidence.append(Evidence("stats intervals with this pattern", len(budget_bound),
                              f"of {len(log.stats)}", log.name))
-    return token_budget_finding(worst.running, worst.waiting, worst.kv_usage_pct, max_seqs, mbt,
+    # running and waiting are set: `queued` holds only such intervals
+    return token_budget_finding(worst.running or 0, worst.waiting or 0, worst.kv_usage_pct, max_seqs, mbt,
                                 evidence, sustained=len(budget_bound) >= 2)
 
 
@@ -178,7 +179,8 @@ def _queue_full_batch_finding(log: ServerLog) -> Finding | None:
     evidence.append(Evidence("max_num_seqs", max_seqs, "", seqs_source))
     evidence.append(Evidence("stats intervals with a full batch and a queue", len(full),
                              f"of {len(log.stats)}", log.name))
-    return full_batch_finding(worst.running, worst.waiting, max_seqs, evidence,
+    # running and waiting are set: `full` holds only such intervals
+    return full_batch_finding(worst.running or 0, worst.waiting or 0, max_seqs, evidence,
                               sustained=len(full) >= 2)
 
 

@@ -64,7 +64,7 @@ def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
     if capacity is not None:
         return _also_check(_capacity_verdict(capacity), unmeasured)
     symptom = next((f for f in measured if f.role != "cause"
-                    and f.impact["share"] >= SYMPTOM_VERDICT), None)
+                    and (f.impact or {})["share"] >= SYMPTOM_VERDICT), None)
     if symptom is not None:
         return _finding_verdict(symptom, inputs, "symptom")
     if critical is not None:  # a setting that breaks latency, its cost not measured here

@@ -23,14 +23,14 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from latscope.env.redact import redact_url_password
 from latscope.gateway.admission import Admission, QueueFull
 from latscope.gateway.config import TAG_MAX_INFLIGHT, GatewayConfig
-from latscope.gateway.cost import COST_HEADER, estimated_tokens, header_cost, priority_of, read_prompt
 from latscope.gateway.limit import AimdLimit, FixedLimit
 from latscope.gateway.metrics import GatewayMetrics
 from latscope.gateway.queue import ServedRate, WaitQueue
 from latscope.gateway.tags import ServerPolicy, deadline_priority, policy_from_log, policy_from_server_info
+from latscope.load.cost import COST_HEADER, estimated_tokens, header_cost, priority_of, read_prompt
+from latscope.redact import redact_url_password
 
 log = logging.getLogger("latscope.gateway")
 

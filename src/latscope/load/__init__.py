@@ -10,8 +10,8 @@ Public contract (used by ``sweep``, ``tune`` and the analyses)::
 from __future__ import annotations
 
 from latscope.load.config import BenchConfig, LengthDist, MixEntry, WorkloadSpec
-from latscope.load.rundir import read_run
 from latscope.load.runner import BenchResult, arun_bench, run_bench
+from latscope.rundir import read_run
 
 __all__ = ["BenchConfig", "BenchResult", "LengthDist", "MixEntry", "WorkloadSpec", "arun_bench",
            "read_run", "run_bench"]

@@ -81,7 +81,8 @@ class _Exchange:
             self.head = b""
             if self.future.done():
                 return
-            if self.mode == "length" and self.remaining <= 0:
+            # _read_head set self.mode: mypy keeps the `not self.mode` narrowing across the call
+            if self.mode == "length" and self.remaining <= 0:  # type: ignore[comparison-overlap]
                 self.finish(ns)
                 return
             if not data:
@@ -281,6 +282,7 @@ class StreamingClient:
             if reused and exchange.error_kind == "connection" and not exchange.received:
                 continue  # the server closed an idle keep-alive connection: retry fresh
             break
+        assert conn is not None  # both attempts end with a connection (or returned above)
         conn.exchange = None
         if exchange.keep_alive and exchange.error_kind is None and not conn.closed:
             self._idle.append(conn)

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from latscope.analysis.stats import DEFAULT_PERCENTILES, SLO_KEYS
-from latscope.env.redact import redact_url_password
 from latscope.errors import ConfigError
+from latscope.redact import redact_url_password
+from latscope.stats import DEFAULT_PERCENTILES, SLO_KEYS
 
 _FIXED = re.compile(r"^\s*(\d+)\s*$")
 _UNIFORM = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")

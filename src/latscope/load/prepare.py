@@ -22,8 +22,8 @@ import orjson
 
 from latscope.errors import ConfigError, TargetError
 from latscope.load.config import BenchConfig, LengthDist
-from latscope.load.rundir import host_info
 from latscope.load.workload import LocalTokenizer, Prompt, ServerTokenizer, Tokenizer, WordTokenizer, Workload
+from latscope.rundir import host_info
 
 _DURATION_POOL = 4096  # distinct prompts prepared for a closed-loop --duration run (then reused)
 # Longest prompt built when the server does not state its context length: beyond any served
@@ -161,7 +161,7 @@ def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:
     if config.workload.ignore_eos:
         body["ignore_eos"] = True
     if config.priority_by == "cost":  # built once per prompt, before the run: off the send path
-        from latscope.gateway.cost import priority_of
+        from latscope.load.cost import priority_of
 
         body["priority"] = priority_of((prompt.prompt_tokens or 0) + prompt.output_tokens)
     body.update(config.extra_body)

@@ -12,13 +12,14 @@ last started on this machine, else a new local one.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
 import ray
 import ray.exceptions
 
-from latscope.load.workers import WorkerDied, WorkerRun, WorkerSpec, host_facts, run_loop
+from latscope.load.worker import WorkerDied, WorkerRun, WorkerSpec, host_facts, run_loop
 
 _POLL_S = 0.1
 
@@ -28,7 +29,7 @@ def connect(address: str | None) -> None:
         return
     try:
         ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
-                 logging_level="WARNING")
+                 logging_level=logging.WARNING)
     except ConnectionError as exc:
         from latscope.errors import ConfigError
         raise ConfigError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
@@ -38,7 +39,8 @@ def alive_nodes() -> int:
     return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
 
 
-@ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)
+# ray's annotations list no overload of remote() with actor options (max_concurrency, max_restarts)
+@ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)  # type: ignore[call-overload]
 class BenchActor:
     def setup(self, spec: WorkerSpec) -> dict[str, Any]:
         self.worker = WorkerRun(spec)
@@ -64,7 +66,8 @@ class RayWorker:
     def __init__(self, index: int, spec: WorkerSpec) -> None:
         self.name = f"worker {index}"
         self.host = "?"
-        self.actor = BenchActor.options(scheduling_strategy="SPREAD").remote()
+        # an actor class (ray.remote above): its annotations are the ignored overload's
+        self.actor = BenchActor.options(scheduling_strategy="SPREAD").remote()  # type: ignore[attr-defined]
         self._ready = self.actor.setup.remote(spec)
         self._result: Any = None
 

@@ -6,7 +6,7 @@ and pre-built body cost ~6 KB a request). A closed loop keeps ``concurrency`` re
 scheduled the moment a slot frees (the slots' first sends staggered over one request time,
 ``latscope.load.stagger``), and measures latency from the actual send; an open loop sends
 on a precomputed Poisson/gamma schedule and measures every latency from the *scheduled* time, so
-the client's own lag is counted (``latscope.analysis.stats.origin_ns`` is the one definition).
+the client's own lag is counted (``latscope.stats.origin_ns`` is the one definition).
 Either way the send lag is reported separately (with event-loop lag and client CPU), with a
 warning when the client is the bottleneck. Finished records go to ``requests.jsonl`` and into
 constant-size accumulators (``RunStats``), never into a list, so memory grows with the run's
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from latscope.analysis.stats import RunStats, distribution
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
@@ -44,11 +43,12 @@ from latscope.load.prepare import (
     split_url,
 )
 from latscope.load.response import finalize
-from latscope.load.rundir import RunWriter, default_run_dir, read_run
 from latscope.load.stagger import Stagger
 from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
 from latscope.load.workload import Workload, build_workload
 from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
+from latscope.rundir import RunWriter, default_run_dir, read_run
+from latscope.stats import RunStats, distribution
 
 _LAG_INTERVAL_S = 0.01
 # Finished responses wait to be parsed, at most _FINALIZE_SLICE_NS of parsing per loop turn (and
@@ -141,6 +141,7 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     headers = request_headers(config.api_key, credentials)
     check_headers(headers)  # before any request, setup ones included
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
+    assert model is not None  # discover_model raises where the server lists no model
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),

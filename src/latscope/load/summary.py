@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from latscope.analysis.stats import RunStats, distribution
-from latscope.load.rundir import read_run
+from latscope.rundir import read_run
+from latscope.stats import RunStats, distribution
 
 _GROUP_KEYS = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
 

@@ -27,28 +27,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import math
 import multiprocessing
 import os
 import queue
-import shutil
-import socket
-import tempfile
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol
 
-import numpy as np
 import orjson
 
-from latscope.analysis.stats import distribution
-from latscope.errors import ConfigError, LatscopeError
-from latscope.load.arrival import arrival_offsets_ns
+from latscope.errors import ConfigError
 from latscope.load.client import check_headers
+from latscope.load.clocks import ClockOffset, measure_offset, shift_record
 from latscope.load.config import BenchConfig
 from latscope.load.prepare import (
     check_lengths,
@@ -60,268 +52,14 @@ from latscope.load.prepare import (
     split_url,
 )
 from latscope.load.runner import BenchResult, OnRecord, _Run, client_warnings
-from latscope.load.workload import Workload, build_workload
+from latscope.load.shares import Share, plan_shares
+from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
+from latscope.load.workload import build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
+from latscope.stats import distribution
 
 _START_MARGIN_NS = 300_000_000  # the common start lies this far after the "go" is sent
-_FLUSH_S = 0.1  # how often a worker sends its finished records back
-_PINGS = 15
 _READY_TIMEOUT_S = 120.0
-_DURATION_INDEX_SPAN = 10**9  # closed-loop --duration runs: indices are drawn from this span
-_TIME_FIELDS = ("scheduled_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns")
-
-
-class WorkerDied(LatscopeError):
-    """A worker stopped before finishing its share (the message says which and why)."""
-
-
-# ----------------------------------------------------------------------------------------------
-# Splitting the workload (pure functions)
-
-
-@dataclass
-class Share:
-    """What one worker sends: ``indices`` (into the prompt pool) and, open loop, each one's
-    scheduled offset from the common start; ``concurrency`` is its slots (closed loop) or its
-    cap on requests in flight (open loop, None: no cap)."""
-
-    worker: int
-    indices: Sequence[int]
-    offsets_ns: list[int] | None
-    concurrency: int | None
-
-    @property
-    def size(self) -> int | None:
-        """Requests this share sends at most (None: until the duration ends)."""
-        return None if len(self.indices) >= _DURATION_INDEX_SPAN // 2 else len(self.indices)
-
-
-def split_evenly(total: int, parts: int) -> list[int]:
-    """``total`` split into ``parts`` integers that differ by at most one (larger ones first)."""
-    base, extra = divmod(total, parts)
-    return [base + (i < extra) for i in range(parts)]
-
-
-def split_proportionally(total: int, weights: Sequence[int]) -> list[int]:
-    """``total`` split in proportion to ``weights`` (largest remainder; sums to ``total``)."""
-    w = np.asarray(weights, dtype=np.float64)
-    exact = total * w / w.sum()
-    counts = np.floor(exact).astype(np.int64)
-    for i in np.argsort(-(exact - counts), kind="stable")[: total - int(counts.sum())]:
-        counts[i] += 1
-    return counts.tolist()
-
-
-def plan_shares(config: BenchConfig, workers: int, pool_size: int) -> list[Share]:
-    """Each worker's share of the measured requests (warm-up is the driver's)."""
-    if workers < 1:
-        raise ConfigError("--workers must be at least 1")
-    start = config.warmup
-    if config.rate is None:
-        slots = split_evenly(config.concurrency or 1, workers)
-        if min(slots) < 1:
-            raise ConfigError(f"closed loop with concurrency {config.concurrency or 1} cannot feed "
-                              f"{workers} workers: each needs at least one slot")
-        if not config.num_requests:  # --duration: disjoint strided index sets, no end
-            return [Share(i, range(start + i, start + _DURATION_INDEX_SPAN, workers), None, c)
-                    for i, c in enumerate(slots)]
-        shares, first = [], start
-        for i, (c, n) in enumerate(zip(slots, split_proportionally(config.num_requests, slots))):
-            shares.append(Share(i, range(first, first + n), None, c))
-            first += n
-        return shares
-    count = config.num_requests or (pool_size - start)
-    offsets = arrival_offsets_ns(config.rate, count, burstiness=config.burstiness,
-                                 seed=config.seed)
-    owner = np.random.default_rng([config.seed, 1]).integers(0, workers, size=count)
-    caps: list[int | None] = [None] * workers
-    if config.concurrency:
-        caps = list(split_evenly(config.concurrency, workers))
-        if min(caps) < 1:
-            raise ConfigError(f"a cap of {config.concurrency} in flight cannot be split over "
-                              f"{workers} workers")
-    shares = []
-    for i in range(workers):
-        mine = np.flatnonzero(owner == i)
-        shares.append(Share(i, (mine + start).tolist(), offsets[mine].tolist(), caps[i]))
-    return shares
-
-
-# ----------------------------------------------------------------------------------------------
-# The worker side (runs in a worker process or a Ray actor)
-
-
-@dataclass
-class WorkerSpec:
-    config: BenchConfig
-    base_url: str
-    headers: dict[str, str] = field(repr=False)
-    model: str  # request bodies are built from the workload's prompts as they are sent
-    workload: Workload
-    tag: str
-    share: Share
-    # the driver's warm-up measured one request's time: the worker staggers its slots by it,
-    # shifted by worker/workers of a slot so the workers' slots interleave (latscope.load.stagger)
-    request_time_ns: int | None = None
-    stagger_offset: float = 0.0
-
-
-def host_facts() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": boot_id()}
-
-
-def boot_id() -> str | None:
-    """The kernel's boot id: processes that share it share CLOCK_MONOTONIC (containers too)."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-class WorkerRun:
-    """One worker's part of a run: a ``_Run`` of the runner fed with this worker's share."""
-
-    def __init__(self, spec: WorkerSpec) -> None:
-        self.spec = spec
-        self.scratch = Path(tempfile.mkdtemp(prefix="latscope-worker-"))
-        config = copy.copy(spec.config)
-        config.output_dir = self.scratch  # the driver keeps the real records; this is a scratch
-        self.run = _Run(config, spec.base_url, spec.headers, spec.model, spec.workload,
-                        on_record=self._collect)
-        self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
-        self.run.request_time_ns = spec.request_time_ns
-        # deque: append (event loop) and popleft (a Ray poll thread) are thread-safe
-        from collections import deque
-        self.finished: deque[RequestRecord] = deque()
-
-    def _collect(self, record: RequestRecord) -> None:
-        self.finished.append(record)
-
-    def take(self) -> bytes:
-        """The records finished since the last call, as one JSON array."""
-        batch = [self.finished.popleft() for _ in range(len(self.finished))]
-        return orjson.dumps(batch)
-
-    async def measure(self, start_ns: int, flush: Callable[[], None] | None = None) -> dict:
-        """Send this share from ``start_ns`` (this process's clock); the worker's own client
-        figures (CPU, event-loop lag, send lag) when done."""
-        run, share, cfg = self.run, self.spec.share, self.spec.config
-        flusher = asyncio.create_task(_every(_FLUSH_S, flush)) if flush else None
-        await _sleep_until(start_ns)
-        deadline = start_ns + int(cfg.duration_s * 1e9) if cfg.duration_s else None
-        monitor = asyncio.create_task(run._watch_lag())
-        run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
-        if share.offsets_ns is None:
-            load = run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
-                                   stagger_offset=self.spec.stagger_offset)
-        else:
-            load = self._open_loop(start_ns, deadline)
-        task = asyncio.ensure_future(load)
-        try:
-            if deadline is None:
-                await task
-            else:  # --duration bounds the share as it bounds a one-process run: a grace, then
-                # the requests still in flight are written as cancelled
-                await run._until(task, deadline + int(run.grace_s() * 1e9))
-        finally:
-            monitor.cancel()
-            run.stop_clock()
-            run.cancel_in_flight()
-            if flusher:
-                flusher.cancel()
-        figures = run.summary()["client"]
-        figures["requests"] = run.stats.total + run.stats.warmup
-        figures["stagger"] = run.staggers
-        return figures
-
-    async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:
-        run, share = self.run, self.spec.share
-        cap = asyncio.Semaphore(share.concurrency) if share.concurrency else None
-
-        async def capped(index: int, scheduled: int) -> None:
-            if cap is None:
-                return await run.one(index, scheduled, False, open_loop=True)
-            async with cap:  # the wait for a slot stays inside the measured latency
-                await run.one(index, scheduled, False, open_loop=True)
-
-        tasks = []
-        for index, offset in zip(share.indices, share.offsets_ns or ()):
-            scheduled = start_ns + offset
-            if deadline_ns is not None and scheduled >= deadline_ns:
-                break
-            await _sleep_until(scheduled)
-            tasks.append(asyncio.create_task(capped(index, scheduled)))
-        await asyncio.gather(*tasks)
-        run.finalize_all()
-
-    def close(self) -> None:
-        self.run.writer.close()
-        self.run.client.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-async def _sleep_until(t_ns: int) -> None:
-    """Sleep until ``t_ns``, never waking early: uvloop's timers have millisecond resolution and
-    fire up to ~1 ms before the asked time, which would send a request before its schedule."""
-    delay = t_ns - time.perf_counter_ns()
-    if delay > 0:
-        await asyncio.sleep(delay / 1e9)
-    while time.perf_counter_ns() < t_ns:
-        await asyncio.sleep(0)  # yields to the other streams while waiting out the last ~1 ms
-
-
-async def _every(interval_s: float, fn: Callable[[], None]) -> None:
-    while True:
-        await asyncio.sleep(interval_s)
-        fn()
-
-
-def run_loop(coro_fn: Callable[[], Any], use_uvloop: bool) -> Any:
-    factory = None
-    if use_uvloop:
-        with contextlib.suppress(ImportError):
-            import uvloop
-            factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(coro_fn())
-
-
-def _local_main(conn: Any) -> None:
-    """A local worker process: setup, answer pings, run on "go", stream records back."""
-    worker = None
-    try:
-        spec: WorkerSpec = conn.recv()
-        worker = WorkerRun(spec)
-        conn.send(("ready", host_facts()))
-        while True:
-            msg = conn.recv()
-            if msg[0] == "ping":
-                conn.send(("pong", time.perf_counter_ns()))
-            elif msg[0] == "go":
-                break
-
-        def flush() -> None:
-            data = worker.take()
-            if data != b"[]":
-                conn.send(("records", data))
-
-        figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)
-        flush()
-        conn.send(("done", figures))
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass  # the driver went away or stopped us: nothing to report to
-    except BaseException as exc:  # reported to the driver, which says which worker and why
-        with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}",
-                       traceback.format_exc(limit=5)))
-    finally:
-        if worker is not None:
-            worker.close()
-
-
-# ----------------------------------------------------------------------------------------------
-# The driver side
-
 
 class WorkerHandle(Protocol):
     name: str
@@ -403,45 +141,6 @@ class LocalWorker:
 
 
 @dataclass
-class ClockOffset:
-    offset_ns: int  # worker clock minus driver clock, as measured
-    bound_ns: int  # |true offset - offset_ns| <= bound_ns
-    pings: int
-    # what is subtracted from the worker's timestamps: 0 on the driver's own kernel, where
-    # CLOCK_MONOTONIC is one clock and the measured offset is only the exchange's noise
-    applied_ns: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"offset_ns": self.offset_ns, "bound_ns": self.bound_ns, "pings": self.pings,
-                "applied_ns": self.applied_ns}
-
-
-def measure_offset(ping: Callable[[], int], pings: int = _PINGS) -> ClockOffset:
-    """NTP-style: the exchange with the shortest round trip bounds the offset best."""
-    best: tuple[int, int] | None = None
-    for _ in range(pings):
-        t0 = time.perf_counter_ns()
-        tw = ping()
-        t1 = time.perf_counter_ns()
-        rtt = t1 - t0
-        if best is None or rtt < best[1]:
-            best = (tw - (t0 + t1) // 2, rtt)
-    assert best is not None
-    return ClockOffset(best[0], (best[1] + 1) // 2, pings)
-
-
-def shift_record(record: RequestRecord, offset_ns: int) -> RequestRecord:
-    """A worker's record moved onto the driver's clock."""
-    if offset_ns:
-        for name in _TIME_FIELDS:
-            value = getattr(record, name)
-            if value:
-                setattr(record, name, value - offset_ns)
-        record.chunk_ns = [t - offset_ns for t in record.chunk_ns]
-    return record
-
-
-@dataclass
 class WorkerState:
     index: int
     handle: Any
@@ -516,7 +215,7 @@ def run_load(config: BenchConfig, workers: int | str = "auto",
     return result
 
 
-def run_workers(config: BenchConfig, workers: int, *, backend: str = "local",
+def run_workers(config: BenchConfig, workers: int | None, *, backend: str = "local",
                 ray_address: str | None = None, observers: Iterable[RunObserver] = (),
                 on_record: OnRecord | None = None) -> BenchResult:
     """``run_bench`` with the load split over ``workers`` processes (``backend`` local | ray).
@@ -539,6 +238,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
     headers = request_headers(config.api_key, credentials)
     check_headers(headers)
     model = config.model or await asyncio.to_thread(discover_model, base_url, headers)
+    assert model is not None  # discover_model raises where the server lists no model
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
@@ -581,9 +281,10 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         for state in states:
             with contextlib.suppress(Exception):
                 state.handle.stop()
-        for obs in started:
-            with contextlib.suppress(Exception):  # one observer's failure must not lose data
-                await obs.stop(ctx)
+        if ctx is not None:  # observers start only once ctx is set
+            for obs in started:
+                with contextlib.suppress(Exception):  # one observer's failure must not lose data
+                    await obs.stop(ctx)
         summary = run.summary()
         summary["client"] = merged_client_figures([s.report() for s in states], summary)
         summary["workers"] = [s.report() for s in states]
@@ -664,7 +365,8 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
             except queue.Empty:
                 break
             for item in orjson.loads(data):
-                run._finished(shift_record(RequestRecord.from_dict(item), state.clock.applied_ns))
+                run._finished(shift_record(RequestRecord.from_dict(item),
+                                          state.clock.applied_ns if state.clock else 0))
                 state.received += 1
         if not alive:
             return
@@ -679,7 +381,7 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
     wall = max((w["wall_s"] or 0.0 for w in workers), default=0.0)
     util = max((w["cpu_utilization"] or 0.0 for w in workers), default=None)
     lags = [w["loop_lag_ms"] for w in workers if w.get("loop_lag_ms")]
-    worst = max(lags, key=lambda d: d.get("p99") or 0.0, default={})
+    worst: dict[str, Any] = max(lags, key=lambda d: d.get("p99") or 0.0, default={})
     send = summary.get("send_lag_ms") or {}
     send_p99 = max((w["send_lag_p99_ms"] or 0.0 for w in workers), default=None)
     figures = {"cpu_s": cpu, "wall_s": wall, "cpu_utilization": util,

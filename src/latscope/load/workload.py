@@ -195,7 +195,7 @@ def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: i
     """``count`` prompts for ``spec``, reproducible from ``seed``."""
     rng = np.random.default_rng(seed)
     maker = PromptMaker(tokenizer, rng)
-    notes = []
+    notes: list[str] = []
     if spec.dataset:
         prompts = _dataset_prompts(spec, count, tokenizer, rng, notes)
     else:
@@ -204,8 +204,8 @@ def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: i
         notes.append(f"{maker.inexact} prompt(s) could not be made exactly the target length")
     if not tokenizer.exact:
         notes.append("no tokenizer: prompt lengths are approximate (one word taken as one token)")
-        if getattr(tokenizer, "reason", ""):
-            notes.append(f"server tokenizer not used: {tokenizer.reason}")
+        if reason := getattr(tokenizer, "reason", ""):
+            notes.append(f"server tokenizer not used: {reason}")
     return Workload(prompts, tokenizer.source, tokenizer.exact, notes)
 
 

@@ -1,4 +1,4 @@
-"""Terminal tables for a ``bench`` summary (the dict ``latscope.analysis.stats.summarize`` makes,
+"""Terminal tables for a ``bench`` summary (the dict ``latscope.stats.summarize`` makes,
 plus the runner's ``client``/``workload`` sections). Latencies in ms, rates per second; every row
 is defined in ``docs/metrics.md``."""
 

@@ -59,7 +59,7 @@ def _wrap(text: str, indent: str = "", first: str = "") -> str:
                          break_on_hyphens=False, break_long_words=False)
 
 
-def _table(head: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+def _table(head: list[str], rows: list[list[str]], right: frozenset[int] | set[int] = frozenset()) -> str:
     cells = [[_cell(c) for c in row] for row in [head, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
 

@@ -66,7 +66,8 @@ def _at_load(points: list[dict[str, Any]], load: Any, key: str) -> float | None:
 def sweep_spec(sweep: dict[str, Any] | None) -> dict[str, Any] | None:
     """The throughput-latency curve, and throughput, TTFT and E2E against the load offered,
     with the knee and the recommended load marked on each."""
-    points = sorted((p for p in (sweep or {}).get("points") or [] if _num(p.get("load"))),
+    sweep = sweep or {}
+    points = sorted((p for p in sweep.get("points") or [] if _num(p.get("load"))),
                     key=lambda p: p["load"])
     if not points:
         return None
@@ -161,7 +162,9 @@ def _load_panel(title: str, rows: list[dict[str, Any]], x: dict[str, Any],
 
 def decomposition_spec(decompositions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     """Client TTFT of each load level as one stacked bar of its parts (mean ms)."""
-    rows, levels, parts = [], [], {}
+    rows: list[dict[str, Any]] = []
+    levels: list[str] = []
+    parts: dict[str, Any] = {}
     for d in decompositions or []:
         leaves = [c for c in ttft_leaves(d) if _num(c.get("mean_ms"))]
         if not leaves:

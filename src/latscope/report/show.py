@@ -22,9 +22,9 @@ def show(run: RunDir, console: Console, *, show_ok: bool = False) -> None:
 
 def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.analysis.decompose import Component, Decomposition
-    from latscope.load.rundir import read_run
     from latscope.report.bench import print_bench
     from latscope.report.observe import print_decomposition
+    from latscope.rundir import read_run
 
     manifest, records, summary = read_run(run.path)
     if not summary:  # a run killed before it wrote its summary: rebuild it from the records
@@ -40,7 +40,7 @@ def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
 
 
 def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) -> dict[str, Any]:
-    from latscope.load.rundir import rebuild_summary
+    from latscope.load.runner import rebuild_summary
 
     return rebuild_summary(run.path)
 

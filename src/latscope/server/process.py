@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -27,17 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from latscope.errors import TargetError
+from latscope.redact import redact_cmd, redact_text
 
 DEFAULT_STOP_GRACE_S = 15.0
 # Probes go straight to the server: an http_proxy set in the environment must not intercept them.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _PR_SET_PDEATHSIG = 1
-# Flag values that must never reach a log, report or PID file.
-_SECRET_FLAGS = re.compile(r"^--?(api-key|api_key|token|hf-token|password)(=.*)?$", re.I)
-# key: value / key=value / 'key': ['v'] (vLLM logs --api-key as a list) / --api-key VALUE
-_SECRET_TEXT = re.compile(r"""(?:(--(?:api-key|hf-token|token|password))(\s+)"""
-                          r"""|(api[_-]?key|token|password)(['"]?\s*[:=]\s*\[?\s*['"]?))"""
-                          r"""[^'",\s}\]]+""", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,28 +262,6 @@ def tail_lines(path: Path, count: int = 15, max_bytes: int = 65536) -> list[str]
         return []
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     return [redact_text(line) for line in lines[-count:]]
-
-
-def redact_cmd(cmd: Sequence[str]) -> list[str]:
-    """The command with the values of secret-bearing flags replaced by ``***``."""
-    out, hide_next = [], False
-    for part in cmd:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        match = _SECRET_FLAGS.match(part)
-        if match and match.group(2):
-            out.append(part.split("=", 1)[0] + "=***")
-        else:
-            out.append(part)
-            hide_next = bool(match)
-    return out
-
-
-def redact_text(line: str) -> str:
-    return _SECRET_TEXT.sub(
-        lambda m: (m.group(1) or m.group(3)) + (m.group(2) or m.group(4)) + "***", line)
 
 
 def _die_with_parent(parent_pid: int):

@@ -26,13 +26,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from latscope.errors import TargetError
+from latscope.redact import redact_cmd
 from latscope.server.process import (
     DEFAULT_STOP_GRACE_S,
     ManagedServer,
     ProcessIdentity,
     health_ok,
     owns_group,
-    redact_cmd,
     stop_group,
     tail_lines,
 )
@@ -123,7 +123,7 @@ class LocalTarget:
     """
 
     def __init__(self, port: int | None = None, model: str | Path = "tiny",
-                 serve_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 serve_args: Sequence[str] = (), env: Mapping[str, str | None] | None = None,
                  log_dir: Path | str | None = None,
                  ready_timeout: float = DEFAULT_READY_TIMEOUT_S, *, host: str = "127.0.0.1",
                  detach: bool = False, pid_file: Path | str | None = None,

@@ -10,12 +10,13 @@ in it), absent when none did.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from latscope.model import MetricSnapshot
 from latscope.server.metrics import counter_delta, histogram_delta, label_values, snapshot_value
 
-GAUGES = {  # key -> (series, how several engines combine)
+GAUGES: dict[str, tuple[str, Callable[[list[float]], float]]] = {
+    # key -> (series, how several engines combine)
     "running": ("vllm:num_requests_running", sum),
     "waiting": ("vllm:num_requests_waiting", sum),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", max),

@@ -204,7 +204,7 @@ def telemetry_section(run_dirs: list[Path], t0_wall: float | None = None) -> dic
         _, samples = read_telemetry(run_dir)
         rows += [s for s in samples if s["gpu"] in facts["gpus"]]
         info = facts if info is None or info.get("status") != "ok" else info
-    if not rows:
+    if not rows or info is None:
         return {"status": info["status"], "why": info.get("why")} if info else None
     if t0_wall is None:
         firsts = [snaps[0].wall_time for snaps in map(read_snapshots, run_dirs) if snaps]

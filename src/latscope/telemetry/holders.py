@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from latscope.env.hostview import HostView
+from latscope.server.hostview import HostView
 
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
@@ -20,7 +20,7 @@ VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEV
 def server_pids(view: HostView, pid: int | None = None, port: int | None = None
                 ) -> tuple[list[int], str]:
     """The server's PID and its descendants, and how the PID was found."""
-    from latscope.env.serverfacts import find_listening_pid
+    from latscope.server.hostview import find_listening_pid
 
     source = "given"
     if pid is None and port:

@@ -73,8 +73,9 @@ def _gpu(index: int, g: ET.Element, t_ns: int, wall_time: float) -> dict[str, An
                         for tag, name in _REASONS.items()
                         if child.tag.endswith(f"_reason_{tag}") and child.text == "Active"]
     s["xids"] = []
-    s["processes"] = [{"pid": int(_num(p, "pid")), "used_bytes": _mib(_num(p, "used_memory"))}
-                      for p in g.findall("processes/process_info") if _num(p, "pid") is not None]
+    s["processes"] = [{"pid": int(pid), "used_bytes": _mib(_num(p, "used_memory"))}
+                      for p in g.findall("processes/process_info")
+                      if (pid := _num(p, "pid")) is not None]
     return s
 
 

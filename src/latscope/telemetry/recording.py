@@ -66,9 +66,12 @@ def recording_to_run(rec_dir: Path, out: Path, interval_s: float = 1.0) -> Path:
 def _server(rec_dir: Path) -> tuple[list[int], dict[str, str]]:
     meta = _json(rec_dir / "meta.json") or {}
     procs = _json(rec_dir / "processes.json") or []
+    pid = (meta.get("args") or {}).get("server_pid")
     try:
-        root = int((meta.get("args") or {}).get("server_pid"))
+        root = int(pid) if pid is not None else None
     except (TypeError, ValueError):
+        root = None
+    if root is None:
         return [], {}
     children: dict[int, list[int]] = {}
     for p in procs:

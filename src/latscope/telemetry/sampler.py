@@ -137,8 +137,7 @@ class TelemetrySampler:
         return out
 
     def _holders(self, ctx: RunContext | None) -> dict[str, Any]:
-        from latscope.env.hostview import HostView
-        from latscope.env.serverfacts import url_port
+        from latscope.server.hostview import HostView, url_port
         from latscope.telemetry.holders import holders, server_pids, visible_devices
 
         view = HostView()

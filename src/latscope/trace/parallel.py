@@ -113,7 +113,7 @@ def cross_rank(analyses: list[RankAnalysis]) -> dict[str, Any]:
     """Per-rank busy/idle side by side, the slowest rank, and collective skew when the traces
     carry communication kernels. ``*_ns`` keys, as the other trace results."""
     ok = [a for a in analyses if a.result is not None]
-    rows = rank_summary([a.result for a in ok])
+    rows = rank_summary([a.result for a in ok if a.result is not None])
     by_key = {(r["path"], r["device"]): r for r in rows}
     view: dict[str, Any] = {"ranks": rows, "workers": [
         {"path": a.path, "pid": a.pid, "host": a.host, "wall_s": a.wall_s,
@@ -180,7 +180,7 @@ def collective_skew(seqs: dict[tuple[str, int], tuple[list[str], list[int]]],
     wait = durs - durs.min(axis=0)
     skew = durs.max(axis=0) - durs.min(axis=0)
     kinds = [collective_kind(n) for n in names[0][same]]
-    per_rank = []
+    per_rank: list[dict[str, Any]] = []
     for i, key in enumerate(keys):
         row = rows.get(key, {})
         window = row.get("window_ns") or 0

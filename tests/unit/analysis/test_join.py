@@ -11,8 +11,8 @@ import pytest
 
 from latscope.analysis.decompose import decompose, decompose_run
 from latscope.analysis.join import join_spans, request_spans
-from latscope.analysis.stats import ttft_ms
-from latscope.load.rundir import read_run
+from latscope.stats import ttft_ms
+from latscope.rundir import read_run
 from latscope.report.perrequest import WIDTH, per_request_lines
 from latscope.server.otlp import read_spans
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from latscope.env.collect import collect
 from latscope.env.doctor import run_doctor
-from latscope.env.redact import redact_argv, redact_env
+from latscope.redact import redact_argv, redact_env
 
 
 def test_collect_round_trip_redacts_secrets(tmp_path, monkeypatch):

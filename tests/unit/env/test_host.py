@@ -7,7 +7,7 @@ from fakehost import pci_gpu, status
 from latscope.env.facts import Facts
 from latscope.env.host import (check_cpu_governor, check_cstates, check_gpu_numa_affinity,
                                check_iommu, check_numa_balancing, check_pcie_links, pci_gpus)
-from latscope.env.hostview import HostView, format_cpulist, parse_cpulist
+from latscope.server.hostview import HostView, format_cpulist, parse_cpulist
 from latscope.model import Severity
 
 NODES = {"/sys/devices/system/node/node0/cpulist": "0-15,32-47\n",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import socket
 
-from latscope.env.hostview import HostView
-from latscope.env.serverfacts import find_listening_pid, settings_from_cmdline
+from latscope.server.hostview import HostView
+from latscope.env.serverfacts import settings_from_cmdline
+from latscope.server.hostview import find_listening_pid
 
 
 def test_listening_pid_is_this_process():

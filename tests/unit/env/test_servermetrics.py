@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from latscope.env.facts import Facts, ServerFacts
-from latscope.env.hostview import HostView
+from latscope.server.hostview import HostView
 from latscope.env.servermetrics import check_metrics
 from latscope.model import Severity
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from latscope.gateway.cost import estimated_tokens, header_cost, priority_of, read_prompt
+from latscope.load.cost import estimated_tokens, header_cost, priority_of, read_prompt
 
 
 def test_completion_text_prompt_and_max_tokens():

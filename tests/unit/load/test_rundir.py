@@ -51,7 +51,7 @@ def test_not_a_run_dir(tmp_path):
 
 
 def test_reused_output_dir_holds_only_the_new_run(tmp_path):
-    from latscope.load.rundir import RunWriter
+    from latscope.rundir import RunWriter
 
     first = RunWriter(tmp_path)
     first.write_manifest({"run_tag": "old"})

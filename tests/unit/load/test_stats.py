@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from latscope.analysis.stats import RunStats, e2e_ms, summarize, ttft_ms
+from latscope.stats import RunStats, e2e_ms, summarize, ttft_ms
 from latscope.model import RequestRecord
 
 MS = 1_000_000

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from fakeserver import FakeServer
 
-from latscope.analysis.stats import RunStats, summarize
+from latscope.stats import RunStats, summarize
 from latscope.load import BenchConfig, run_bench
 from latscope.model import RequestRecord
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from fakeserver import FakeServer
 
-from latscope.analysis.stats import ttft_ms
+from latscope.stats import ttft_ms
 from latscope.load import BenchConfig, run_bench
 
 # held against the fake server's own timestamps at up to 256 streams: never beside other tests

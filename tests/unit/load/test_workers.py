@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 from fakeserver import FakeServer
 
-from latscope.analysis.stats import summarize
+from latscope.stats import summarize
 from latscope.errors import ConfigError
 from latscope.load import BenchConfig, read_run
 from latscope.load.arrival import arrival_offsets_ns
-from latscope.load.workers import (measure_offset, plan_shares, run_workers, shift_record,
-                                   split_evenly, split_proportionally)
+from latscope.load.clocks import measure_offset, shift_record
+from latscope.load.shares import plan_shares, split_evenly, split_proportionally
+from latscope.load.workers import run_workers
 from latscope.model import RequestRecord
 
 

@@ -16,9 +16,10 @@ import pytest
 
 from latscope.errors import TargetError
 from latscope.server.process import (
-    ManagedServer, ProcessIdentity, group_members, owns_group, process_start_ticks, redact_cmd,
-    stop_group, tail_lines,
+    ManagedServer, ProcessIdentity, group_members, owns_group, process_start_ticks, stop_group,
+    tail_lines,
 )
+from latscope.redact import redact_cmd
 from latscope.server.target import free_port
 
 # A /health server; its behaviour is chosen by argv: delay before listening, status code,
@@ -202,7 +203,7 @@ def test_tail_lines_takes_the_last_non_empty_lines_and_redacts(tmp_path):
 def test_redact_text_hides_list_and_space_separated_secrets():
     # vLLM >= 0.10 logs --api-key as a list in its "non-default args" line; a command line in
     # free text has the value after a space. Both once leaked through redact_text.
-    from latscope.server.process import redact_text
+    from latscope.redact import redact_text
 
     line = ("non-default args: {'api_key': ['sk-live-SECRET1'], 'hf_token': 'hf_SECRET2', "
             "'max_num_batched_tokens': 4096}")

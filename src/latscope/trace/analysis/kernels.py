@@ -83,7 +83,7 @@ def _families(total: np.ndarray, count: np.ndarray, names: NameTable) -> list[di
 
 def _categories(dev: DeviceActivities, inside: np.ndarray, s: np.ndarray, e: np.ndarray,
                 busy_ns: int) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for index, label in enumerate(CATEGORIES):
         mask = inside & (dev.category == index)
         if label == "copy-as-kernel":
@@ -102,7 +102,7 @@ def _fallbacks(dev: DeviceActivities, kmask: np.ndarray, s: np.ndarray, e: np.nd
                names: NameTable, kernel_sum: int, busy_ns: int) -> list[dict[str, Any]]:
     rules = load_taxonomy().fallbacks
     rule_of = names.fallback[dev.gpu.name]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for index, rule in enumerate(rules):
         mask = kmask & (rule_of == index)
         if not mask.any():

@@ -196,10 +196,10 @@ class _EventSink:
             builder.api.append_row(start, end, as_id(ev.get("pid")), as_id(ev.get("tid")),
                                    builder.names.intern(name), as_id(args.get("correlation")))
         elif cat in _RANGE_KIND:
-            kind = _RANGE_KIND[cat]
+            range_kind = _RANGE_KIND[cat]
             pid = as_id(ev.get("pid"))
-            builder.ranges.append_row(kind, start, end, pid, as_id(ev.get("tid")),
-                                      pid if kind == RangeKind.GPU_ANNOTATION else -1,
+            builder.ranges.append_row(range_kind, start, end, pid, as_id(ev.get("tid")),
+                                      pid if range_kind == RangeKind.GPU_ANNOTATION else -1,
                                       builder.names.intern(name))
 
     def finish(self, path: Path, meta_json: dict[str, Any]) -> TraceEvents:

@@ -7,6 +7,7 @@ Blocks msgspec rejects (an unexpected type in some field) go through the dict pa
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import msgspec
 import numpy as np
@@ -89,8 +90,8 @@ def span_ns(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return start, end, reason
 
 
-def add_events(builder: TraceBuilder, events: list[_Event], gpu_kinds: dict[str, int],
-               api_cats: tuple[str, ...], range_kinds: dict[str, int], copy_attrs) -> int:
+def add_events(builder: TraceBuilder, events: list[_Event], gpu_kinds: Mapping[str, int],
+               api_cats: tuple[str, ...], range_kinds: Mapping[str, int], copy_attrs) -> int:
     """Append decoded events to the builder's tables; returns how many events were seen."""
     xs = [e for e in events if e.ph == "X" and e.ts is not None]
     if not xs:
@@ -116,7 +117,7 @@ def add_events(builder: TraceBuilder, events: list[_Event], gpu_kinds: dict[str,
         xs, start, end = [xs[i] for i in keep], start[keep], end[keep]
     group = {**{c: 0 for c in gpu_kinds}, **{c: 1 for c in api_cats},
              **{c: 2 for c in range_kinds}}
-    table = np.asarray([group.get(e.cat, -1) for e in xs], dtype=np.int8)
+    table = np.asarray([group.get(e.cat or "", -1) for e in xs], dtype=np.int8)
     _add_gpu(builder, xs, np.flatnonzero(table == 0), start, end, gpu_kinds, copy_attrs)
     _add_api(builder, xs, np.flatnonzero(table == 1), start, end)
     _add_ranges(builder, xs, np.flatnonzero(table == 2), start, end, range_kinds)

@@ -151,7 +151,7 @@ def _regions(conn: sqlite3.Connection, builder: TraceBuilder, present: set[str],
              strings: dict[int, str], corr: dict[int, int]) -> None:
     pids = _lookup(conn, present, "rocpd_info_process", "id, pid")
     tids = _lookup(conn, present, "rocpd_info_thread", "id, tid")
-    category = {}
+    category: dict[int, int] = {}
     for src in _sources(present, "rocpd_event"):
         if "category_id" in columns(conn, src):
             category.update(conn.execute(f"SELECT id, category_id FROM {src}"))
@@ -162,7 +162,7 @@ def _regions(conn: sqlite3.Connection, builder: TraceBuilder, present: set[str],
                 f'SELECT start, "end", name_id, pid, tid, {event_col} FROM {src}'):
             name = intern(strings.get(name_id, f"string {name_id}"))
             pid, tid = pids.get(pid, pid), tids.get(tid, tid)
-            if "MARKER" in as_text(strings.get(category.get(event))).upper():
+            if "MARKER" in as_text(strings.get(category.get(event, -1))).upper():
                 builder.ranges.append_row(RangeKind.ANNOTATION, start, end, pid, tid, -1, name)
             else:
                 builder.api.append_row(start, end, pid, tid, name, corr.get(event, -1))

@@ -116,7 +116,7 @@ def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
         "e2e": e2e_ms(r),
         "itl": float(itls_ms(r).max()) if len(r.chunk_ns) > 1 else None,
     }
-    return all(checks[k] is None or checks[k] <= limit for k, limit in slo.items())
+    return all((v := checks[k]) is None or v <= limit for k, limit in slo.items())
 
 
 class _Pooled:
@@ -181,7 +181,7 @@ class _Pooled:
         return float(min(max(mid, self.lo), self.hi))
 
 
-def _bin(v: np.ndarray) -> np.ndarray:
+def _bin(v: np.ndarray | np.float64) -> np.ndarray:
     return np.maximum(np.floor(np.log(v / _HIST_LO_MS) / math.log1p(_HIST_STEP)), 0).astype(
         np.int64)
 

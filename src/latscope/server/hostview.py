@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 TOOLS_DIR = "latscope/tools"  # inside a captured tree
 META_DIR = "latscope"
@@ -165,3 +166,30 @@ def format_cpulist(cpus: set[int]) -> str:
         out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
         i = j + 1
     return ",".join(out)
+
+
+def url_port(url: str) -> int | None:
+    parts = urlsplit(url)
+    return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+def find_listening_pid(view: HostView, port: int) -> int | None:
+    """The pid owning a TCP socket listening on ``port`` (``/proc/net/tcp{,6}`` state 0A), found
+    by matching the socket inode in ``/proc/*/fd``; None when not visible to this user."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (view.read(table) or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    targets = {f"socket:[{i}]" for i in inodes}
+    for name in view.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        for fd in view.listdir(f"/proc/{name}/fd"):
+            try:
+                if os.readlink(view.path(f"/proc/{name}/fd/{fd}")) in targets:
+                    return int(name)
+            except OSError:
+                continue
+    return None

@@ -1,0 +1,200 @@
+"""The worker side of a multi-process bench run: what runs in a local worker process or a Ray
+actor (``latscope.load.workers`` is the driver side)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import shutil
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from latscope.errors import LatscopeError
+from latscope.load.config import BenchConfig
+from latscope.load.runner import _Run
+from latscope.load.shares import Share
+from latscope.load.workload import Workload
+from latscope.model import RequestRecord
+
+_FLUSH_S = 0.1  # how often a worker sends its finished records back
+
+
+class WorkerDied(LatscopeError):
+    """A worker stopped before finishing its share (the message says which and why)."""
+
+
+@dataclass
+class WorkerSpec:
+    config: BenchConfig
+    base_url: str
+    headers: dict[str, str] = field(repr=False)
+    model: str  # request bodies are built from the workload's prompts as they are sent
+    workload: Workload
+    tag: str
+    share: Share
+    # the driver's warm-up measured one request's time: the worker staggers its slots by it,
+    # shifted by worker/workers of a slot so the workers' slots interleave (latscope.load.stagger)
+    request_time_ns: int | None = None
+    stagger_offset: float = 0.0
+
+
+def host_facts() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": boot_id()}
+
+
+def boot_id() -> str | None:
+    """The kernel's boot id: processes that share it share CLOCK_MONOTONIC (containers too)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+class WorkerRun:
+    """One worker's part of a run: a ``_Run`` of the runner fed with this worker's share."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.scratch = Path(tempfile.mkdtemp(prefix="latscope-worker-"))
+        config = copy.copy(spec.config)
+        config.output_dir = self.scratch  # the driver keeps the real records; this is a scratch
+        self.run = _Run(config, spec.base_url, spec.headers, spec.model, spec.workload,
+                        on_record=self._collect)
+        self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
+        self.run.request_time_ns = spec.request_time_ns
+        # deque: append (event loop) and popleft (a Ray poll thread) are thread-safe
+        from collections import deque
+        self.finished: deque[RequestRecord] = deque()
+
+    def _collect(self, record: RequestRecord) -> None:
+        self.finished.append(record)
+
+    def take(self) -> bytes:
+        """The records finished since the last call, as one JSON array."""
+        batch = [self.finished.popleft() for _ in range(len(self.finished))]
+        return orjson.dumps(batch)
+
+    async def measure(self, start_ns: int, flush: Callable[[], None] | None = None) -> dict:
+        """Send this share from ``start_ns`` (this process's clock); the worker's own client
+        figures (CPU, event-loop lag, send lag) when done."""
+        run, share, cfg = self.run, self.spec.share, self.spec.config
+        flusher = asyncio.create_task(_every(_FLUSH_S, flush)) if flush else None
+        await _sleep_until(start_ns)
+        deadline = start_ns + int(cfg.duration_s * 1e9) if cfg.duration_s else None
+        monitor = asyncio.create_task(run._watch_lag())
+        run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
+        if share.offsets_ns is None:
+            load = run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
+                                   stagger_offset=self.spec.stagger_offset)
+        else:
+            load = self._open_loop(start_ns, deadline)
+        task = asyncio.ensure_future(load)
+        try:
+            if deadline is None:
+                await task
+            else:  # --duration bounds the share as it bounds a one-process run: a grace, then
+                # the requests still in flight are written as cancelled
+                await run._until(task, deadline + int(run.grace_s() * 1e9))
+        finally:
+            monitor.cancel()
+            run.stop_clock()
+            run.cancel_in_flight()
+            if flusher:
+                flusher.cancel()
+        figures = run.summary()["client"]
+        figures["requests"] = run.stats.total + run.stats.warmup
+        figures["stagger"] = run.staggers
+        return figures
+
+    async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:
+        run, share = self.run, self.spec.share
+        cap = asyncio.Semaphore(share.concurrency) if share.concurrency else None
+
+        async def capped(index: int, scheduled: int) -> None:
+            if cap is None:
+                return await run.one(index, scheduled, False, open_loop=True)
+            async with cap:  # the wait for a slot stays inside the measured latency
+                await run.one(index, scheduled, False, open_loop=True)
+
+        tasks = []
+        for index, offset in zip(share.indices, share.offsets_ns or ()):
+            scheduled = start_ns + offset
+            if deadline_ns is not None and scheduled >= deadline_ns:
+                break
+            await _sleep_until(scheduled)
+            tasks.append(asyncio.create_task(capped(index, scheduled)))
+        await asyncio.gather(*tasks)
+        run.finalize_all()
+
+    def close(self) -> None:
+        self.run.writer.close()
+        self.run.client.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+async def _sleep_until(t_ns: int) -> None:
+    """Sleep until ``t_ns``, never waking early: uvloop's timers have millisecond resolution and
+    fire up to ~1 ms before the asked time, which would send a request before its schedule."""
+    delay = t_ns - time.perf_counter_ns()
+    if delay > 0:
+        await asyncio.sleep(delay / 1e9)
+    while time.perf_counter_ns() < t_ns:
+        await asyncio.sleep(0)  # yields to the other streams while waiting out the last ~1 ms
+
+
+async def _every(interval_s: float, fn: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        fn()
+
+
+def run_loop(coro_fn: Callable[[], Any], use_uvloop: bool) -> Any:
+    factory = None
+    if use_uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+            factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro_fn())
+
+
+def _local_main(conn: Any) -> None:
+    """A local worker process: setup, answer pings, run on "go", stream records back."""
+    worker = None
+    try:
+        spec: WorkerSpec = conn.recv()
+        worker = WorkerRun(spec)
+        conn.send(("ready", host_facts()))
+        while True:
+            msg = conn.recv()
+            if msg[0] == "ping":
+                conn.send(("pong", time.perf_counter_ns()))
+            elif msg[0] == "go":
+                break
+
+        def flush() -> None:
+            data = worker.take()
+            if data != b"[]":
+                conn.send(("records", data))
+
+        figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)
+        flush()
+        conn.send(("done", figures))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass  # the driver went away or stopped us: nothing to report to
+    except BaseException as exc:  # reported to the driver, which says which worker and why
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}",
+                       traceback.format_exc(limit=5)))
+    finally:
+        if worker is not None:
+            worker.close()
