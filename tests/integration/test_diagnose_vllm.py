@@ -125,14 +125,10 @@ def test_debug_and_request_logging_are_named_and_launch_blocking_is_listed(tmp_p
 
 
 @pytest.fixture(scope="module")
-def healthy_target(tmp_path_factory):
-    from latscope.server.target import LocalTarget
-
-    target = LocalTarget(log_dir=tmp_path_factory.mktemp("healthy")).start()
-    try:
-        yield target
-    finally:
-        target.stop()
+def healthy_target(vllm_target):
+    """The session's default-flag server: healthy, and one vLLM start (~40-60 s) fewer than a
+    server of this module's own (what earlier tests sent it is over before diagnose starts)."""
+    return vllm_target
 
 
 def test_a_healthy_server_gets_no_false_alarm(healthy_target, tmp_path):

@@ -160,11 +160,13 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     ``client_loop_lag_ms`` is the run's mean event-loop lag (the client's receive delay
     estimate), ``network_rtt_ms`` a round trip measured on the same path; either may be None.
     ``split``: the run's records joined with the server's spans (``join_spans``), if any."""
+    records = list(records)
     recs = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
     snaps = sorted(snapshots or [], key=lambda s: s.t_ns)
     notes: list[str] = []
     first = snaps[0] if len(snaps) >= 2 else None
     last = snaps[-1] if snaps else None
+    late_warmups = _warmups_in_window(records, first, last)
     if len(snaps) == 1:
         notes.append("one /metrics snapshot only: server figures cover everything since server "
                      "start")
@@ -175,6 +177,19 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
             for name in (H_TTFT, H_QUEUE, H_PREFILL, H_DECODE, H_E2E)}
 
     per_req = [t for r in recs if (t := per_request_server_timings(r))]
+    spans = split if split is not None and split.joined and \
+        split.coverage >= SPAN_COVERAGE else None
+    if late_warmups and vllm and spans is None and len(per_req) < len(recs):
+        # The server rows come from histogram deltas over the window, which count every
+        # request that finished in it, the late warm-ups too: count them on the client's side
+        # as well, or the two sides hold different requests (a 0.6 s step at c=8 once read a
+        # server TTFT 156 ms above the client's, its queue share refused as impossible).
+        recs = recs + late_warmups
+        notes.append(f"{len(late_warmups)} warm-up requests still running when the window "
+                     "opened finished inside it: the server's histograms count them, so the "
+                     "client's figures here count them too")
+        per_req = [t for r in recs if (t := per_request_server_timings(r))]
+        late_warmups = []
     client = {
         "ttft": _client_stats([v for r in recs if (v := ttft_ms(r)) is not None]),
         "lag": _client_stats([_origin_to_send_ms(r) for r in recs]),
@@ -183,8 +198,6 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                                  if r.end_ns is not None and r.first_token_ns is not None]),
     }
 
-    spans = split if split is not None and split.joined and \
-        split.coverage >= SPAN_COVERAGE else None
     if split is not None and split.joined and spans is None:
         notes.append(f"only {split.joined} of {split.completed} requests were joined with a "
                      f"server span: server rows come from the next source")
@@ -281,10 +294,12 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
 
     e2e_hist = hist[H_E2E]
     server_count = e2e_hist.count if e2e_hist is not None else None
-    mismatch = server_count is not None and abs(server_count - len(recs)) > max(1, 0.02 * len(recs))
+    expected = len(recs) + len(late_warmups)  # the warm-ups that finished in the window
+    mismatch = server_count is not None and abs(server_count - expected) > max(1, 0.02 * expected)
     if recs and mismatch:
+        warm = f" and {len(late_warmups)} warm-ups" if late_warmups else ""
         notes.append(f"the server finished {server_count:g} requests in the window, the client "
-                     f"{len(recs)}: other traffic, warm-up or aborted requests are mixed in")
+                     f"{len(recs)}{warm}: other traffic, warm-up or aborted requests are mixed in")
     source = ("per-request" if per_req and not vllm else
               "histograms+per-request" if per_req else "histograms" if vllm else "none")
     if spans is not None:
@@ -298,6 +313,17 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                          source, len(recs), server_count, notes,
                          gauges=_peak_gauges(snaps) if vllm else {},
                          split=split if split is not None and split.joined else None)
+
+
+def _warmups_in_window(records: list[RequestRecord], first: MetricSnapshot | None,
+                       last: MetricSnapshot | None) -> list[RequestRecord]:
+    """Warm-up requests that finished inside the server's window. A closed loop's warm-up
+    flows into its measured requests (``load.runner``): the first scrape is taken when the
+    first measured request is sent, while up to ``concurrency - 1`` warm-ups still run."""
+    if first is None or last is None:
+        return []
+    return [r for r in records if r.warmup and r.ok and r.first_token_ns is not None
+            and r.end_ns is not None and first.t_ns < r.end_ns <= last.t_ns]
 
 
 def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:

@@ -160,8 +160,10 @@ def remeasure_unreliable(state: Diagnosis, measure: Any, fits: Any, spare_cores:
     again: list[float] = []
     for name in ("knee", "top", "light"):
         load = state.levels.get(name)
-        obs = state.observations.get(load) if load is not None else None
-        if obs is None or load in again or obs.client.get("reliable", True):
+        if load is None or load in again:
+            continue
+        obs = state.observations.get(load)
+        if obs is None or obs.client.get("reliable", True):
             continue
         used = int(((obs.summary.get("load") or {}).get("workers_chosen") or {})
                    .get("count") or 1)

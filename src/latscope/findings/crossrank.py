@@ -34,7 +34,8 @@ NCCL_REF = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 
 
 def crossrank_findings(view: dict[str, Any] | None) -> list[Finding]:
-    coll = (view or {}).get("collectives") or {}
+    view = view or {}
+    coll = view.get("collectives") or {}
     if coll.get("matched", 0) < MIN_MATCHED or len(coll.get("per_rank") or []) < 2:
         return []
     rows = {(r["path"], r["device"]): r for r in view.get("ranks") or []}

@@ -89,6 +89,39 @@ def test_components_add_up_to_client_ttft():
     assert result.notes == []
 
 
+def test_warm_ups_finishing_inside_the_window_are_counted_on_both_sides():
+    # A closed loop's warm-up flows into its measured requests: the first scrape (t=10 s) is
+    # taken while 3 warm-ups still run, so the histograms over the window count 23 requests.
+    # The 3 came from the warm-up's burst (280 ms server TTFT, 250 of it queued); the 20
+    # measured ones have 80 ms (50 queued). Compared with the 20 alone, the server's TTFT
+    # (106 ms) read above the client's 100 ms, a negative frontend.
+    n, late = 20, 3
+    before = _page(10, 0.5, 0.3, 0.1, 0.2, 0.8)
+    after = "".join([
+        _hist("vllm:time_to_first_token_seconds", 5 + 0.080 * n + 0.280 * late, 10 + n + late),
+        _hist("vllm:request_queue_time_seconds", 3 + 0.050 * n + 0.250 * late, 10 + n + late),
+        _hist("vllm:request_prefill_time_seconds", 1 + 0.020 * (n + late), 10 + n + late),
+        _hist("vllm:request_decode_time_seconds", 2 + 0.150 * (n + late), 10 + n + late),
+        _hist("vllm:e2e_request_latency_seconds", 8 + 0.230 * n + 0.430 * late, 10 + n + late),
+    ])
+    warm = _records(late, ttft_ms=300.0, lag_ms=1.0, decode_ms=160.0, t0_ms=9800.0)
+    early = _records(2, ttft_ms=300.0, lag_ms=1.0, decode_ms=160.0, t0_ms=9000.0)  # before it
+    for r in warm + early:
+        r.warmup = True
+    records = early + warm + _records(n, ttft_ms=100.0, lag_ms=1.0, decode_ms=160.0,
+                                      t0_ms=10100.0)
+    result = decompose(records, [_snap(before, 10.0), _snap(after, 14.0)])
+    get = {c.key: c for c in result.components}
+    assert result.client_requests == n + late and result.server_requests == n + late
+    assert get["ttft"].mean_ms == pytest.approx((100.0 * n + 300.0 * late) / (n + late))
+    # both sides hold the same requests: the frontend is the 19 ms each request spent there
+    assert get["ttft.frontend"].mean_ms == pytest.approx(19.0)
+    assert get["ttft.server.queue"].share == pytest.approx(
+        (50.0 * n + 250.0 * late) / (100.0 * n + 300.0 * late))
+    assert any("3 warm-up requests still running" in note for note in result.notes)
+    assert not any("the server finished" in note for note in result.notes)
+
+
 def test_client_lag_and_network_round_trip_are_split_off():
     before = _page(10, 0.5, 0.3, 0.1, 0.2, 0.8)
     after = _page(30, (0.5 * 10 + 0.080 * 20) / 30, (0.3 * 10 + 0.050 * 20) / 30,
