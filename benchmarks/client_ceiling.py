@@ -15,8 +15,11 @@ response, 256 tokens by default, in one write, in its own process), for each con
 Printed per concurrency (medians over the repetitions): streamed output tokens/s over the
 measured span (first send to last end, the same definition for both), latscope / floor, the
 TTFT each reports and the true one (the server's first write - the kernel's receive time of the
-request, both CLOCK_MONOTONIC), and latscope's event-loop lag p50 / p99 (the run's own monitor;
-the floor runs the same monitor, its lag is printed beside). Everything shares the box with the
+request, both CLOCK_MONOTONIC), latscope's event-loop lag p50 / p99 (the run's own monitor;
+the floor runs the same monitor, its lag is printed beside), and CPU time per streamed token:
+the client's (latscope: its measured window, ``summary.json`` client.cpu_s, over the tokens of
+the responses that ended in it; the floor: its whole run) and the server's during the floor's
+run. CPU time, unlike tokens/s, barely moves with what else runs on the box. Everything shares the box with the
 server: the figures are a contended client's, and only the ratio in one run means much.
 
     python3 benchmarks/client_ceiling.py [--reps 3] [--concurrency 64,256,1024] [--tokens 256]
@@ -115,7 +118,11 @@ async def _floor(url: str, concurrency: int, n: int, tokens: int) -> dict[str, A
 
 def run_floor(url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]:
     import uvloop
-    return uvloop.run(_floor(url, concurrency, n, tokens))
+    cpu0 = time.process_time()
+    out = uvloop.run(_floor(url, concurrency, n, tokens))
+    out["cpu_s"] = time.process_time() - cpu0  # connects and the loop included: a little high
+    out["tokens"] = n * tokens
+    return out
 
 
 _LATSCOPE = """
@@ -130,7 +137,12 @@ result = run_bench(cfg)
 measured = [r for r in result.records if not r.warmup and r.ok]
 span = (max(r.end_ns for r in measured) - min(r.sent_ns for r in measured)) / 1e9
 lag = result.summary["client"]["loop_lag_ms"]
+# the CPU window (summary client.cpu_s) starts at the first measured send: every response that
+# ended inside it was parsed inside it, warm-up ones included
+start = result.manifest["start_ns"]
+window_tokens = sum(r.output_tokens or 0 for r in result.records if r.ok and r.end_ns >= start)
 print(json.dumps({"tok_s": sum(r.output_tokens for r in measured) / span,
+                  "cpu_s": result.summary["client"]["cpu_s"], "tokens": window_tokens,
                   "ttft": {r.request_id: ttft_ms(r) for r in measured},
                   "lag": [lag.get("p50"), lag.get("p99")]}))
 """
@@ -145,6 +157,12 @@ def run_latscope(src: str, url: str, concurrency: int, n: int, tokens: int) -> d
     if proc.returncode:
         raise SystemExit(f"latscope ({src}) failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process (the fake server's), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _true_ttft(truth: dict[str, Any], rids: list[str]) -> float | None:
@@ -165,12 +183,15 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurrency: int,
             n: int, tokens: int) -> dict[str, dict[str, list[Any]]]:
     rows: dict[str, dict[str, list[Any]]] = {k: {"tok_s": [], "ttft": [], "true": [],
-                                                 "lag50": [], "lag99": []} for k in clients}
+                                                 "lag50": [], "lag99": [], "cpu_us": [],
+                                                 "srv_us": []} for k in clients}
     for rep in range(reps):
         order = list(clients) if rep % 2 == 0 else list(reversed(clients))
         for name in order:
             srv.reset()
             src = clients[name]
+            assert srv.proc is not None
+            srv_cpu0 = _cpu_s(srv.proc.pid)
             res = (run_floor(srv.url, concurrency, n, tokens) if src is None
                    else run_latscope(src, srv.url, concurrency, n, tokens))
             truth = srv.truth()
@@ -180,6 +201,11 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
             row["true"].append(_true_ttft(truth, list(res["ttft"])))
             row["lag50"].append(res["lag"][0])
             row["lag99"].append(res["lag"][1])
+            # µs of CPU per streamed token: the client's, and the server's during the floor's
+            # run (latscope's runs also ask the server to /tokenize the prompts first)
+            row["cpu_us"].append(res["cpu_s"] / res["tokens"] * 1e6 if res["tokens"] else None)
+            if src is None:
+                row["srv_us"].append((_cpu_s(srv.proc.pid) - srv_cpu0) / (n * tokens) * 1e6)
     return rows
 
 
@@ -198,7 +224,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a contended box "
           "reads lower for every client; compare within a row)")
     header = (f"{'c':>5} {'client':<9} {'tok/s':>10} {'/floor':>7} {'TTFT':>8} {'true':>8} "
-              f"{'lag p50':>8} {'lag p99':>8}")
+              f"{'lag p50':>8} {'lag p99':>8} {'cpu/tok':>8} {'srv/tok':>8}")
     print(header)
     for c in (int(x) for x in args.concurrency.split(",")):
         with FakeServer(ttft_ms=0, itl_ms=0) as srv:
@@ -209,7 +235,8 @@ def main() -> None:
             ratio = tok / floor if tok and floor else None
             print(f"{c:>5} {name:<9} {_fmt(tok, ',.0f'):>10} {_fmt(ratio, '.2f'):>7} "
                   f"{_fmt(_med(row['ttft'])):>8} {_fmt(_med(row['true'])):>8} "
-                  f"{_fmt(_med(row['lag50'])):>8} {_fmt(_med(row['lag99'])):>8}")
+                  f"{_fmt(_med(row['lag50'])):>8} {_fmt(_med(row['lag99'])):>8} "
+                  f"{_fmt(_med(row['cpu_us']), '.2f'):>8} {_fmt(_med(row['srv_us']), '.2f'):>8}")
             print(f"{'':>15}runs: " + " ".join(f"{v:,.0f}" for v in row["tok_s"]))
 
 
