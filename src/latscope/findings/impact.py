@@ -63,12 +63,27 @@ def severity_for_share(share: float, *, fault: bool = True) -> Severity:
 
 
 def describe(impact: dict[str, Any] | None) -> str:
-    """``"81% of mean client TTFT (512.0 ms) at knee (c=16)"``."""
-    if not impact or impact.get("share") is None:
+    """``"81% of mean client TTFT (512.0 ms) at c=16 (the knee)"``: the one wording of an
+    impact, used by the verdict, the terminal, report.md and report.html alike. Older run
+    directories' ``{"metric": ..., "value": ...}`` read the same way; a share outside 0..1 is
+    an impossible number and is never printed (the target is named, the share refused)."""
+    if not impact:
         return ""
-    text = f"{impact['share']:.0%} {IMPACT_TARGETS.get(impact.get('target', ''), '')}".strip()
-    if impact.get("value_ms") is not None:
-        text += f" ({impact['value_ms']:.1f} ms)"
+    target = impact.get("target") or impact.get("metric") or ""
+    words = IMPACT_TARGETS.get(target, f"of {target}" if target else "")
+    share = impact.get("share")
+    value = impact.get("value_ms")
+    unit = " ms" if value is not None else ""
+    if value is None:
+        value = impact.get("value")
+    if isinstance(share, (int, float)) and math.isfinite(share) and 0 <= share <= 1:
+        text = f"{share:.0%} {words}".strip()
+    elif share is not None:
+        text = f"{words.removeprefix('of ') or 'its target'}: share {share!r} refused (not 0..1)"
+    else:
+        text = words.removeprefix("of ")
+    if isinstance(value, (int, float)):
+        text += f" ({value:.1f}{unit})"
     if impact.get("measured_at"):
         text += f" at {impact['measured_at']}"
-    return text
+    return text.strip()

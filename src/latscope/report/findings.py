@@ -15,6 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from latscope.findings.impact import describe
 from latscope.findings.rank import sort_findings
 from latscope.model import Evidence, Finding, Severity
 from latscope.report.text import make_console
@@ -37,36 +38,6 @@ def format_value(ev: Evidence) -> str:
     return f"{text} {ev.unit}".strip()
 
 
-def impact_text(impact: dict[str, Any] | None) -> str:
-    """A finding's measured impact in words, whatever keys it carries: the share as a percent of
-    its target (``{"target": "ttft_mean", "share": 0.62, "value_ms": 41.0, "measured_at": ...}``
-    or the older ``{"metric": ..., "value": ...}``). A share outside 0..1 is not printed: it
-    would be an impossible number."""
-    if not impact:
-        return ""
-    rest = dict(impact)
-    target = rest.pop("target", None) or rest.pop("metric", None) or "?"
-    share, value = rest.pop("share", None), rest.pop("value_ms", None)
-    unit = " ms" if value is not None else ""
-    if value is None:
-        value = rest.pop("value", None)
-    where = rest.pop("measured_at", None)
-    parts = []
-    if isinstance(share, (int, float)) and 0 <= share <= 1:
-        parts.append(f"{share:.0%} of {target}")
-    elif share is not None:
-        parts.append(f"{target} (share {share!r} out of range 0..1: not shown)")
-    else:
-        parts.append(str(target))
-    if value is not None:
-        parts.append(f"{value:.4g}{unit}" if isinstance(value, float) else f"{value}{unit}")
-    text = ", ".join(parts)
-    if where:
-        text += f", measured at {where}"
-    extra = ", ".join(f"{k} {v}" for k, v in rest.items())
-    return text + (f" ({extra})" if extra else "")
-
-
 def _evidence_lines(evidence: list[Evidence]) -> tuple[list[str], str]:
     """``name = value (source)`` per item; the source most items share is said once, above."""
     counts = Counter(e.source for e in evidence if e.source)
@@ -84,7 +55,7 @@ def _finding_body(f: Finding) -> RenderableType:
     if f.why:
         parts.append(Text(f.why))
     if f.impact:
-        parts.append(_labelled("impact", Text(impact_text(f.impact))))
+        parts.append(_labelled("impact", Text(describe(f.impact))))
     if f.evidence:
         lines, common = _evidence_lines(f.evidence)
         grid = Table.grid(padding=(0, 1))

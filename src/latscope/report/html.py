@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 from latscope.analysis.tune import outcome
+from latscope.findings.impact import describe
 from latscope.report import plots, units
 from latscope.report.schema import actionable, check_report, checks, component_tree, ttft_leaves
 
@@ -79,7 +80,7 @@ def _template():
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ms=units.ms, pct=units.pct, signed_pct=units.signed_pct,
                        interval=units.interval, num=units.number, value_unit=units.value_unit,
-                       impact=units.impact_line, href=_safe_href)
+                       impact=describe, href=_safe_href)
     env.globals["load_label"] = units.load_label
     env.globals["outcome"] = outcome
     return env.from_string(_asset("report.html.j2"))

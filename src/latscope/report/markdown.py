@@ -12,6 +12,7 @@ import textwrap
 from typing import Any
 
 from latscope.analysis.tune import outcome
+from latscope.findings.impact import describe
 from latscope.report import units
 from latscope.report.schema import actionable, check_report, checks, component_tree
 
@@ -77,9 +78,8 @@ def _header(r: dict[str, Any]) -> str:
     label = "HEALTHY" if v.get("healthy") else "VERDICT"
     lines = [f"# latscope {_text(r.get('kind') or 'report')}", "",
              _wrap(f"**{label}:** {_text(v['text'])}")]
-    if v.get("share") is not None:
-        at = f", measured at {_text(v['measured_at'])}" if v.get("measured_at") else ""
-        lines.append(_wrap(f"({units.pct(v['share'])} of {_text(v.get('target'))}{at})"))
+    if v.get("share") is not None:  # the impact in the one wording every renderer uses
+        lines.append(_wrap(f"({_text(describe(v))})"))
     t = r.get("target") or {}
     target = _text(t.get("url"))
     extra = [x for x in (_text(t.get("model")), _text(t.get("server"))) if x]
@@ -124,7 +124,7 @@ def _findings(r: dict[str, Any]) -> str:
                                              else "")
         out.append(_wrap(meta, "  ", "- "))
         if f.get("impact"):
-            out.append(_wrap(f"**Impact:** {_text(units.impact_line(f['impact']))}", "  ", "- "))
+            out.append(_wrap(f"**Impact:** {_text(describe(f['impact']))}", "  ", "- "))
         if f.get("evidence"):
             out.append("- Evidence:")
             for e in f["evidence"]:

@@ -67,18 +67,3 @@ def load_label(kind: str, load: Any) -> str:
     return f"{number(load)} req/s" if kind == "rate" else f"c={number(load)}"
 
 
-def impact_line(impact: dict[str, Any] | None) -> str:
-    """'81% of ttft_mean (512 ms), measured at knee (c=16)', or '' without a measured impact."""
-    if not impact:
-        return ""
-    parts = []
-    if impact.get("share") is not None:
-        parts.append(f"{pct(impact['share'])} of {impact.get('target') or 'the target'}")
-    elif impact.get("target"):
-        parts.append(str(impact["target"]))
-    if impact.get("value_ms") is not None:
-        parts.append(f"({ms(impact['value_ms'])})")
-    text = " ".join(parts)
-    if impact.get("measured_at"):
-        text += f", measured at {impact['measured_at']}"
-    return text

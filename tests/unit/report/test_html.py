@@ -42,7 +42,7 @@ def test_header_and_verdict(page):
     assert "latscope diagnose --url http://127.0.0.1:8000 --budget 6m" in head
     assert 'class="verdict problem"' in head
     assert "At the knee (c=16), 81% of mean TTFT is queueing" in head
-    assert "81% of ttft_mean, measured at knee (c=16)" in head
+    assert "81% of mean client TTFT at knee (c=16)" in head  # the one wording (impact.describe)
     assert 'id="client"' not in page  # the client was reliable: no banner
 
 
@@ -52,7 +52,7 @@ def test_findings_ranked_with_impact_evidence_and_fix(page):
     positions = [findings.index(t) for t in titles]
     assert positions == sorted(positions)
     assert findings.count('<li class="finding') == 3  # ok/skipped are checks, not findings
-    assert "81% of ttft_mean (512 ms), measured at knee (c=16)" in findings
+    assert "81% of mean client TTFT (512.0 ms) at knee (c=16)" in findings
     assert "/metrics at 12.0 s" in findings and "14 reqs" in findings
     assert "Raise --max-num-seqs (e.g. 16)" in findings
     assert ('<a href="https://docs.vllm.ai/en/latest/configuration/optimization.html"'

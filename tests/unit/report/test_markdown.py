@@ -36,7 +36,7 @@ def test_verdict_first_then_ranked_findings():
     assert body[0].startswith("**VERDICT:** At the knee (c=16), 81% of mean TTFT")
     heads = re.findall(r"^### (\d+)\. \[(\w+)\] (.*)$", md, re.M)
     assert [(n, s) for n, s, _ in heads] == [("1", "CRITICAL"), ("2", "WARNING"), ("3", "INFO")]
-    assert "- **Impact:** 81% of ttft_mean (512 ms), measured at knee (c=16)" in md
+    assert "- **Impact:** 81% of mean client TTFT (512.0 ms) at knee (c=16)" in md
     assert "  - `vllm:num_requests_waiting` = 14 reqs (/metrics at 12.0 s)" in md
     assert "- skipped: no GPU on this host (`gpu.clocks`)" in md
     assert md.index("## Findings") < md.index("## Experiments") < md.index("## Sweep")

@@ -22,7 +22,8 @@ from latscope.analysis.sweep import Step, analyse
 from latscope.analysis.tune import Trial
 from latscope.cli.main import main
 from latscope.model import Evidence, Finding, Severity
-from latscope.report.findings import findings_table, impact_text
+from latscope.findings.impact import IMPACT_TARGETS, describe
+from latscope.report.findings import findings_table
 from latscope.report.observe import decomposition_notes, decomposition_table
 from latscope.report.sweep import sweep_table, trials_table
 from latscope.report.text import (kernel_name_forms, make_console, short_event_name,
@@ -332,14 +333,15 @@ def test_findings_list_fits_and_keeps_words_whole(impact):
         assert word in words, word  # no title word chopped across lines
     impact_line = next(line for line in lines if "impact:" in line)
     assert f"{impact['share']:.0%}" in impact_line
-    assert (impact.get("target") or impact["metric"]) in impact_line
+    target = impact.get("target") or impact["metric"]
+    assert IMPACT_TARGETS.get(target, target).split()[-1] in impact_line
     if "measured_at" in impact:
         assert impact["measured_at"] in " ".join(lines)
 
 
 def test_impossible_impact_share_is_not_printed():
-    text = impact_text({"target": "ttft_mean", "share": 1.7})
-    assert "170%" not in text and "ttft_mean" in text
+    text = describe({"target": "ttft_mean", "share": 1.7})
+    assert "170%" not in text and "mean client TTFT" in text and "refused" in text
 
 
 # --- other verbs -----------------------------------------------------------------------------
