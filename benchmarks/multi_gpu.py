@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The runs that need two GPUs (issue #25), for a host like the H200 one with >= 2 GPUs
 (python 3.12, vLLM 0.26, no network, latscope's src on PYTHONPATH, the dummy 8B-shaped model of
-/work/shared/gpu's make_llama8b_dummy.py). Ready, not yet run: no multi-GPU host was lent.
+the GPU kit's make_llama8b_dummy.py (docs/diagnose.md)). Ready, not yet run: no multi-GPU host was lent.
 
     # (a) tensor-parallel diagnose with --profile: healthy, then one planted cross-rank fault each
     python3 benchmarks/multi_gpu.py tp --model DIR --out DIR [--only NAME,...] [--deadline 560]
