@@ -97,7 +97,7 @@ def _server(state: Diagnosis) -> Iterator[tuple[ServerControl | None, Running | 
         control = LocalControl(opts.serve_args, opts.serve_env, profiler_dir=profiler)
         what = "the embedded local vLLM (tiny model, CPU build)"
     state.progress(f"starting {what} ...")
-    with control.start(None, state.run.path / "server") as running:
+    with HeldServer(control, state.run.path / "server") as running:
         from latscope.redact import redact_argv
 
         state.progress(f"server ready at {running.url} after {running.start_s:.0f} s")

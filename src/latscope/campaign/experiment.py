@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from latscope.campaign.observe import observe, with_load
 from latscope.campaign.servers import Change, Running, ServerControl, flag_value
@@ -437,7 +437,14 @@ def _arms(control: ServerControl, current: Running, proposal: Proposal, out_dir:
         with control.start(change if arm == "B" else None, out_dir / f"server-{arm}") as s:
             yield s.url, s.model or current.model, s.tokenizer_dir or current.tokenizer_dir
 
-    yield restart
+    with _set_aside(current):
+        yield restart
+
+
+def _set_aside(current: Running) -> ContextManager[None]:
+    """The diagnosed server stopped while arms that start their own servers run (see
+    ``servers.HeldServer``); a server latscope did not start is left as it is."""
+    return current.set_aside() if current.set_aside else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -483,4 +490,5 @@ def _relaunched_behind_gateway(control: ServerControl, current: Running, proposa
             yield (s.url, s.model or current.model, s.tokenizer_dir or current.tokenizer_dir,
                    s.url)
 
-    yield restart
+    with _set_aside(current):
+        yield restart

@@ -126,7 +126,9 @@ def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
     run_s = sum(run_shape(proposal, load)) / rps + RUN_SETUP_S
     if restarts_per_run(control, proposal):
         run_s += current.start_s
-    return min(state.opts.pairs, int(left // (2 * run_s)))
+        if current.set_aside:  # the diagnosed server is started again after the A/B
+            left -= current.start_s
+    return max(0, min(state.opts.pairs, int(left // (2 * run_s))))
 
 
 def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:

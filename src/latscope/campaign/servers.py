@@ -9,11 +9,12 @@ stopped by their group, never by name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from latscope.errors import ConfigError
 
@@ -94,6 +95,8 @@ class Running:
     profiler_dir: Path | None = None
     # latscope's OTLP receiver the server sends its per-request spans to (local target), if any
     collector: Any = None
+    # the diagnosed server's ``HeldServer.set_aside``: stops it for an A/B whose arms restart
+    set_aside: Callable[[], ContextManager[None]] | None = None
 
 
 class ServerControl:
@@ -195,3 +198,47 @@ class CommandControl(ServerControl):
         with server:
             yield Running(url, None, server.pid, log_path, None, time.monotonic() - t0,
                           argv, {})
+
+
+class HeldServer:
+    """The server under diagnosis, held open for every stage, which an A/B whose arms each
+    start their own server sets aside first: a GPU server takes most of the device's memory
+    (vLLM's --gpu-memory-utilization 0.92), so a second one cannot start beside it. Measured on
+    the H200: the first arm of an eager A/B died with "Free memory on device (9.16/139.8 GiB) on
+    startup is less than desired" while the diagnosed server still ran."""
+
+    def __init__(self, control: ServerControl, log_dir: Path) -> None:
+        self.control, self.log_dir = control, log_dir
+        self._stack = contextlib.ExitStack()
+        self.running: Running | None = None
+        self.restarts = 0
+
+    def __enter__(self) -> Running:
+        self.running = self._start(self.log_dir)
+        return self.running
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _start(self, log_dir: Path) -> Running:
+        running = self._stack.enter_context(self.control.start(None, log_dir))
+        running.set_aside = self.set_aside
+        return running
+
+    @contextlib.contextmanager
+    def set_aside(self) -> Iterator[None]:
+        """Stopped for the block (by its process group) and started again after with the same
+        launch, so that the stages after an A/B measure the server as diagnosed. The same
+        ``Running`` is updated in place: those stages read its url, pid and log."""
+        if self.control.concurrent_arms or self.running is None:
+            yield
+            return
+        self._stack.close()
+        try:
+            yield
+        finally:
+            self._stack = contextlib.ExitStack()
+            self.restarts += 1
+            fresh = self._start(self.log_dir.with_name(f"{self.log_dir.name}-{self.restarts}"))
+            for f in dataclasses.fields(fresh):
+                setattr(self.running, f.name, getattr(fresh, f.name))
