@@ -30,7 +30,7 @@ def prove(state: Diagnosis, control: ServerControl | None, running: Running | No
     proposals = []
     for f in candidates:
         at = _proof_load(f, state) or load
-        p = propose(f, control or _NoControl(), at)
+        p = propose(f, control or _seen(state), at)
         if p is not None:
             proposals.append((f, p, at))
     if not proposals:
@@ -85,7 +85,7 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
     _size_runs_for_aging(proposal, state.observations.get(float(at)), at)
     url = running.url if running else state.opts.url
     current = running or _remote(url, base)
-    control = control or _NoControl()
+    control = control or _seen(state)
     pairs = _pairs_that_fit(state, proposal, control, current, at, budget)
     if not state.opts.prove or pairs < MIN_PAIRS:
         why = "--no-prove" if not state.opts.prove else "the budget left no time"
@@ -189,7 +189,24 @@ def _remote(url: str | None, base: Any) -> Running:
 
 
 class _NoControl(ServerControl):
+    """A server latscope does not control: its fixes are proposed from the command line doctor
+    read of it (``/proc/PID/cmdline`` on this host), so that a flag it was started with is what
+    the proposal changes (an H200 started with --num-gpu-blocks-override 512 was told to raise
+    --gpu-memory-utilization, which the override makes moot)."""
+
     kind = "remote"
+
+    def __init__(self, argv: list[str] | None = None) -> None:
+        self._argv = list(argv or [])
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self._argv)
+
+
+def _seen(state: Diagnosis) -> _NoControl:
+    facts = state.doctor.facts if state.doctor is not None else {}
+    return _NoControl(facts.get("cmdline") or [])
 
 
 def _proof_load(f: Finding, state: Diagnosis) -> int | None:

@@ -96,6 +96,14 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
     elif top.id == "trace.gpu_idle":  # its share is idle time: never "... is GPU time"
         text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile, its cause not named here: {top.title}")
+    elif impact.get("explains"):
+        # the symptom's share and the cause's own measurement in two sentences: the cause's
+        # title may come from another load ("At c=64 ..., 50% of mean TTFT ...: other processes
+        # used 90% of the server's CPUs during the run at c=1" on the H200)
+        where = f"At {impact['measured_at']}, " if impact.get("measured_at") else ""
+        text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "
+                f"{SYMPTOM_WORDS.get(impact['explains'], layer_words(top))}. The cause: "
+                f"{top.title}")
     else:
         where = f"At {impact['measured_at']}, " if impact.get("measured_at") else ""
         text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "
@@ -150,6 +158,15 @@ def healthy_verdict(healthy: dict[str, Any] | None) -> dict[str, Any]:
 
 def target_words(target: str | None) -> str:
     return IMPACT_TARGETS.get(target or "", "").replace(" client", "")
+
+
+# What a cause's share is a share of, in words: the symptom it explains (findings/causes.toml)
+SYMPTOM_WORDS = {"latency.engine_frontend": "the API server's own processing (tokenization, "
+                 "IPC, output processing)", "latency.queue": "queueing",
+                 "latency.http_frontend": "the HTTP frontend",
+                 "trace.collective_share": "collective communication",
+                 "trace.exposed_communication": "communication not hidden behind compute",
+                 "trace.rank_straggler": "waiting for the slowest rank"}
 
 
 def layer_words(f: Finding) -> str:

@@ -124,3 +124,44 @@ def test_eager_mode_is_proposed_as_an_experiment_and_its_removal_keeps_the_model
     assert p.change.apply_args(control.argv) == ["vllm", "serve", "/models/llama", "--port", "0"]
     # graphs cost decode steps, not the first token: TPOT is what the A/B measures
     assert (p.metric, p.guard) == ("tpot_mean_ms", "ttft_mean_ms")
+
+
+def _recorded(name: str, tmp_path) -> "Path":
+    import tarfile
+    from pathlib import Path
+
+    tgz = Path(__file__).resolve().parents[2] / "data" / "gpu-matrix" / f"{name}.tgz"
+    with tarfile.open(tgz) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path / name
+
+
+def test_a_kv_fix_through_url_changes_the_flag_the_server_was_started_with(tmp_path):
+    # the H200 kv-small recording: diagnose --url, the server's command line read by doctor
+    # from /proc; it was told to raise --gpu-memory-utilization, which the override makes moot
+    from types import SimpleNamespace
+
+    from latscope.campaign.experiment import propose
+    from latscope.campaign.proofs import _seen
+    from latscope.rundir import read_json
+
+    doctor = read_json(_recorded("kv-small", tmp_path) / "doctor.json")
+    seen = _seen(SimpleNamespace(doctor=SimpleNamespace(facts=doctor["facts"])))
+    kv = Finding("server.kv_saturation", Severity.CRITICAL, "KV cache usage reached 97.8%",
+                 layer="queue")
+    p = propose(kv, seen, 8)
+    assert p is not None and p.change.describe() == "without --num-gpu-blocks-override"
+    # a server started without a KV limit of its own still gets the memory to try
+    p = propose(kv, _seen(SimpleNamespace(doctor=None)), 8)
+    assert p is not None and p.change.describe() == "--gpu-memory-utilization 0.95"
+
+
+def test_a_cause_measured_at_another_load_is_its_own_sentence(tmp_path):
+    # the H200 cpu-contention recording: the share at c=64, the contention read at c=1
+    from latscope.campaign.replay import replay
+
+    report = replay(_recorded("cpu-contention", tmp_path), tmp_path / "out")
+    first, second = report["verdict"]["text"].split(". The cause: ", 1)
+    assert first.startswith("At c=64 (past the knee at c=16), 50% of mean TTFT is the API "
+                            "server's own processing") and "c=1 " not in first
+    assert second.startswith("Other processes used 3.6 of the server's 4 CPUs")
