@@ -59,6 +59,14 @@ def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
         return _finding_verdict(cause, inputs, "cause")
     unmeasured = [f for f in acting if f.role == "cause" and f.id != CAPACITY
                   and (f.impact or {}).get("share") is None]
+    # a setting whose fix an A/B measured to help has its cost measured by that A/B (the H200's
+    # --enforce-eager through --serve-cmd: TPOT 26.7 -> 5.8 ms, and the verdict said HEALTHY
+    # with "its cost not measured here")
+    helped = {e["finding_id"] for e in inputs.experiments if e.get("helped")}
+    proven = next((f for f in unmeasured if f.id in helped), None)
+    if proven is not None:
+        return _finding_verdict(proven, inputs, "cause")
+    unmeasured = [f for f in unmeasured if f.id not in helped]
     critical = next((f for f in unmeasured if f.severity == Severity.CRITICAL), None)
     capacity = next((f for f in acting if f.id == CAPACITY), None)
     if capacity is not None:
@@ -88,7 +96,10 @@ def _unreliable_remainder(f: Finding) -> bool:
 
 def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str, Any]:
     impact = top.impact or {}
-    if impact.get("share") is None:
+    proof = next((e for e in inputs.experiments if e["finding_id"] == top.id), None)
+    if impact.get("share") is None and proof is not None and proof.get("helped"):
+        text = top.title  # its cost is the A/B's, in the sentence added below
+    elif impact.get("share") is None:
         text = f"{top.title} (its cost was not measured here)"
     elif impact.get("explains") == "trace.gpu_idle":
         text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
@@ -109,9 +120,9 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
         text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "
                 f"{layer_words(top)}: {top.title}")
     text += _cost_elsewhere(top)
-    proof = next((e for e in inputs.experiments if e["finding_id"] == top.id), None)
     if proof is not None:
-        text += f". Fix measured: {proof['change']}: {experiment_text(proof)}"
+        text += (f". Fix measured{_at_load(proof)}: {proof['change']}: "
+                 f"{experiment_text(proof, means=True)}")
     untried = _untried_fix(top, inputs, proof)
     if untried:
         text += f". Not measured here, to try next: {untried}"
@@ -119,6 +130,10 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
             "severity": top.severity.value, "share": impact.get("share"),
             "target": impact.get("target"), "measured_at": impact.get("measured_at"),
             "impact": describe(impact)}
+
+
+def _at_load(exp: dict[str, Any]) -> str:
+    return f" at c={exp['load']}" if exp.get("load") else ""
 
 
 def _cost_elsewhere(f: Finding) -> str:
@@ -177,15 +192,21 @@ def layer_words(f: Finding) -> str:
             "host": "the host", "capacity": "the server's capacity"}.get(f.layer, f.layer or "this")
 
 
-def experiment_text(exp: dict[str, Any]) -> str:
-    """``"ttft_mean_ms -35.0% [95% CI -68.0% .. +33.0%]: did not measurably help; guard ..."``"""
+def experiment_text(exp: dict[str, Any], means: bool = False) -> str:
+    """``"ttft_mean_ms -35.0% [95% CI -68.0% .. +33.0%]: did not measurably help; guard ..."``;
+    with ``means``, the two arms' means first: ``"tpot_mean_ms 26.7 -> 5.8 ms (-78.1% ...)"``."""
     from latscope.analysis.tune import outcome
 
     if exp.get("change_pct") is None:
         return exp.get("note") or exp.get("verdict", "not measured")
     ci = exp.get("ci95_pct")
     interval = f" [95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%]" if ci else ""
-    text = f"{exp['metric']} {exp['change_pct']:+.1f}%{interval}: {outcome(exp)}"
+    change = f"{exp['change_pct']:+.1f}%{interval}"
+    a, b = exp.get("a_mean"), exp.get("b_mean")
+    if means and a is not None and b is not None:
+        unit = " ms" if exp["metric"].endswith("_ms") else ""
+        change = f"{a:.1f} -> {b:.1f}{unit} ({change})"
+    text = f"{exp['metric']} {change}: {outcome(exp)}"
     guard = exp.get("guard") or {}
     if guard.get("change_pct") is not None:
         gci = guard.get("ci95_pct")
