@@ -74,7 +74,8 @@ def _pump(src: socket.socket, dst: socket.socket, delay_s: float, direction: str
                 return
             truth.record(direction, time.time() - arrived)
 
-    threading.Thread(target=writer, daemon=True).start()
+    sender = threading.Thread(target=writer, daemon=True)
+    sender.start()
     src.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     while True:
         try:
@@ -83,7 +84,10 @@ def _pump(src: socket.socket, dst: socket.socket, delay_s: float, direction: str
             data, ancillary = b"", []
         held.put((_arrival(ancillary), data))
         if not data:
-            return
+            break
+    # the last held chunk and the FIN go out before the sockets close (a peer that stopped
+    # reading cannot hold the connection open past the timeout)
+    sender.join(timeout=delay_s + 30)
 
 
 def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
@@ -112,8 +116,7 @@ def _serve_client(client: socket.socket, upstream: tuple[str, int], delay_s: flo
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    time.sleep(delay_s + 0.05)  # let the last held chunk and the FIN go out
+        t.join()  # each pump returns once its last held chunk and its FIN went out
     client.close()
     server.close()
 

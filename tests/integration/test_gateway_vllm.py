@@ -3,7 +3,8 @@
 Pass-through is byte-exact (what the client gets is what vLLM sent, seen by a tap); with
 the in-flight limit at 1 a short request queued behind long ones is served first, and aging lets
 a long one through ahead of a short one that came too late; a full queue answers 429; a client
-that leaves cancels its vLLM request, as vLLM's own metrics show.
+that leaves cancels its vLLM request, as vLLM's own request log shows (the
+``vllm_target_constrained`` server, which logs requests).
 
 ``LATSCOPE_GATEWAY_TEST_UPSTREAM=http://127.0.0.1:PORT`` points the tests at a vLLM already
 running (``latscope target up``) instead of starting one, for quicker local iterations.
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import time
 import urllib.request
+import uuid
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -263,37 +267,49 @@ def _until_upstream_running(upstream: str, running, timeout: float = 60.0) -> No
         time.sleep(0.005)
 
 
-@pytest.mark.xfail(strict=False, reason="#22: vLLM's /metrics answers only between streamed "
-                   "chunks: a scrape sent during a 1900-token stream came back after the stream "
-                   "ended (3.3 s, gauge 0), so the running gauge cannot show the request; "
-                   "vllm:request_success_total{finished_reason=abort} did not count it within "
-                   "60 s either (tried 2026-12-02); a queued client that leaves is tested in "
-                   "tests/unit/gateway/test_proxy.py")
-def test_client_disconnect_cancels_the_vllm_request(upstream, model):
-    # The client leaves once the answer's head came and vLLM's own gauge shows the request
-    # running, not after its first token came back through vLLM's API server and the gateway:
-    # on a fast CI box that wait let vLLM decode all 1900 tokens (~0.5 s there) before the
-    # abort arrived (1900.0 < 1900). Each step waits on an event, with a generous timeout.
-    long_run = MAX_OUTPUT  # 1-3 s of decoding here, ~0.5 s on a faster box
+def _until_logged(log: Path, offset: int, pattern: str, timeout: float = 60.0) -> str:
+    """Poll the server's log, from byte ``offset`` on, until a line matches ``pattern``."""
+    deadline = time.monotonic() + timeout
+    regex = re.compile(pattern)
+    while True:
+        with log.open("rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+        if found := regex.search(text):
+            return found.group(0)
+        assert time.monotonic() < deadline, f"vLLM never logged {pattern!r} in {timeout} s"
+        time.sleep(0.01)
+
+
+def test_client_disconnect_cancels_the_vllm_request(vllm_target_constrained):
+    # The events come from vLLM's own request log (the constrained session server runs with
+    # --enable-log-requests), by the request's X-Request-Id: "Added request" (it is in the
+    # engine), then the abort. Its /metrics cannot show them: it answers only between streamed
+    # chunks (a scrape sent during this stream came back after it ended, gauge 0), and
+    # request_success_total{finished_reason="abort"} did not count it within 60 s. Waiting for
+    # the first token through the gateway instead let a fast CI box decode all 1900 tokens
+    # before the abort arrived (1900.0 < 1900).
+    target = vllm_target_constrained
+    upstream, long_run = target.url, MAX_OUTPUT  # 1-3 s of decoding here, ~0.5 s on a fast box
+    request_id = f"latscope-disconnect-{uuid.uuid4().hex}"
+    offset = target.log_path.stat().st_size
     before = _metrics(upstream).value("vllm:generation_tokens_total") or 0.0
     with running_gateway(upstream, policy="sjf", max_inflight=4, mode="thread",
                          upstream_priority="off") as url:
         host, port = url.removeprefix("http://").split(":")
-        payload = orjson.dumps(_body(model, long_run))
+        payload = orjson.dumps(_body(target.model_name, long_run))
         with socket.create_connection((host, int(port)), timeout=60) as sock:
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\n"
                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                         % (len(payload), payload))
-            seen = sock.recv(65536)
-            while b"\r\n\r\n" not in seen:  # the head: the gateway is relaying vLLM's answer
-                piece = sock.recv(65536)
-                assert piece, f"the gateway closed before its answer's head: {seen[-300:]!r}"
-                seen += piece
-            assert seen.startswith(b"HTTP/1.1 200"), seen[:300]
-            _until_upstream_running(upstream, lambda n: n >= 1)
+                         % (request_id.encode(), len(payload), payload))
+            _until_logged(target.log_path, offset, rf"Added request \S*{request_id}")
             left = time.perf_counter()
-        _until_upstream_running(upstream, lambda n: n == 0, timeout=30)
+        # AsyncLLM logs both when a client's disconnect cancels generate(): "Aborted request(s)
+        # <internal id>." and "Request <id> aborted."
+        aborted = _until_logged(target.log_path, offset, rf"Aborted request\(s\) \S*{request_id}"
+                                rf"|Request \S*{request_id}\S* aborted")
         stopped_s = time.perf_counter() - left
+        _until_upstream_running(upstream, lambda n: n == 0, timeout=30)
         deadline = time.monotonic() + 30  # the count follows the handler's cancellation
         while not (cancelled := _metrics(url).value("latscope_gateway_cancelled_total",
                                                     stage="upstream")):
@@ -301,5 +317,5 @@ def test_client_disconnect_cancels_the_vllm_request(upstream, model):
             time.sleep(0.01)
     generated = (_metrics(upstream).value("vllm:generation_tokens_total") or 0.0) - before
     # aborted before the end, however fast the box decodes
-    assert generated < long_run, f"vLLM stopped {stopped_s:.3f} s after the client left"
+    assert generated < long_run, f"vLLM logged {aborted!r} {stopped_s:.3f} s after the client left"
     assert cancelled == 1

@@ -86,9 +86,11 @@ class Browser:
         assert "error" not in reply, f"{method}: {reply['error']}"
         return reply["result"]
 
-    async def wait_for(self, method: str, timeout: float = 60) -> None:
+    async def wait_for(self, method: str, timeout: float = 60, **params: Any) -> None:
+        """Until an event ``method`` came whose params include ``params``."""
         deadline = time.monotonic() + timeout
-        while not any(e["method"] == method for e in self.events):
+        while not any(e["method"] == method and params.items() <= e["params"].items()
+                      for e in self.events):
             assert time.monotonic() < deadline, f"no {method} within {timeout} s"
             await asyncio.sleep(0.05)
 
@@ -114,9 +116,13 @@ async def open_page(path: Path, profile: Path) -> dict[str, Any]:
             await browser.connect(session)
             for domain in ("Network", "Runtime", "Log", "Page"):
                 await browser.send(f"{domain}.enable")
-            await browser.send("Page.navigate", url=path.as_uri())
+            await browser.send("Page.setLifecycleEventsEnabled", enabled=True)
+            navigation = await browser.send("Page.navigate", url=path.as_uri())
             await browser.wait_for("Page.loadEventFired")
-            await asyncio.sleep(0.5)  # late requests or errors would show up in this time
+            # late requests, and the errors they bring, are in once the page's network has been
+            # quiet for 500 ms: Chromium's own "networkIdle" (a fixed 0.5 s sleep stood here)
+            await browser.wait_for("Page.lifecycleEvent", name="networkIdle",
+                                   loaderId=navigation["loaderId"])
             dom = await browser.evaluate("""({
                 svgs: document.querySelectorAll('svg').length,
                 drawn: [...document.querySelectorAll('svg')].filter(

@@ -29,9 +29,11 @@ def pid_file(tmp_path, monkeypatch):
 
 @pytest.fixture
 def sleeper():
-    """A process in its own session, as `target up` leaves vLLM."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                            start_new_session=True)
+    """A process in its own session, as `target up` leaves vLLM; it echoes each line it reads,
+    to show that it still runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfor line in sys.stdin: print(line, end='', flush=True)"],
+        start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     yield proc
     proc.kill()
     proc.wait()
@@ -73,8 +75,11 @@ def test_reused_pid_is_stale_and_left_alone(pid_file, sleeper):
     write_record(pid_file, _record(ProcessIdentity(identity.pid, identity.pgid,
                                                    identity.start_ticks + 1)))
     assert stop_recorded(pid_file, grace=1).state == "stale"
-    time.sleep(0.2)
-    assert sleeper.poll() is None  # the unrelated process with that PID was not signalled
+    # the unrelated process with that PID was not signalled: a SIGTERM or SIGKILL sent would be
+    # pending in it now and kill it before it echoed another line (a fixed 0.2 s sleep stood here)
+    sleeper.stdin.write("still here?\n")
+    sleeper.stdin.flush()
+    assert sleeper.stdout.readline() == "still here?\n"
 
 
 def test_corrupt_pid_file_reads_as_stale(pid_file):
