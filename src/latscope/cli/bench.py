@@ -208,7 +208,7 @@ def _collector(args: argparse.Namespace, console: Any, stack: contextlib.ExitSta
 def _recorder(collector: Any) -> Any:
     if collector is None:
         return None
-    from latscope.server.otlp import SpanRecorder
+    from latscope.server.otlp_record import SpanRecorder
 
     return SpanRecorder(collector)
 
