@@ -19,7 +19,8 @@ import pytest
 
 from latscope.analysis.decompose import decompose_run
 from latscope.load import BenchConfig, run_bench
-from latscope.server.otlp import SpanCollector, SpanRecorder
+from latscope.server.otlp import SpanCollector
+from latscope.server.otlp_record import SpanRecorder
 from latscope.server.scrape import MetricsScraper
 from latscope.server.target import LocalTarget, free_port
 

@@ -1,6 +1,6 @@
 """The tree's layering, read from the source by scripts/import_graph.py (ast, nothing imported):
-the ground imports nothing above it, and no two packages import each other, even through an
-import written inside a function."""
+the ground imports nothing above it, and no two packages (nor two modules) import each other,
+even through an import written inside a function."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def test_the_ground_imports_nothing_above_it(graph, modules):
 
 def test_no_package_imports_another_that_imports_it_back(graph, modules):
     assert graph.cycles(graph.package_graph(modules)) == []
+
+
+def test_no_module_imports_another_that_imports_it_back(graph, modules):
+    # inside a package too, and a TYPE_CHECKING import counts (it still says "I need you")
+    assert graph.cycles(graph.module_graph(modules)) == []
 
 
 def test_a_lazy_import_closes_a_loop_too(graph, tmp_path):

@@ -403,7 +403,7 @@ def _join_run_spans(run_dir: Path, records: list[RequestRecord]
                     ) -> tuple[PerRequestSplit | None, list[str]]:
     """The run's records joined with ``spans.jsonl`` (written to ``per_request.json``), and a
     note when the requests were traced but no span came back."""
-    from latscope.server.otlp import STATUS_FILE, read_spans
+    from latscope.server.otlp_record import STATUS_FILE, read_spans
 
     traced = any(r.trace_id for r in records)
     spans = read_spans(run_dir)

@@ -140,7 +140,7 @@ def _record_comparability(result: BenchResult, hit_rate: float | None, warm: boo
 
 def _traced(config: BenchConfig, collector: Any, observers: Sequence[Any],
             on_record: Callable[[RequestRecord], None] | None) -> tuple[Any, list[Any], Any]:
-    from latscope.server.otlp import SpanRecorder
+    from latscope.server.otlp_record import SpanRecorder
 
     recorder = SpanRecorder(collector)
 

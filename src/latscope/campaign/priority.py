@@ -154,38 +154,3 @@ def _b_policy(out_dir: Path) -> str | None:
             continue
     policies.discard(None)
     return policies.pop() if len(policies) == 1 else None
-
-
-def prove_in_diagnosis(state: Any, control: ServerControl | None, running: Running | None,
-                       base: Any, budget: Any, finding: Any, load: int) -> None:
-    """diagnose's call (its ``Diagnosis`` state, ``Budget``, the queueing finding and the proof
-    load): the A/B with runs as long as the gateway's A/B (five aging horizons after one of
-    warm-up, from the sweep's run at ``load``) and the pairs the budget has room for after B's
-    server start; the experiment or the proposal goes into ``state``."""
-    from latscope.campaign import proofs as d
-    from latscope.campaign.experiment import requests_per_run
-    from latscope.campaign.state import Budget
-    from latscope.gateway.fits import gateway_run_shape
-
-    obs = state.observations.get(float(load))
-    sizes = d._measured_sizes(obs) if obs else []
-    throughput = (obs.summary.get("throughput") or {}) if obs else {}
-    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
-    shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),
-                              min_warmup=load) if sizes and rps and tok_s else None
-    pairs = 0
-    if control is not None and running is not None and state.opts.prove:
-        left = Budget(budget.left() - running.start_s)  # B's server starts once (or per run)
-        pairs = d._pairs_that_fit(state, priority_proposal(finding.id, "", shape), control,
-                                  running, load, left)
-    exp = prove_priority(finding.impact["share"], sizes or [0, 0], finding_id=finding.id,
-                         control=control if pairs >= d.MIN_PAIRS else None, running=running,
-                         base=base, load=load, out_dir=state.run.path / "prove" / "priority",
-                         pairs=pairs, run_shape=shape, progress=state.progress)
-    if exp.get("measured"):
-        state.experiments.append(exp)
-        state.run.write("experiments.json", state.experiments)
-    elif exp.get("propose"):
-        state.proposals.append({"finding_id": finding.id, "change": exp["change"],
-                                "why": exp["why"], "note": "not measured: " + exp["why"],
-                                "command": describe_fix()})

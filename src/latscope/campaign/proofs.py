@@ -239,14 +239,46 @@ def priority(state: Diagnosis, control: ServerControl | None, running: Running |
     """vLLM's own priority scheduling with cost tags (``campaign.priority``), A/B'd where the
     gateway's evidence fits (queueing on mean TTFT, sizes that spread) and latscope controls the
     server; before the gateway's A/B, which gets what the budget has left."""
-    from latscope.campaign.priority import prove_in_diagnosis
-
     fits = _queueing_that_fits(state)
     if isinstance(fits, str):
         return fits
     _, f, at = fits
     before = len(state.experiments)
-    prove_in_diagnosis(state, control, running, base, budget, f, at)
+    _prove_priority(state, control, running, base, budget, f, at)
     if len(state.experiments) > before:
         return f"{f.id}: {experiment_text(state.experiments[-1])}"
     return "skipped: proposed, not measured (no control of the server, or no time left)"
+
+
+def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Running | None,
+                    base: Any, budget: Budget, finding: Finding, load: int) -> None:
+    """``campaign.priority``'s A/B for the queueing finding (measured on mean TTFT, so it has an
+    impact) at the proof load ``load``: runs as long as the gateway's A/B (five aging horizons
+    after one of warm-up, from the sweep's run at ``load``) and the pairs the budget has room for
+    after B's server start; the experiment or the proposal goes into ``state``."""
+    from latscope.campaign.experiment import requests_per_run
+    from latscope.campaign.priority import describe_fix, priority_proposal, prove_priority
+    from latscope.gateway.fits import gateway_run_shape
+
+    obs = state.observations.get(float(load))
+    sizes = _measured_sizes(obs) if obs else []
+    throughput = (obs.summary.get("throughput") or {}) if obs else {}
+    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),
+                              min_warmup=load) if sizes and rps and tok_s else None
+    pairs = 0
+    if control is not None and running is not None and state.opts.prove:
+        left = Budget(budget.left() - running.start_s)  # B's server starts once (or per run)
+        pairs = _pairs_that_fit(state, priority_proposal(finding.id, "", shape), control,
+                                running, load, left)
+    exp = prove_priority((finding.impact or {})["share"], sizes or [0, 0], finding_id=finding.id,
+                         control=control if pairs >= MIN_PAIRS else None, running=running,
+                         base=base, load=load, out_dir=state.run.path / "prove" / "priority",
+                         pairs=pairs, run_shape=shape, progress=state.progress)
+    if exp.get("measured"):
+        state.experiments.append(exp)
+        state.run.write("experiments.json", state.experiments)
+    elif exp.get("propose"):
+        state.proposals.append({"finding_id": finding.id, "change": exp["change"],
+                                "why": exp["why"], "note": "not measured: " + exp["why"],
+                                "command": describe_fix()})

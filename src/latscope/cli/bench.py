@@ -21,6 +21,16 @@ LOCAL_DEFAULTS: dict[str, Any] = {"num_requests": 64, "concurrency": 8, "input_l
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``latscope bench``'s flags, one argument group (as ``--help`` shows them) a function."""
+    _target_arguments(parser)
+    _workload_arguments(parser)
+    _load_shape_arguments(parser)
+    _output_arguments(parser)
+    _span_arguments(parser)
+
+
+def _target_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the requests go and how they are sent."""
     target = parser.add_argument_group("target")
     target.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000 "
                         "(omitted: start the embedded local vLLM)")
@@ -38,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "max_tokens (its power-of-two bucket, lower first; needs a server "
                         "started with --scheduling-policy priority)")
 
+
+def _workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """What each request asks for: prompt and output lengths, mixes, datasets, prefixes."""
     work = parser.add_argument_group("workload")
     work.add_argument("--input-len", "--random-input-len", default=None,
                       help="prompt tokens: 128, 64..256 (uniform) or 128~32 (normal)")
@@ -59,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "(default: the server's /tokenize, else approximate)")
     work.add_argument("--seed", type=int, default=0)
 
+
+def _load_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load shape: closed or open loop, how many requests, and the client processes."""
     load = parser.add_argument_group("load")
     load.add_argument("-c", "--concurrency", "--max-concurrency", type=int, default=None,
                       help="closed loop: requests in flight (with --rate: a cap)")
@@ -80,6 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="run the workers as Ray actors (ADDRESS of a cluster, e.g. "
                       "10.0.0.1:6379; omitted: $RAY_ADDRESS or a local cluster)")
 
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is measured beside the requests and where it is written."""
     out = parser.add_argument_group("output")
     out.add_argument("--slo", help="goodput SLOs in ms, e.g. ttft=200,tpot=50,e2e=5000")
     out.add_argument("--percentiles", default="50,90,95,99", help="e.g. 50,90,99,99.9")
@@ -92,6 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="sample the GPUs (NVML, amdsmi) beside the scrapes (default: on when "
                      "the server is on this host; docs/telemetry.md)")
 
+
+def _span_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's per-request spans, joined to the client's records."""
     trace = parser.add_argument_group("per-request server spans (OTLP)")
     trace.add_argument("--trace-requests", action=argparse.BooleanOptionalAction, default=None,
                        help="send a fresh W3C traceparent per request (default: on against "
@@ -101,7 +123,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "requests (local target: a free loopback port)")
     trace.add_argument("--otlp-grpc-listen", metavar="HOST:PORT",
                        help="also receive OTLP/gRPC (vLLM's default protocol) here")
-
 
 def run(args: argparse.Namespace) -> int:
     import sys
@@ -208,7 +229,7 @@ def _collector(args: argparse.Namespace, console: Any, stack: contextlib.ExitSta
 def _recorder(collector: Any) -> Any:
     if collector is None:
         return None
-    from latscope.server.otlp import SpanRecorder
+    from latscope.server.otlp_record import SpanRecorder
 
     return SpanRecorder(collector)
 

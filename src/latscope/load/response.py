@@ -18,14 +18,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from latscope.model import ErrorKind, RequestRecord
-
-if TYPE_CHECKING:
-    from latscope.load.client import _Exchange
 
 _CONTENT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"')
 _ROLE = re.compile(rb'"role"\s*:')
@@ -77,7 +74,22 @@ def _set_error(record: RequestRecord, kind: ErrorKind | str, message: str) -> No
     record.error = message
 
 
-def finalize(record: RequestRecord, exchange: _Exchange, stream: bool) -> None:
+class Exchange(Protocol):
+    """What ``finalize`` reads of a finished exchange (``latscope.load.client._Exchange``),
+    named here so that this module does not import the client that imports it."""
+
+    status: int
+    headers_ns: int | None
+    end_ns: int | None
+    error_kind: str | None
+    error: str | None
+    mode: str
+    reads: list[tuple[int, bytes]]
+
+    def body_pieces(self) -> list[tuple[int, bytes]]: ...
+
+
+def finalize(record: RequestRecord, exchange: Exchange, stream: bool) -> None:
     """Fill a record from a finished exchange: status, timestamps, tokens, or the failure."""
     record.status = exchange.status or None
     record.headers_ns = exchange.headers_ns

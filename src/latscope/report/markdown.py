@@ -15,6 +15,7 @@ from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
 from latscope.report import units
 from latscope.report.schema import actionable, check_report, checks, component_tree
+from latscope.trace.names import short_kernel_names
 
 WIDTH = 100
 _KERNEL_CHARS = 70  # kernel names can run to 300 characters; the full name is in report.json
@@ -297,9 +298,10 @@ def _trace(trace: dict[str, Any] | None) -> str:
                              units.pct(c.get("share"))] for c in cats], right={1, 2})]
     kernels = trace.get("top_kernels") or []
     if kernels:
+        names = short_kernel_names([_one_line(k.get("name")) for k in kernels], _KERNEL_CHARS)
         out += ["", _table(["kernel", "ms", "count"],
-                           [[_code(_short(k.get("name"), _KERNEL_CHARS)), units.number(k.get("ms")),
-                             units.number(k.get("count"))] for k in kernels], right={1, 2})]
+                           [[_code(name), units.number(k.get("ms")), units.number(k.get("count"))]
+                            for name, k in zip(names, kernels)], right={1, 2})]
         if any(len(_one_line(k.get("name"))) > _KERNEL_CHARS for k in kernels):
             out.append("(long kernel names shortened; full names in report.json)")
     return "\n".join(out)

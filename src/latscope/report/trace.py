@@ -3,7 +3,7 @@ kernel categories, top kernels, copies, idle gaps; and the ``--compare`` diff.
 
 Only the CLI calls these; the numbers come from ``latscope.trace.analyze``. Every table fits the
 console's width (80 columns in a log file) with each kernel or CPU event name on one line,
-shortened by ``latscope.report.text`` when it must be: the full names are in the JSON.
+shortened by ``latscope.trace.names`` when it must be: the full names are in the JSON.
 """
 
 from __future__ import annotations
@@ -12,15 +12,8 @@ from typing import Any
 
 from rich.console import Console, Group
 
-from latscope.report.text import (
-    WIDE,
-    compact_table,
-    ellipsize,
-    room_left,
-    short_event_name,
-    short_kernel_names,
-    titled,
-)
+from latscope.report.text import WIDE, compact_table, room_left, titled
+from latscope.trace.names import ellipsize, short_event_name, short_kernel_names
 
 _MIN_NAME = 24  # below this a name column says too little: extra columns are dropped first
 

@@ -5,118 +5,35 @@ vLLM started with ``--otlp-traces-endpoint`` exports one ``llm_request`` span pe
 decode and TTFT in seconds. When the client sent a W3C ``traceparent`` header, that span carries
 the client's trace id, which is how ``latscope.analysis.join`` pairs it with the client's record.
 
-- ``SpanCollector``: listens for OTLP/HTTP protobuf (``POST /v1/traces``, gzip/deflate bodies
-  accepted) on a ``ThreadingHTTPServer`` in its own thread and, optionally, OTLP/gRPC (``grpcio``,
-  a thread pool). It lives for a whole session, so that its address is known before the server
-  it listens to starts, and hands each valid request body to the sinks open at that moment.
-- ``SpanRecorder``: a ``RunObserver`` view of a collector for one run. During the run it appends
-  each body, raw, to ``RUN/spans.raw`` as it arrives; when the run stops it decodes them into
-  ``RUN/spans.jsonl`` (one JSON object per span), waits briefly for late spans (decoded as they
-  come), removes ``spans.raw`` and writes ``RUN/otlp.json`` (counts, the receiver's own cost).
-
-Nothing here runs on the load generator's event loop, but threads share its GIL. Checking a body
-is OTLP (``ParseFromString``, upb's C parser: ~4 us a span) is cheap; turning spans into Python
-dicts is not (~85 us a span), and in a receiver thread it made the 10 ms-timer loop lag p99 go
-from 5.8 to 13 ms at 100 spans/s and to 43 ms at 2000 spans/s. So, like the ``/metrics``
-scraper, the recorder defers that work until no request is in flight
-(``benchmarks/otlp_overhead.py`` measures both). A run killed before its end keeps
-``spans.raw``; ``read_spans`` decodes it then.
+- ``SpanCollector`` (here): listens for OTLP/HTTP protobuf (``POST /v1/traces``, gzip/deflate
+  bodies accepted) on a ``ThreadingHTTPServer`` in its own thread and, optionally, OTLP/gRPC
+  (``grpcio``, a thread pool). It lives for a whole session, so that its address is known before
+  the server it listens to starts, and hands each valid request body to the sinks open at that
+  moment. It only checks that a body is OTLP (``ParseFromString``, upb's C parser: ~4 us a span).
+- ``latscope.server.otlp_record.SpanRecorder``: a run's view of a collector, which keeps the
+  bodies and decodes them (``latscope.server.otlp_decode``) once no request is in flight.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gzip
 import http.server
 import socket
-import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from latscope.errors import ConfigError
-from latscope.model import RunContext
+from latscope.server.otlp_decode import parse_export_request
 
-SPANS_FILE = "spans.jsonl"
-RAW_FILE = "spans.raw"  # during a run: (received unix ns, length, body) frames
-STATUS_FILE = "otlp.json"
 TRACES_PATH = "/v1/traces"
 _MAX_BODY = 64 << 20  # an OTLP batch of 512 vLLM spans is ~300 kB; refuse absurd bodies
-_KIND = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
-_FRAME = struct.Struct("<qI")  # received unix ns, body length
 # Called with (received unix ns, a valid serialized ExportTraceServiceRequest), in a receiver thread
 SpanSink = Callable[[int, bytes], None]
-
-
-# -- decoding ----------------------------------------------------------------------------------
-def _any_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as a plain Python value."""
-    which = value.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [_any_value(v) for v in value.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _any_value(kv.value) for kv in value.kvlist_value.values}
-    if which == "bytes_value":
-        return value.bytes_value.hex()
-    return getattr(value, which)
-
-
-def _attributes(kvs: Iterable[Any]) -> dict[str, Any]:
-    return {kv.key: _any_value(kv.value) for kv in kvs}
-
-
-def _parse(body: bytes) -> Any:
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except DecodeError as exc:
-        raise ValueError(f"not an OTLP ExportTraceServiceRequest: {exc}") from None
-    return request
-
-
-def decode_export_request(body: bytes, *, received_unix_ns: int | None = None
-                          ) -> list[dict[str, Any]]:
-    """Decode an ``ExportTraceServiceRequest`` (protobuf bytes) into one dict per span.
-
-    Keys: ``trace_id``/``span_id``/``parent_span_id`` (lower-case hex, "" when absent), ``name``,
-    ``kind``, ``start_unix_ns``, ``end_unix_ns``, ``attributes``, ``resource`` (resource
-    attributes), ``scope`` and ``received_unix_ns``. Raises ``ValueError`` for bytes that are
-    not such a message.
-    """
-    return spans_from_request(_parse(body), received_unix_ns=received_unix_ns)
-
-
-def spans_from_request(request: Any, *, received_unix_ns: int | None = None
-                       ) -> list[dict[str, Any]]:
-    received = received_unix_ns if received_unix_ns is not None else time.time_ns()
-    out = []
-    for resource_spans in request.resource_spans:
-        resource = _attributes(resource_spans.resource.attributes)
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope.name
-            for span in scope_spans.spans:
-                out.append({
-                    "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                    "parent_span_id": span.parent_span_id.hex(), "name": span.name,
-                    "kind": _KIND.get(span.kind, str(span.kind)),
-                    "start_unix_ns": span.start_time_unix_nano,
-                    "end_unix_ns": span.end_time_unix_nano,
-                    "attributes": _attributes(span.attributes),
-                    "resource": resource, "scope": scope, "received_unix_ns": received,
-                })
-    return out
 
 
 def _inflate(body: bytes, encoding: str) -> bytes:
@@ -270,7 +187,7 @@ class SpanCollector:
         t0 = time.perf_counter()
         try:
             body = _inflate(body, encoding)
-            _parse(body)
+            parse_export_request(body)
         except (ValueError, OSError, zlib.error) as exc:
             with self._lock:
                 self.rejected += 1
@@ -334,167 +251,6 @@ def _handler_for(collector: SpanCollector) -> type[http.server.BaseHTTPRequestHa
             pass  # no access log on the console of a benchmark
 
     return _Handler
-
-
-# -- the per-run view --------------------------------------------------------------------------
-class SpanRecorder:
-    """A ``RunObserver``: keeps the spans a collector receives during one run in its run dir.
-
-    During the run, bodies are only appended to ``spans.raw`` (see the module doc for why); at
-    ``stop`` they are decoded into ``spans.jsonl``. Spans come in batches some time after their
-    request ended (vLLM's ``BatchSpanProcessor`` exports every ``OTEL_BSP_SCHEDULE_DELAY`` ms,
-    5000 by default), so ``stop`` keeps listening until every trace id passed to ``expect`` has
-    arrived, or, when none were passed, until no span came for ``quiet_s`` -- never longer than
-    ``max_wait_s``. The decoding and the wait run in a worker thread.
-    """
-
-    def __init__(self, collector: SpanCollector, *, max_wait_s: float = 8.0,
-                 quiet_s: float = 1.5) -> None:
-        self.collector = collector
-        self.max_wait_s = max_wait_s
-        self.quiet_s = quiet_s
-        self.spans = 0
-        self.bodies = 0
-        self.waited_s = 0.0
-        self.decode_ms = 0.0
-        self._expected: set[str] = set()
-        self._seen: set[str] = set()
-        self._raw: Any = None
-        self._out: Any = None
-        self._live = False  # after the run: decode bodies as they come
-        self._last_ns = 0
-        self._cond = threading.Condition()
-
-    def expect(self, trace_id: str | None) -> None:
-        """Note a trace id whose span should arrive before the run's files are closed."""
-        if trace_id:
-            with self._cond:
-                self._expected.add(trace_id)
-
-    def _sink(self, received_ns: int, body: bytes) -> None:
-        # A receiver thread. During the run: one write, no decoding (it would hold the GIL).
-        with self._cond:
-            if self._live and self._out is not None:
-                self._decode(received_ns, body)
-            elif self._raw is not None:
-                self._raw.write(_FRAME.pack(received_ns, len(body)) + body)
-                self._raw.flush()
-            else:
-                return
-            self.bodies += 1
-            self._last_ns = time.monotonic_ns()
-            self._cond.notify_all()
-
-    def _decode(self, received_ns: int, body: bytes) -> None:
-        t0 = time.perf_counter()
-        spans = decode_export_request(body, received_unix_ns=received_ns)
-        self._out.write(b"".join(orjson.dumps(s) + b"\n" for s in spans))
-        self._out.flush()
-        self.spans += len(spans)
-        self._seen.update(s["trace_id"] for s in spans)
-        self.decode_ms += (time.perf_counter() - t0) * 1e3
-
-    async def start(self, ctx: RunContext) -> None:
-        self._raw = open(ctx.run_dir / RAW_FILE, "wb")  # noqa: SIM115 (closed in stop)
-        self._out = open(ctx.run_dir / SPANS_FILE, "wb")  # noqa: SIM115
-        self._last_ns = time.monotonic_ns()
-        self.collector.add_sink(self._sink)
-
-    async def stop(self, ctx: RunContext) -> None:
-        try:
-            self.waited_s = await asyncio.to_thread(self._finish, ctx.run_dir)
-        finally:
-            self.collector.remove_sink(self._sink)
-            with self._cond:
-                for f in (self._raw, self._out):
-                    if f is not None:
-                        f.close()
-                self._raw = self._out = None
-            self._write_status(ctx.run_dir)
-
-    def _finish(self, run_dir: Path) -> float:
-        """Decode what came during the run, then wait for late spans, decoding them live."""
-        t0 = time.monotonic()
-        with self._cond:
-            self._raw.close()
-            self._raw = None
-            for received_ns, body in _frames(run_dir / RAW_FILE):
-                self._decode(received_ns, body)
-            self._live = True
-            (run_dir / RAW_FILE).unlink(missing_ok=True)
-            deadline = t0 + self.max_wait_s
-            while True:
-                now = time.monotonic()
-                if self._expected:
-                    if self._expected <= self._seen:
-                        break
-                elif now - self._last_ns / 1e9 >= self.quiet_s:
-                    break
-                if now >= deadline:
-                    break
-                self._cond.wait(timeout=min(0.1, deadline - now))
-        return time.monotonic() - t0
-
-    def status(self) -> dict[str, Any]:
-        c = self.collector
-        with self._cond:
-            missing = len(self._expected - self._seen)
-        handle = sorted(c.handle_ms)
-        return {
-            "endpoint": c.http_endpoint, "grpc_endpoint": c.grpc_endpoint,
-            "spans": self.spans, "bodies": self.bodies, "expected_traces": len(self._expected),
-            "expected_missing": missing, "waited_after_run_s": round(self.waited_s, 3),
-            "decode_ms_after_run": round(self.decode_ms, 3),
-            "collector_requests": c.requests, "collector_bytes": c.bytes,
-            "rejected_requests": c.rejected, "errors": list(c.errors),
-            "handle_ms": {"mean": sum(handle) / len(handle) if handle else None,
-                          "max": handle[-1] if handle else None},
-        }
-
-    def _write_status(self, run_dir: Path) -> None:
-        (run_dir / STATUS_FILE).write_bytes(orjson.dumps(self.status(),
-                                                         option=orjson.OPT_INDENT_2))
-
-
-def _frames(path: Path) -> Iterable[tuple[int, bytes]]:
-    """The (received unix ns, body) frames of a ``spans.raw``; a torn last frame is dropped."""
-    if not path.is_file():
-        return
-    data = path.read_bytes()
-    pos = 0
-    while pos + _FRAME.size <= len(data):
-        received, length = _FRAME.unpack_from(data, pos)
-        start = pos + _FRAME.size
-        if start + length > len(data):
-            return
-        yield received, data[start:start + length]
-        pos = start + length
-
-
-def read_spans(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The spans of a run directory (``spans.jsonl``, and ``spans.raw`` if the run was killed
-    before it stopped); [] when it has none. A torn last line is skipped; a torn line mid-file
-    is an error."""
-    from latscope.errors import LatscopeError
-
-    path = Path(run_dir) / SPANS_FILE
-    out = []
-    # A run killed before its stop left its bodies undecoded
-    for received_ns, body in _frames(Path(run_dir) / RAW_FILE):
-        out += decode_export_request(body, received_unix_ns=received_ns)
-    if not path.is_file():
-        return out
-    lines = path.read_bytes().split(b"\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            if number >= len(lines) - 1:
-                break
-            raise LatscopeError(f"{path}: line {number} is not JSON") from None
-    return out
 
 
 def remote_instructions(collector: SpanCollector) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from latscope.findings.impact import make_impact
 from latscope.model import Evidence, Finding, Severity
+from latscope.trace.names import short_event_name
 
 IDLE_CRITICAL, IDLE_WARNING = 0.5, 0.2
 EXPOSED_COPY_WARNING, EXPOSED_COMM_WARNING = 0.05, 0.10
@@ -67,7 +68,8 @@ def _idle(dev: dict[str, Any], where: str) -> Finding:
     host_wait = gaps["by_cause"]["host_wait_ns"]
     host_share = host_wait / b["idle_ns"] if b["idle_ns"] else 0.0
     kinds = ", ".join(f"{k['kind']} {k['share_of_idle']:.0%}" for k in cpu["self_time_by_kind"][:4])
-    top = "; ".join(f"{e['name'][:70]} {_ms(e['self_ns'])} ms" for e in cpu["top_events"][:3])
+    top = "; ".join(f"{short_event_name(e['name'], 70)} {_ms(e['self_ns'])} ms"
+                    for e in cpu["top_events"][:3])
     evidence = [
         Evidence("window", _ms(b["window_ns"]), "ms", f"{where} ({dev['window']['method']})"),
         Evidence("idle (window - union of all GPU activity)", _ms(b["idle_ns"]), "ms", where),

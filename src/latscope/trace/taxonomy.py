@@ -1,5 +1,6 @@
-"""Kernel names: normalisation (demangling, ``.kd`` suffixes), categories, generic-fallback rules
-and families, all driven by ``taxonomy.toml`` (package data) so that a rule is a table row.
+"""Kernel names: normalisation (demangling, ``.kd`` suffixes), categories, generic-fallback rules,
+families and the template arguments display names skip (``latscope.trace.names``), all driven
+by ``taxonomy.toml`` (package data) so that a rule is a table row.
 
 Classification runs once per *unique* name, then is broadcast to events with numpy indexing.
 """
@@ -35,6 +36,8 @@ class Taxonomy:
     categories: tuple[tuple[str, re.Pattern[str]], ...]
     fallbacks: tuple[FallbackRule, ...]
     families: tuple[tuple[re.Pattern[str], str], ...]
+    # template arguments that carry others but never say what a kernel is (latscope.trace.names)
+    carriers: re.Pattern[str]
 
     def category(self, name: str) -> str:
         for label, pattern in self.categories:
@@ -81,7 +84,8 @@ def load_taxonomy() -> Taxonomy:
     fallbacks = tuple(FallbackRule(f["id"], f["vendor"], re.compile(f["pattern"]), f["why"])
                       for f in data["fallback"])
     families = tuple((re.compile(f["pattern"]), f["name"]) for f in data["family"])
-    return Taxonomy(categories, fallbacks, families)
+    carriers = re.compile("|".join(f"(?:{p})" for p in data["names"]["carriers"]))
+    return Taxonomy(categories, fallbacks, families, carriers)
 
 
 def strip_suffix(name: str) -> str:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from latscope.load import BenchConfig, WorkloadSpec, run_bench
 from latscope.load.config import parse_mix
-from latscope.server.otlp import SpanCollector, SpanRecorder
+from latscope.server.otlp import SpanCollector
+from latscope.server.otlp_record import SpanRecorder
 from latscope.server.target import LocalTarget
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,7 @@ from latscope.analysis.join import join_spans, request_spans
 from latscope.stats import ttft_ms
 from latscope.rundir import read_run
 from latscope.report.perrequest import WIDTH, per_request_lines
-from latscope.server.otlp import read_spans
+from latscope.server.otlp_record import read_spans
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "otlp"
 
@@ -141,7 +141,7 @@ def test_the_table_fits_80_columns_and_names_every_component(run) -> None:
 
 
 def test_vllm_startup_spans_are_not_request_spans() -> None:
-    from latscope.server.otlp import decode_export_request
+    from latscope.server.otlp_decode import decode_export_request
 
     startup = decode_export_request((DATA / "export_startup.bin").read_bytes())
     assert {s["name"] for s in startup} >= {"Worker init"}

@@ -26,11 +26,12 @@ from latscope.findings.impact import IMPACT_TARGETS, describe
 from latscope.report.findings import findings_table
 from latscope.report.observe import decomposition_notes, decomposition_table
 from latscope.report.sweep import sweep_table, trials_table
-from latscope.report.text import (kernel_name_forms, make_console, short_event_name,
-                                  short_kernel_name, short_kernel_names)
+from latscope.report.text import make_console
 from latscope.report.trace import comparison_tables, top_kernels_table
 from latscope.trace.analyze import analyze_trace
 from latscope.trace.compare import compare_results
+from latscope.trace.names import (kernel_name_forms, short_event_name, short_kernel_name,
+                                  short_kernel_names)
 from latscope.trace.readers import read_trace
 from latscope.trace.taxonomy import classify_names
 

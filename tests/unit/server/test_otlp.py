@@ -14,9 +14,10 @@ import pytest
 
 from latscope.errors import ConfigError, LatscopeError
 from latscope.model import RunContext
-from latscope.server.otlp import (RAW_FILE, SPANS_FILE, STATUS_FILE, SpanCollector, SpanRecorder,
-                                  decode_export_request, parse_listen, read_spans,
-                                  remote_instructions)
+from latscope.server.otlp import SpanCollector, parse_listen, remote_instructions
+from latscope.server.otlp_decode import decode_export_request
+from latscope.server.otlp_record import (RAW_FILE, SPANS_FILE, STATUS_FILE, SpanRecorder,
+                                         read_spans)
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "otlp"
 
