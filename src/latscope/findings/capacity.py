@@ -56,6 +56,11 @@ def plateau(points: list[Point]) -> tuple[Point, Point, float] | None:
     return (prev, last, gain) if gain < PLATEAU_GAIN else None
 
 
+def _gain_words(gain: float) -> str:
+    """"rose only +5%" or "fell 6%": a plateau's last step may lose throughput too."""
+    return f"rose only {gain:+.0%}" if gain >= 0 else f"fell {-gain:.0%}"
+
+
 def capacity_finding(points: list[Point], knee: float | None, recommended: float | None,
                      findings: list[Finding], gpu: GpuBusy | None, split_at_knee: str,
                      knee_label: str) -> Finding | None:
@@ -73,7 +78,7 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
     at = next((p for p in points if p.load == knee), None) or prev
     tok = f", {at.output_tokens_per_s:,.0f} output tok/s" if at.output_tokens_per_s else ""
     sentences = [f"At {knee_label}, the server is at capacity: {at.requests_per_s:.1f} req/s{tok}",
-                 f"Past it, throughput rose only {gain:+.0%} per doubling of the load, from "
+                 f"Past it, throughput {_gain_words(gain)} per doubling of the load, from "
                  f"c={prev.load:g} to c={last.load:g}"]
     if gpu is not None:
         what = "the profile" if "trace" in gpu.source or gpu.source.endswith(".gz") else \

@@ -77,6 +77,14 @@ def test_a_saturated_healthy_gpu_is_at_capacity_and_no_flag_is_blamed():
     assert verdict_matches(v, {"kind": "capacity", "no_flag_blamed": True}) == (True, "")
 
 
+def test_a_plateau_that_lost_throughput_says_it_fell():
+    # the H200's saturated-short run: 124.4 req/s at c=128, 6% less per doubling past it
+    lost = [Point(32, 80.0), Point(64, 110.0), Point(128, 124.4), Point(256, 117.0)]
+    f = capacity_finding(lost, 128, 115, [], None, "", "c=128 (the knee)")
+    assert f is not None and "throughput fell 6% per doubling" in f.title
+    assert "rose only -" not in f.title
+
+
 @pytest.mark.parametrize("binding", ["server.queue_max_num_seqs", "server.kv_saturation",
                                      "server.queue_token_budget"])
 def test_a_limit_binding_on_the_servers_counters_is_the_answer_not_capacity(binding):
