@@ -14,6 +14,7 @@ from latscope.env.hostload import read_cpu_usage
 from latscope.findings.capacity import GpuBusy, Point, capacity_finding
 from latscope.findings.causes import as_symptom, causes_of, join_causes
 from latscope.findings.host import contention_finding
+from latscope.findings.impact import ab_impact, severity_for_share
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.rank import merge, rank
 from latscope.findings.server import findings_from_metrics
@@ -191,13 +192,22 @@ def _add_decode_cost(findings: list[Finding], state: Diagnosis) -> None:
 
 
 def _annotate(findings: list[Finding], exp: dict[str, Any]) -> None:
+    """The A/B as evidence of its finding; a fix that helped also gives a finding whose cost no
+    run measured its share: what the fix took off the metric (the H200's --enforce-eager: 78% of
+    TPOT), so that it ranks, and is worded, as a measured cause."""
     from latscope.model import Evidence
 
-    for f in findings:
-        if f.id == exp["finding_id"]:
-            text = experiment_text(exp)
-            f.evidence = f.evidence + [Evidence("A/B: " + exp["change"], text, "",
-                                                f"diagnose prove stage ({len(exp['arms'])} runs)")]
+    for i, f in enumerate(findings):
+        if f.id != exp["finding_id"]:
+            continue
+        text = experiment_text(exp)
+        f = dataclasses.replace(f, evidence=f.evidence + [Evidence(
+            "A/B: " + exp["change"], text, "", f"diagnose prove stage ({len(exp['arms'])} runs)")])
+        impact = ab_impact(exp)
+        if impact is not None and (f.impact or {}).get("share") is None:
+            worst = min(f.severity, severity_for_share(impact["share"]), key=lambda v: v.rank)
+            f = dataclasses.replace(f, impact=impact, severity=worst)
+        findings[i] = f
 
 
 def _client(state: Diagnosis) -> dict[str, Any]:

@@ -101,6 +101,9 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
         text = top.title  # its cost is the A/B's, in the sentence added below
     elif impact.get("share") is None:
         text = f"{top.title} (its cost was not measured here)"
+    elif impact.get("by") == "ab":  # its share is the A/B's: the fix's measured gain
+        text = (f"At {impact.get('measured_at') or 'the load measured'}, {top.title} costs "
+                f"{impact['share']:.0%} {target_words(impact.get('target'))}")
     elif impact.get("explains") == "trace.gpu_idle":
         text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile because of this: {top.title}")

@@ -165,3 +165,32 @@ def test_a_cause_measured_at_another_load_is_its_own_sentence(tmp_path):
     assert first.startswith("At c=64 (past the knee at c=16), 50% of mean TTFT is the API "
                             "server's own processing") and "c=1 " not in first
     assert second.startswith("Other processes used 3.6 of the server's 4 CPUs")
+
+
+def test_a_fix_an_ab_showed_to_help_is_the_verdict_with_its_cost(tmp_path):
+    # the H200 eager-proven recording: diagnose --serve-cmd, no profile, the flag's A/B at c=16;
+    # the code that recorded it said HEALTHY, "its cost not measured here"
+    from latscope.campaign.replay import replay
+
+    report = replay(_recorded("eager-proven", tmp_path), tmp_path / "out")
+    text = report["verdict"]["text"]
+    assert text.startswith("At c=16, CUDA graphs disabled (--enforce-eager) costs 78% of TPOT")
+    assert "tpot_mean_ms 26.7 -> 5.8 ms (-78.1% [95% CI -85.0% .. -68.0%]): helped" in text
+    assert "not measured" not in text
+    top = report["findings"][0]
+    assert (top["id"], top["severity"], top["impact"]["target"]) == (
+        "server.enforce_eager", "critical", "tpot")
+
+
+@pytest.mark.parametrize("exp", [
+    {"metric": "tpot_mean_ms", "a_mean": 26.7, "b_mean": 5.8, "helped": False, "load": 16},
+    {"metric": "tpot_mean_ms", "a_mean": 26.7, "b_mean": 28.0, "helped": True, "load": 16},
+    {"metric": "throughput_rps", "a_mean": 10.0, "b_mean": 12.0, "helped": True, "load": 16},
+])
+def test_an_ab_that_did_not_help_a_latency_gives_no_share(exp):
+    from latscope.findings.impact import ab_impact
+
+    assert ab_impact(exp) is None
+    helped = dict(exp, metric="tpot_mean_ms", a_mean=20.0, b_mean=5.0, helped=True)
+    assert ab_impact(helped) == {"target": "tpot", "share": 0.75, "value_ms": 15.0,
+                                 "measured_at": "c=16", "by": "ab"}
