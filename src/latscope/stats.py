@@ -37,7 +37,9 @@ from latscope.model import RequestRecord
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "tpot", "itl", "e2e")
 _NS_PER_MS = 1e6
-ITL_EXACT_MAX = 1 << 22  # 16 MiB of float32 gaps (32k requests of 128 tokens), then a histogram
+# 256 KiB of float32 gaps (~500 requests of 128 tokens), then a histogram (~120 KiB): the ITL
+# store stops growing there; at 1 << 22 it grew ~1 KB a request (255 gaps x 4 B) up to 16 MiB
+ITL_EXACT_MAX = 1 << 16
 _HIST_LO_MS, _HIST_STEP = 1e-4, 2e-3  # log bins: 0.1 us upwards, 0.2% wide (+-0.1% error)
 _ERROR_EXAMPLE_MAX = 200
 
@@ -156,6 +158,11 @@ class _Pooled:
         positive = gaps[gaps > 0]
         self.zeros += int(gaps.size - positive.size)
         np.add.at(self.hist, np.minimum(_bin(positive), self.hist.size - 1), 1)
+
+    def nbytes(self) -> int:
+        """Bytes of gap storage held (exact values or histogram): bounded whatever the count."""
+        return len(self.values) * self.values.itemsize + (0 if self.hist is None else
+                                                         self.hist.nbytes)
 
     def distribution(self, percentiles: Sequence[float]) -> dict[str, Any]:
         if self.hist is None:
