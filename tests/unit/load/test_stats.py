@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from latscope.stats import ITL_EXACT_MAX, RunStats, e2e_ms, summarize, ttft_ms
 from latscope.model import RequestRecord
+from latscope.stats import ITL_EXACT_MAX, RunStats, e2e_ms, summarize, ttft_ms
 
 MS = 1_000_000
 
