@@ -269,3 +269,19 @@ def test_reads_cut_mid_event_after_whole_ones_keep_each_token_time():
     took_fast, fast, exact, problem = _both_readers(reads)
     assert took_fast and problem is None
     assert fast.chunk_ns == exact.chunk_ns and len(fast.chunk_ns) == 30
+
+
+@pytest.mark.parametrize("error_at", [None, 5, 30])
+def test_reasoning_stream_reads_fast_and_still_fails_on_a_late_error(error_at):
+    # a reasoning model's chat stream: reasoning_content tokens, then content tokens
+    events = _vllm_events(True, 40)
+    for i in range(1, 21):
+        events[i] = events[i].replace(b'"content":"', b'"reasoning_content":"')
+    if error_at is not None:
+        events.insert(error_at, b'data: {"error":{"message":"engine died","code":500}}\n\n')
+    took_fast, fast, exact, problem = _both_readers(_per_event_reads(events))
+    if error_at is None:
+        assert took_fast and problem is None and len(exact.chunk_ns) == 40
+        assert fast.chunk_ns == exact.chunk_ns
+    else:
+        assert not took_fast and "engine died" in problem
