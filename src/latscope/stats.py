@@ -37,7 +37,9 @@ from latscope.model import RequestRecord
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "tpot", "itl", "e2e")
 _NS_PER_MS = 1e6
-ITL_EXACT_MAX = 1 << 22  # 16 MiB of float32 gaps (32k requests of 128 tokens), then a histogram
+# 256 KiB of float32 gaps (~500 requests of 128 tokens), then a histogram (~120 KiB): the ITL
+# store stops growing there; at 1 << 22 it grew ~1 KB a request (255 gaps x 4 B) up to 16 MiB
+ITL_EXACT_MAX = 1 << 16
 _HIST_LO_MS, _HIST_STEP = 1e-4, 2e-3  # log bins: 0.1 us upwards, 0.2% wide (+-0.1% error)
 _ERROR_EXAMPLE_MAX = 200
 
@@ -142,14 +144,20 @@ class _Pooled:
         self.total += float(gaps.sum())
         self.total_sq += float(np.square(gaps).sum())
         self.lo, self.hi = min(self.lo, float(gaps.min())), max(self.hi, float(gaps.max()))
-        if self.hist is None and len(self.values) + gaps.size <= self.cap:
+        if len(self.values) + gaps.size <= self.cap:
+            # past the cap too: gaps wait here and are folded a cap-full at a time (numpy's
+            # per-call overhead paid once per 65k gaps, not once per request)
             self.values.frombytes(gaps.astype(np.float32).tobytes())
             return
         if self.hist is None:
             self.hist = np.zeros(_bin(np.float64(1e9)) + 2, dtype=np.int64)
+        self._fold_kept()
+        self._fold(gaps)
+
+    def _fold_kept(self) -> None:
+        if self.values:
             self._fold(np.frombuffer(self.values, dtype=np.float32).astype(np.float64))
             self.values = array("f")
-        self._fold(gaps)
 
     def _fold(self, gaps: np.ndarray) -> None:
         assert self.hist is not None
@@ -157,9 +165,15 @@ class _Pooled:
         self.zeros += int(gaps.size - positive.size)
         np.add.at(self.hist, np.minimum(_bin(positive), self.hist.size - 1), 1)
 
+    def nbytes(self) -> int:
+        """Bytes of gap storage held (exact values or histogram): bounded whatever the count."""
+        return len(self.values) * self.values.itemsize + (0 if self.hist is None else
+                                                         self.hist.nbytes)
+
     def distribution(self, percentiles: Sequence[float]) -> dict[str, Any]:
         if self.hist is None:
             return distribution(np.frombuffer(self.values, dtype=np.float32), percentiles)
+        self._fold_kept()  # the gaps still waiting, so that every percentile counts them
         mean = self.total / self.n
         out: dict[str, Any] = {"count": self.n, "mean": mean,
                                "std": math.sqrt(max(self.total_sq / self.n - mean * mean, 0.0)),

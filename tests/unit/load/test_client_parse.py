@@ -201,3 +201,87 @@ def test_per_request_server_metrics_are_kept_from_the_last_usage_event():
     record, _ = run_exchange([b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body), body],
                              stream=False)
     assert record.server["metrics"]["queue_time_ms"] == 1.5
+
+
+def _vllm_events(chat: bool, n: int, text=lambda i: f" w{i}") -> list[bytes]:
+    """vLLM's OpenAI server's streamed events (field order, compact JSON), role event first in chat."""
+    head = ('"id":"cmpl-1","object":"%s","created":1733140000,"model":"m"'
+            % ("chat.completion.chunk" if chat else "text_completion"))
+    out = [b'data: {%s,"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+           b'"logprobs":null,"finish_reason":null}]}\n\n' % head.encode()] if chat else []
+    for i in range(n):
+        value = (('"delta":{"content":"%s"}' if chat else '"text":"%s"') % text(i)).encode()
+        out.append(b'data: {%s,"choices":[{"index":0,%s,"logprobs":null,"finish_reason":null}]}'
+                   b"\n\n" % (head.encode(), value))
+    out.append(b'data: {%s,"choices":[],"usage":{"prompt_tokens":5,"total_tokens":%d,'
+               b'"completion_tokens":%d}}\n\n' % (head.encode(), n + 5, n))
+    return out + [b"data: [DONE]\n\n"]
+
+
+def _per_event_reads(events: list[bytes]) -> list[tuple[int, bytes]]:
+    reads = [(100 * (i + 1), chunk(e)) for i, e in enumerate(events)]
+    return reads[:-1] + [(reads[-1][0], reads[-1][1] + b"0\r\n\r\n")]
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_fast_reader_times_each_token_by_its_own_read(chat):
+    # one read per event, as a server flushing every token is read: each token keeps its read's
+    # time (the role event, read 1 in chat, is no token)
+    reads = _per_event_reads(_vllm_events(chat, 300))
+    took_fast, fast, exact, problem = _both_readers(reads)
+    assert took_fast and problem is None
+    first = 200 if chat else 100
+    assert fast.chunk_ns == exact.chunk_ns == list(range(first, first + 300 * 100, 100))
+    assert (fast.output_tokens, fast.prompt_tokens) == (exact.output_tokens, 5) == (300, 5)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("one_read", [False, True])
+def test_error_event_after_many_tokens_fails_the_request(chat, one_read):
+    events = _vllm_events(chat, 250)
+    events.insert(-2, b'data: {"error":{"object":"error","message":"engine died","code":500}}\n\n')
+    reads = _per_event_reads(events)
+    if one_read:
+        reads = [(1, b"".join(d for _, d in reads))]
+    took_fast, _, _, problem = _both_readers(reads)
+    assert not took_fast and "engine died" in problem
+    record, _ = run_exchange([HEAD + b"".join(d for _, d in reads)])
+    assert record.error_kind == "malformed_response" and "engine died" in record.error
+
+
+@pytest.mark.parametrize("word", ['\\"error', '\\"role', 'reasoning', '\\"reasoning'])
+def test_key_names_inside_generated_text_are_tokens_to_both_readers(word):
+    # generated text holding a key's name (quotes escaped in JSON) is a token, never an error
+    # event or a role: whichever reader runs, the tokens are the same
+    events = _vllm_events(True, 40, text=lambda i: word if i % 7 == 3 else "x")
+    took_fast, fast, exact, problem = _both_readers(_per_event_reads(events))
+    assert problem is None and len(exact.chunk_ns) == 40
+    if took_fast:
+        assert fast.chunk_ns == exact.chunk_ns
+
+
+def test_reads_cut_mid_event_after_whole_ones_keep_each_token_time():
+    # most reads end with their event, a few do not: the per-read loop takes over, same times
+    events = _vllm_events(False, 30)
+    reads = _per_event_reads(events)
+    ns, data = reads[10]
+    reads[10:11] = [(ns - 50, data[:40]), (ns, data[40:])]
+    took_fast, fast, exact, problem = _both_readers(reads)
+    assert took_fast and problem is None
+    assert fast.chunk_ns == exact.chunk_ns and len(fast.chunk_ns) == 30
+
+
+@pytest.mark.parametrize("error_at", [None, 5, 30])
+def test_reasoning_stream_reads_fast_and_still_fails_on_a_late_error(error_at):
+    # a reasoning model's chat stream: reasoning_content tokens, then content tokens
+    events = _vllm_events(True, 40)
+    for i in range(1, 21):
+        events[i] = events[i].replace(b'"content":"', b'"reasoning_content":"')
+    if error_at is not None:
+        events.insert(error_at, b'data: {"error":{"message":"engine died","code":500}}\n\n')
+    took_fast, fast, exact, problem = _both_readers(_per_event_reads(events))
+    if error_at is None:
+        assert took_fast and problem is None and len(exact.chunk_ns) == 40
+        assert fast.chunk_ns == exact.chunk_ns
+    else:
+        assert not took_fast and "engine died" in problem

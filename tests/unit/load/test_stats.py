@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from latscope.stats import RunStats, e2e_ms, summarize, ttft_ms
 from latscope.model import RequestRecord
+from latscope.stats import ITL_EXACT_MAX, RunStats, e2e_ms, summarize, ttft_ms
 
 MS = 1_000_000
 
@@ -54,6 +54,30 @@ def test_itl_folds_into_a_histogram_past_its_cap_with_stated_error():
         assert b[key] == pytest.approx(a[key], rel=1e-5)
     for key in ("p50", "p90", "p99"):  # the histogram's bin: within its stated error
         assert b[key] == pytest.approx(a[key], rel=2.5e-3, abs=1e-4)
+
+
+def test_itl_store_stays_bounded_and_percentiles_within_stated_error_past_the_cap():
+    # the default cap, crossed: 1200 requests of 256 chunks (306k gaps, 4.7x ITL_EXACT_MAX) with
+    # log-normal gaps (a long right tail, like a decode stalled by prefills)
+    rng = np.random.default_rng(7)
+    gaps = [rng.lognormal(np.log(8), 0.6, 255) for _ in range(1200)]
+    stats = RunStats((1, 50, 90, 99, 99.9))
+    held = []
+    for i, g in enumerate(gaps):
+        stats.add(rec(i, 0, list(np.concatenate([[50.0], 50 + np.cumsum(g)]))))
+        held.append(stats.itl.nbytes())
+    # past the cap: at most the cap's float32 gaps waiting plus the histogram, whatever the count
+    # (~1 KB more a request before: 255 gaps x 4 B)
+    bound = ITL_EXACT_MAX * 4 + 128 * 1024
+    assert max(held) <= bound < len(gaps) * 255 * 4
+    pooled = np.concatenate(gaps)
+    got = stats.summary()["itl_ms"]
+    assert got["count"] == pooled.size > 4 * ITL_EXACT_MAX
+    stated = got["percentile_rel_error"]
+    for p in (1, 50, 90, 99, 99.9):
+        want = float(np.percentile(pooled, p))
+        assert abs(got[f"p{p:g}"] - want) <= want * stated * 1.01  # float32/ns rounding slack
+    assert got["max"] == pytest.approx(pooled.max(), rel=1e-6)
 
 
 def test_definitions_on_two_requests():

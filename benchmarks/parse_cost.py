@@ -1,0 +1,140 @@
+"""CPU cost of reading one finished streamed response (``latscope.load.response.finalize``).
+
+The per-response parse is most of latscope's own CPU per token (``client_ceiling.py``), so this
+times it alone, in CPU time (``time.process_time``: a contended box slows wall time, not this),
+on streamed bodies shaped like vLLM's: a completions stream and a chat stream (role event first,
+usage event last) of ``--tokens`` tokens, one HTTP chunk per event, received either one read
+per event (a slow server) or in one read (a fast one). With ``--against REV`` the same bodies
+are also read by ``response.py`` as it is at git revision REV, the two alternated round by round;
+the figure is the median over rounds of the mean µs per response. Usage::
+
+    python3 benchmarks/parse_cost.py [--tokens 256] [--rounds 15] [--against HEAD~1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from latscope.load import response as current  # noqa: E402
+from latscope.load.client import _Exchange  # noqa: E402
+from latscope.model import RequestRecord  # noqa: E402
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ID = "cmpl-8f2c1e0b5a9d4e6f8a7b3c2d1e0f9a8b"
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _events(chat: bool, tokens: int) -> list[bytes]:
+    """vLLM's OpenAI server's field order and compact JSON (tokens are short words)."""
+    head = {"id": ID, "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 1733140000, "model": MODEL}
+    out = []
+    if chat:
+        out.append(_event({**head, "choices": [{"index": 0, "delta": {
+            "role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]}))
+    for i in range(tokens):
+        last = "length" if i == tokens - 1 else None
+        if chat:
+            choice = {"index": 0, "delta": {"content": f" word{i}"}, "logprobs": None,
+                      "finish_reason": last}
+        else:
+            choice = {"index": 0, "text": f" word{i}", "logprobs": None, "finish_reason": last,
+                      "stop_reason": None}
+        out.append(_event({**head, "choices": [choice]}))
+    out.append(_event({**head, "choices": [], "usage": {
+        "prompt_tokens": 128, "total_tokens": 128 + tokens, "completion_tokens": tokens}}))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _reads(events: list[bytes], one_read: bool) -> list[tuple[int, bytes]]:
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+    chunks[-1] += b"0\r\n\r\n"
+    if one_read:
+        return [(1000, b"".join(chunks))]
+    return [(1000 * (i + 1), c) for i, c in enumerate(chunks)]
+
+
+def _exchange(reads: list[tuple[int, bytes]], loop: asyncio.AbstractEventLoop) -> _Exchange:
+    ex = _Exchange(loop.create_future())
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    ex.feed(reads[0][0], head + reads[0][1])
+    for ns, data in reads[1:]:
+        ex.feed(ns, data)
+    assert ex.future.done(), "the body did not end"
+    return ex
+
+
+def _module_at(rev: str) -> ModuleType:
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:src/latscope/load/response.py"],
+                          check=True, capture_output=True).stdout
+    path = Path(tempfile.mkdtemp()) / "response_at_rev.py"
+    path.write_bytes(text)
+    spec = importlib.util.spec_from_file_location("response_at_rev", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _time(finalize: Callable[..., None], ex: _Exchange, n: int) -> tuple[float, RequestRecord]:
+    t0 = time.process_time()
+    for _ in range(n):
+        record = RequestRecord(index=0, request_id="x", scheduled_ns=0)
+        finalize(record, ex, True)
+    return (time.process_time() - t0) / n * 1e6, record
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--per-round", type=int, default=300, help="responses timed per round")
+    ap.add_argument("--against", metavar="REV", help="also time response.py at this git rev")
+    args = ap.parse_args()
+    arms = {"current": current.finalize}
+    if args.against:
+        arms[args.against] = _module_at(args.against).finalize
+    loop = asyncio.new_event_loop()
+    print(f"CPU us per response (median of {args.rounds} rounds x {args.per_round}), "
+          f"{args.tokens} tokens")
+    print(f"{'body':<26}{'bytes':>7}" + "".join(f"{a:>12}" for a in arms))
+    for chat in (False, True):
+        for one_read in (False, True):
+            reads = _reads(_events(chat, args.tokens), one_read)
+            ex = _exchange(reads, loop)
+            samples: dict[str, list[float]] = {a: [] for a in arms}
+            records = {}
+            for _ in range(args.rounds):  # arms alternated round by round
+                for arm, fin in arms.items():
+                    us, records[arm] = _time(fin, ex, args.per_round)
+                    samples[arm].append(us)
+            for arm, r in records.items():  # every arm read the same tokens, no failure
+                assert r.error is None and len(r.chunk_ns) == args.tokens, (arm, r.error)
+            name = ("chat" if chat else "completions") + (", one read" if one_read
+                                                          else ", read per event")
+            size = sum(len(d) for _, d in reads)
+            print(f"{name:<26}{size:>7}"
+                  + "".join(f"{statistics.median(samples[a]):>12.1f}" for a in arms))
+    loop.close()
+
+
+if __name__ == "__main__":
+    main()
