@@ -128,7 +128,7 @@ def overhead(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return result
 
 
-def gateway_cpu(gateway: str, requests: int) -> dict[str, float]:
+def gateway_cpu(gateway: str, requests: int, tokens: int = 8) -> dict[str, float]:
     """The gateway's CPU for one streamed completion, by its ``process_cpu_seconds_total``
     around ``requests`` sequential ones sent with a fixed prompt, net of its idle rate.
 
@@ -139,7 +139,7 @@ def gateway_cpu(gateway: str, requests: int) -> dict[str, float]:
 
     import aiohttp
 
-    body = {"model": "m", "prompt": "the cat sat on the mat " * 10, "max_tokens": 8,
+    body = {"model": "m", "prompt": "the cat sat on the mat " * 10, "max_tokens": tokens,
             "stream": True}
 
     async def send_all() -> None:

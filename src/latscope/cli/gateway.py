@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tag: the upstream's log, to read its scheduling policy from")
     p.add_argument("--no-watch-waiting", action="store_true",
                    help="auto: do not scrape the upstream's vllm:num_requests_waiting")
+    p.add_argument("--relay", default="raw", choices=("raw", "parsed"),
+                   help="raw: pass the upstream's bytes on as sent (default); parsed: "
+                        "de-chunk and re-chunk them (aiohttp's client and server)")
     p.add_argument("--default-max-tokens", type=int, default=256, metavar="N",
                    help="output tokens assumed when a request sets no max_tokens (256)")
 
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         aging_factor=args.aging_factor, aging_rate=args.aging_rate, tokenizer=args.tokenizer,
         upstream_priority=args.upstream_priority, watch_waiting=not args.no_watch_waiting,
         server_policy=args.server_policy, server_log=args.server_log,
-        default_max_tokens=args.default_max_tokens)
+        default_max_tokens=args.default_max_tokens, relay=args.relay)
 
     def listening(gateway) -> None:
         limit = gateway.admission.limit.value if gateway.tagging else (

@@ -38,6 +38,9 @@ class GatewayConfig:
     default_max_tokens: int = 256
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
+    # raw: the upstream's bytes passed on as sent (relay.py); parsed: aiohttp de-chunks and
+    # re-chunks each piece (the relay before, kept for A/B and for HTTP/1.0 clients)
+    relay: str = "raw"
 
     @property
     def upstream_base(self) -> str:
@@ -64,6 +67,8 @@ class GatewayConfig:
                               "--upstream-priority off")
         if self.server_policy not in ("auto", "priority", "fcfs"):
             raise ConfigError("--server-policy must be auto, priority or fcfs")
+        if self.relay not in ("raw", "parsed"):
+            raise ConfigError(f"--relay must be raw or parsed (got {self.relay!r})")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is out of range")
 

@@ -28,6 +28,7 @@ from latscope.gateway.config import TAG_MAX_INFLIGHT, GatewayConfig
 from latscope.gateway.limit import AimdLimit, FixedLimit
 from latscope.gateway.metrics import GatewayMetrics
 from latscope.gateway.queue import ServedRate, WaitQueue
+from latscope.gateway.relay import RawRelay, UpstreamBroke
 from latscope.gateway.tags import ServerPolicy, deadline_priority, policy_from_log, policy_from_server_info
 from latscope.load.cost import COST_HEADER, estimated_tokens, header_cost, priority_of, read_prompt
 from latscope.redact import redact_url_password
@@ -73,6 +74,8 @@ class Gateway:
         self.start_s = time.monotonic()  # tags count their deadlines from here
         self.url = ""
         self._session: aiohttp.ClientSession | None = None
+        self.raw = RawRelay(self.upstream, config.connect_timeout_s, config.request_timeout_s,
+                            _HOP) if config.relay == "raw" else None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -124,6 +127,8 @@ class Gateway:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        if self.raw is not None:
+            self.raw.close()
 
     # ---------------------------------------------------------------- handlers
 
@@ -178,6 +183,8 @@ class Gateway:
     async def _forward(self, request: web.Request, data: bytes, stream: bool,
                        unreachable_status: int = 502) -> web.StreamResponse:
         assert self._session is not None
+        if self.raw is not None and request.version >= (1, 1):  # 1.0 clients cannot take chunks
+            return await self._forward_raw(request, data, stream, unreachable_status)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         url = self.upstream + request.rel_url.path_qs
         sent = time.perf_counter()
@@ -201,6 +208,37 @@ class Gateway:
             upstream.release()
         else:
             upstream.close()
+        return response
+
+    async def _forward_raw(self, request: web.Request, data: bytes, stream: bool,
+                           unreachable_status: int) -> web.StreamResponse:
+        """``_forward`` by the raw relay (``relay.py``): the upstream's bytes as it sent them."""
+        assert self.raw is not None
+        sent = time.perf_counter()
+        try:
+            conn, head = await self.raw.open(request, data)
+        except (OSError, TimeoutError, UpstreamBroke) as exc:
+            self.metrics.rejected.labels("upstream_unreachable").inc()
+            return _error(unreachable_status,
+                          f"upstream {redact_url_password(self.upstream)} unreachable: "
+                          f"{_reason(exc)}", "upstream_unreachable")
+
+        def first_piece() -> None:
+            if stream and head.status == 200:
+                self.admission.observe_ttft(time.perf_counter() - sent)
+
+        try:
+            response, outcome = await self.raw.relay(request, conn, head, first_piece)
+        except BaseException as exc:
+            conn.close()  # drops the connection: vLLM sees the disconnect and aborts
+            if isinstance(exc, asyncio.CancelledError):
+                self.metrics.cancelled.labels("upstream").inc()
+            raise
+        if outcome == "client_left":
+            self.metrics.cancelled.labels("upstream").inc()
+        elif outcome != "whole":
+            log.warning("upstream broke mid-response: %s", outcome.split(": ", 1)[-1])
+            self.metrics.rejected.labels("upstream_broke").inc()
         return response
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse, stream: bool,

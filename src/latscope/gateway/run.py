@@ -140,7 +140,7 @@ def cli_args(config: GatewayConfig) -> list[str]:
             "--initial-inflight", str(config.initial_inflight),
             "--max-queue", str(config.max_queue), "--aging-factor", f"{config.aging_factor:g}",
             "--upstream-priority", config.upstream_priority,
-            "--default-max-tokens", str(config.default_max_tokens)]
+            "--default-max-tokens", str(config.default_max_tokens), "--relay", config.relay]
     if config.ttft_target_ms is not None:
         args += ["--ttft-target", f"{config.ttft_target_ms:g}"]
     if config.aging_rate is not None:
