@@ -143,7 +143,7 @@ class RawChunkedResponse(web.StreamResponse):
     async def _prepare_headers(self) -> None:
         await super()._prepare_headers()
         assert self._payload_writer is not None
-        self._payload_writer.chunked = False
+        self._payload_writer.chunked = False  # type: ignore[attr-defined]  # StreamWriter
 
 
 class RawRelay:
