@@ -26,8 +26,7 @@ from typing import Any, Callable, Iterator
 from latscope.campaign import proofs, stages
 from latscope.campaign.conclude import conclude
 from latscope.campaign.document import build_report
-from latscope.campaign.servers import (CommandControl, HeldServer, LocalControl, Running,
-                                       ServerControl)
+from latscope.campaign.servers import CommandControl, HeldServer, LocalControl, Running, ServerControl
 from latscope.campaign.state import Budget, DiagnoseFailed, DiagnoseOptions, Diagnosis, Progress, StageRecord
 from latscope.errors import ConfigError, LatscopeError
 from latscope.rundir import RunDir
