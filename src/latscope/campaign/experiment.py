@@ -81,6 +81,9 @@ class Experiment:
         default_factory=lambda: {"A": [], "B": []})
     more_guard_values: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     run_dirs: list[str] = field(default_factory=list)
+    # runs measured again because the client's own timing was unreliable in them (a 2-core CI
+    # box stalled latscope's event loop 830 ms in one B run: TTFT 183 ms against 14-22 ms)
+    reruns: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # ok | failed: why | cut: why
 
@@ -100,6 +103,10 @@ class Experiment:
         caveat = comparability(self.hit_rates)
         if caveat:
             note = (note + "; " if note else "") + caveat
+        if self.reruns:
+            note = (note + "; " if note else "") + (
+                f"{len(self.reruns)} run(s) measured again, the client's timing unreliable in "
+                f"the first: {', '.join(r['run'] for r in self.reruns)}")
         out = {"finding_id": self.proposal.finding_id, "change": self.proposal.describe(),
                 "metric": self.proposal.metric, "load": self.load, "arms": self.arms,
                 "a_values": a, "b_values": b,
@@ -108,7 +115,7 @@ class Experiment:
                 "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
                 "helped": helped, "verdict": self.result.get("verdict", self.status),
                 "warmup_excluded": True, "prefix_cache_hit_rate": self.hit_rates,
-                "run_dirs": self.run_dirs, "note": note.strip()}
+                "run_dirs": self.run_dirs, "reruns": self.reruns, "note": note.strip()}
         if self.proposal.guard:
             # renderers say "helped, at a cost" when the guard got worse with 95% confidence
             out["guard"] = self._guard(self.proposal.guard)
@@ -283,14 +290,22 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                 progress(f"  {arm}{i + 1}: {proposal.describe() if arm == 'B' else 'as is'}"
                          f" at c={load}, {n} requests")
                 with arm_url(arm) as (url, model, tokenizer, *server):
-                    cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
-                                    num_requests=n, output_dir=run_dir, warmup=warmup,
-                                    seed=seed0 + 2 * i + (arm == "B"))
                     # behind a gateway, the server's own /metrics (its prefix-cache hits)
                     metrics_url = server[0] if server else (
                         current.url if proposal.gateway else None)
-                    obs = observe(cfg, scrape_interval_s=scrape_interval_s,
-                                  metrics_url=metrics_url)
+                    for attempt in range(RERUNS_UNRELIABLE + 1):
+                        # a re-run sends fresh prompts: the first run's are in the prefix cache
+                        cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
+                                        num_requests=n, output_dir=run_dir, warmup=warmup,
+                                        seed=seed0 + 2 * i + (arm == "B") + 1000 * attempt)
+                        obs = observe(cfg, scrape_interval_s=scrape_interval_s,
+                                      metrics_url=metrics_url)
+                        if obs.client.get("reliable", True) or attempt == RERUNS_UNRELIABLE:
+                            break
+                        exp.reruns.append({"run": run_dir.name, "why": obs.client.get("why")})
+                        progress(f"    {arm}{i + 1} again: the client's timing was unreliable "
+                                 f"({obs.client.get('why')})")
+                        run_dir = run_dir.with_name(f"{run_dir.name}-again")
                 value = metric_of(obs, proposal.metric)
                 if value is None:  # e.g. every request failed: an arm without its figure
                     raise LatscopeError(f"arm {arm} of {proposal.finding_id}: the run gave no "
@@ -308,6 +323,11 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
 
     exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
     return exp
+
+
+# How many times a run whose client timing was unreliable is measured again (then kept, and
+# the experiment's note says so)
+RERUNS_UNRELIABLE = 1
 
 
 def requests_per_run(load: int) -> int:
