@@ -38,6 +38,11 @@ def causes_of(symptom: str) -> tuple[str, ...]:
     return tuple(e.cause for e in edges() if e.symptom == symptom)
 
 
+def symptom_of(cause: str) -> str | None:
+    """The symptom a cause explains first, in the table's order (None for no edge)."""
+    return next((e.symptom for e in edges() if e.cause == cause), None)
+
+
 def symptoms() -> tuple[str, ...]:
     return tuple(dict.fromkeys(e.symptom for e in edges()))
 

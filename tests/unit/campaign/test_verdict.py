@@ -194,3 +194,20 @@ def test_an_ab_that_did_not_help_a_latency_gives_no_share(exp):
     helped = dict(exp, metric="tpot_mean_ms", a_mean=20.0, b_mean=5.0, helped=True)
     assert ab_impact(helped) == {"target": "tpot", "share": 0.75, "value_ms": 15.0,
                                  "measured_at": "c=16", "by": "ab"}
+
+
+def test_an_ab_share_of_a_cause_names_the_symptom_it_explains():
+    # a CI run of the planted --max-num-seqs 2: the split gave queueing no share, the A/B did;
+    # the verdict read "At c=4, Requests queue because the batch is full: ... costs 89% ..."
+    exp = {"finding_id": "server.queue_max_num_seqs", "change": "--max-num-seqs 8",
+           "metric": "ttft_mean_ms", "a_mean": 301.0, "b_mean": 32.2, "helped": True,
+           "load": 4, "arms": [], "rel_change": -0.894, "ci": [-0.912, -0.872]}
+    from latscope.findings.impact import ab_impact
+
+    cause = Finding("server.queue_max_num_seqs", Severity.CRITICAL,
+                    "Requests queue because the batch is full: Running 2 = max_num_seqs 2, "
+                    "Waiting 2", layer="queue", impact=ab_impact(exp))
+    text = verdict([cause], VerdictInputs(experiments=[exp]))["text"]
+    assert text.startswith("At c=4, 89% of mean TTFT is queueing (what the fix took off it). "
+                           "The cause: Requests queue because the batch is full"), text
+    assert "Fix measured at c=4: --max-num-seqs 8" in text
