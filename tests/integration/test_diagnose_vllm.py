@@ -60,11 +60,14 @@ def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
     # the fix's gain is asserted where latscope's client could time the runs: on a 2-core box
     # at load average ~10 (two CPU vLLMs side by side), 6 of 8 runs had event-loop lag p99 up
     # to 1 s and B's TTFT read 278/28/16/417 ms -- the box, not the server (#22)
-    unreliable = [d for d in exp["run_dirs"] if not _client_reliable(d)]
+    unreliable = exp["client_unreliable_runs"]  # the A/B names them itself (observe's rule)
+    # ... at least those the summary alone shows (the split can add a reason, never remove one)
+    assert {Path(d).name for d in exp["run_dirs"] if not _client_reliable(d)} <= set(unreliable)
     if len(unreliable) <= len(exp["run_dirs"]) // 4:
         assert exp["helped"] is True and exp["ci95_pct"][1] < 0, exp  # an interval below zero
     else:
         assert exp["b_mean"] < exp["a_mean"], exp  # the direction holds even then
+        assert f"unreliable in {len(unreliable)} of {len(exp['arms'])} runs" in exp["note"]
 
 
 def _client_reliable(run_dir: str) -> bool:

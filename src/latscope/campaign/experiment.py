@@ -84,6 +84,9 @@ class Experiment:
     # runs measured again because the client's own timing was unreliable in them (a 2-core CI
     # box stalled latscope's event loop 830 ms in one B run: TTFT 183 ms against 14-22 ms)
     reruns: list[dict[str, Any]] = field(default_factory=list)
+    # runs kept although the client's timing was unreliable in them: the interval then holds
+    # the client's stalls beside the server's latency, and the note says so
+    unreliable: list[str] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"  # ok | failed: why | cut: why
 
@@ -107,6 +110,11 @@ class Experiment:
             note = (note + "; " if note else "") + (
                 f"{len(self.reruns)} run(s) measured again, the client's timing unreliable in "
                 f"the first: {', '.join(r['run'] for r in self.reruns)}")
+        if self.unreliable:
+            note = (note + "; " if note else "") + (
+                f"the client's own timing was unreliable in {len(self.unreliable)} of "
+                f"{len(self.arms)} runs ({', '.join(self.unreliable)}): the interval holds the "
+                f"client's stalls as well as the server's latency")
         out = {"finding_id": self.proposal.finding_id, "change": self.proposal.describe(),
                 "metric": self.proposal.metric, "load": self.load, "arms": self.arms,
                 "a_values": a, "b_values": b,
@@ -115,7 +123,8 @@ class Experiment:
                 "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
                 "helped": helped, "verdict": self.result.get("verdict", self.status),
                 "warmup_excluded": True, "prefix_cache_hit_rate": self.hit_rates,
-                "run_dirs": self.run_dirs, "reruns": self.reruns, "note": note.strip()}
+                "run_dirs": self.run_dirs, "reruns": self.reruns,
+                "client_unreliable_runs": self.unreliable, "note": note.strip()}
         if self.proposal.guard:
             # renderers say "helped, at a cost" when the guard got worse with 95% confidence
             out["guard"] = self._guard(self.proposal.guard)
@@ -307,6 +316,8 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                         progress(f"    {arm}{i + 1} again: the client's timing was unreliable "
                                  f"({obs.client.get('why')})")
                         run_dir = run_dir.with_name(f"{run_dir.name}-again")
+                if not obs.client.get("reliable", True):
+                    exp.unreliable.append(run_dir.name)
                 value = metric_of(obs, proposal.metric)
                 if value is None:  # e.g. every request failed: an arm without its figure
                     raise LatscopeError(f"arm {arm} of {proposal.finding_id}: the run gave no "

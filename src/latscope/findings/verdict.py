@@ -101,12 +101,12 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
         text = top.title  # its cost is the A/B's, in the sentence added below
     elif impact.get("share") is None:
         text = f"{top.title} (its cost was not measured here)"
-    elif impact.get("by") == "ab" and symptom_of(top.id) in SYMPTOM_WORDS:
+    elif impact.get("by") == "ab" and (symptom := symptom_of(top.id)) in SYMPTOM_WORDS:
         # the share is what the fix took off its metric, and the symptom the cause explains is
         # named: a CI run whose split found no queueing share still said "queueing" this way
         text = (f"At {impact.get('measured_at') or 'the load measured'}, "
                 f"{impact['share']:.0%} {target_words(impact.get('target'))} is "
-                f"{SYMPTOM_WORDS[symptom_of(top.id)]} (what the fix took off it). The cause: "
+                f"{SYMPTOM_WORDS[symptom or '']} (what the fix took off it). The cause: "
                 f"{top.title}")
     elif impact.get("by") == "ab":  # its share is the A/B's: the fix's measured gain
         text = (f"At {impact.get('measured_at') or 'the load measured'}, {top.title} costs "
