@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
 
     from latscope.errors import ConfigError
+    from latscope.findings.trace import trace_findings
     from latscope.report.findings import findings_to_json, print_findings
     from latscope.report.ranks import print_cross_rank
     from latscope.report.text import make_console
@@ -47,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
         to_json_units,
     )
     from latscope.trace.compare import compare_results
-    from latscope.trace.findings import trace_findings
     from latscope.trace.parallel import analyze_files, cross_rank
     from latscope.trace.readers import read_trace
 

@@ -1,8 +1,9 @@
 """The facts doctor gathers once and every check reads: the host view, the server process's
 environment and CPU affinity, the GPUs found (by which tool), and what the server said about itself.
 
-Checks are plain functions ``check(facts) -> list[Finding]``; keeping the reading here and the
-judging in the checks lets each check be tested on a fake tree without running anything.
+Checks are plain functions ``check(facts) -> list[Finding]`` in ``latscope.findings``; keeping the
+reading here and the judging there lets each check be tested on a fake tree without running
+anything.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.env.gputools import GpuInfo, GpuProcess, Topology
-from latscope.model import Evidence, Finding, Severity
 from latscope.server.hostview import HostView
 
 
@@ -76,11 +76,3 @@ class Facts:
         if self.server.version:
             return self.server.version, self.server.version_source
         return self.gpu.versions.get("vllm"), self.gpu.versions.get("vllm_source", "")
-
-
-def skipped(check_id: str, reason: str, layer: str) -> Finding:
-    return Finding(id=check_id, severity=Severity.SKIPPED, title=f"skipped: {reason}", layer=layer)
-
-
-def ev(name: str, value: Any, source: str, unit: str = "") -> Evidence:
-    return Evidence(name=name, value=value, unit=unit, source=source)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fakehost import pci_gpu, status
 
 from latscope.env.facts import Facts
-from latscope.env.host import (check_cpu_governor, check_cstates, check_gpu_numa_affinity,
-                               check_iommu, check_numa_balancing, check_pcie_links, pci_gpus)
+from latscope.env.host import pci_gpus
+from latscope.findings.hostsetup import (check_cpu_governor, check_cstates, check_gpu_numa_affinity,
+                                         check_iommu, check_numa_balancing, check_pcie_links)
 from latscope.server.hostview import HostView, format_cpulist, parse_cpulist
 from latscope.model import Severity
 
