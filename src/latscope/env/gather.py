@@ -14,6 +14,7 @@ import orjson
 
 from latscope.env import gpu
 from latscope.env.facts import Facts, ServerFacts
+from latscope.env.host import gather_sys_facts
 from latscope.env.serverfacts import gather_server_facts, is_local, settings_from_cmdline
 from latscope.errors import ConfigError
 from latscope.redact import redact_argv, redact_env
@@ -27,6 +28,7 @@ def gather_facts(view: HostView, url: str | None, pid: int | None, log: str | No
     facts.pid, facts.pid_source = _resolve_pid(view, url, pid, manifest)
     _read_process(facts, manifest)
     facts.gpu = gpu.gather_gpu_facts(view, None if view.live else _captured_versions(view))
+    facts.sys = gather_sys_facts(view, facts.pid, facts.gpu.vendor)
     log = log or _captured_log(view)
     facts.server = gather_server_facts(url, log, headers or {}) if (url or log) else ServerFacts()
     if facts.cmdline:

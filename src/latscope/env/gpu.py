@@ -1,7 +1,6 @@
 """GPU facts: which GPUs (by ``nvidia-smi``, ``amd-smi``, ``rocm-smi``, ``rocminfo`` and
-sysfs), their topology, other processes on them, the vLLM/torch build, and the server's process
-tree (to tell its GPU processes from other tenants). The checks that judge them are in
-``latscope.findings.gpu``.
+sysfs), their topology, other processes on them and the vLLM/torch build. The checks that judge
+them are in ``latscope.findings.gpu``.
 """
 
 from __future__ import annotations
@@ -74,18 +73,3 @@ def local_python_versions() -> dict[str, str]:
                 continue
     return versions
 
-
-def process_tree(view: HostView, pid: int) -> set[int]:
-    """pid and its descendants, from /proc/*/stat ppid fields (vLLM's engine core is a child)."""
-    parents: dict[int, int] = {}
-    for name in view.listdir("/proc"):
-        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
-        if stat and ")" in stat:
-            fields = stat.rsplit(")", 1)[1].split()
-            parents[int(name)] = int(fields[1])
-    tree, grew = {pid}, True
-    while grew:
-        new = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= new
-        grew = bool(new)
-    return tree

@@ -1,16 +1,26 @@
-"""Host facts: the GPUs on the PCI bus (vendor, link state, NUMA node), each NUMA node's CPUs
-and a process's CPU affinity, read from ``/sys`` and ``/proc`` through a ``HostView``; files are as
-documented in the kernel's ABI docs (``Documentation/ABI/testing/sysfs-bus-pci`` for
-``{current,max}_link_{speed,width}`` and ``numa_node``). The checks that judge them are in
-``latscope.findings.hostsetup``.
+"""Host facts: the GPUs on the PCI bus (vendor, link state, NUMA node), NUMA balancing, the
+kernel command line, CPU governors and idle states, each NUMA node's CPUs and the server's CPU
+affinity, read from ``/sys`` and ``/proc`` through a ``HostView``; files are as documented in
+proc(5) and the kernel's ABI docs (``Documentation/ABI/testing/sysfs-bus-pci`` for
+``{current,max}_link_{speed,width}`` and ``numa_node``; ``sysfs-devices-system-cpu`` for
+``cpufreq/scaling_governor`` and ``cpuidle/stateN/{name,latency,disable}``). The checks that judge
+them are in ``latscope.findings.hostsetup``.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any, Callable
 
-from latscope.env.facts import PciGpu
+from latscope.env.facts import CState, PciGpu, SysFacts
+from latscope.errors import HostCheckError
 from latscope.server.hostview import HostView, parse_cpulist
+
+NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"
+KERNEL_CMDLINE = "/proc/cmdline"
+GOVERNORS = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
+GOVERNORS_SOURCE = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"
+CPUIDLE = "/sys/devices/system/cpu/cpu0/cpuidle"
 
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
 # Display/3D controllers and "processing accelerators" (MI300X enumerates as class 0x1200).
@@ -54,3 +64,60 @@ def process_affinity(view: HostView, pid: int) -> set[int] | None:
     m = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M)
     return parse_cpulist(m.group(1)) if m else None
 
+
+def process_tree(view: HostView, pid: int) -> set[int]:
+    """pid and its descendants, from /proc/*/stat ppid fields (vLLM's engine core is a child)."""
+    parents: dict[int, int] = {}
+    for name in view.listdir("/proc"):
+        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
+        if stat and ")" in stat:
+            fields = stat.rsplit(")", 1)[1].split()
+            parents[int(name)] = int(fields[1])
+    tree, grew = {pid}, True
+    while grew:
+        new = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= new
+        grew = bool(new)
+    return tree
+
+def gather_sys_facts(view: HostView, pid: int | None, vendor: str) -> SysFacts:
+    """Everything the host checks judge, read once; ``pid`` is the server's (None: unknown),
+    ``vendor`` the GPUs' (the process tree is read for nvidia-smi's process list only)."""
+    facts = SysFacts(numa_balancing=view.read_value(NUMA_BALANCING),
+                     numa_balancing_source=view.source(NUMA_BALANCING),
+                     kernel_cmdline=view.read_value(KERNEL_CMDLINE),
+                     kernel_cmdline_source=view.source(KERNEL_CMDLINE),
+                     governors_source=view.source(GOVERNORS_SOURCE),
+                     cstates_source=view.source(CPUIDLE))
+    governors = _guarded(facts, "cpu_governor", lambda: view.glob(GOVERNORS))
+    facts.governors = {path: view.read_value(path) or "?" for path in governors or []}
+    facts.cstates = _guarded(facts, "cstates", lambda: _cstates(view)) or []
+    if pid is not None:
+        facts.server_affinity = _guarded(facts, "gpu_numa_affinity",
+                                         lambda: process_affinity(view, pid))
+        facts.server_affinity_source = view.source(f"/proc/{pid}/status")
+        if "gpu_numa_affinity" not in facts.errors:
+            facts.node_cpus = _guarded(facts, "gpu_numa_affinity", lambda: node_cpus(view)) or {}
+        if vendor == "nvidia":
+            facts.server_processes = _guarded(facts, "gpu_tenants",
+                                              lambda: process_tree(view, pid)) or set()
+    return facts
+
+
+def _cstates(view: HostView) -> list[CState]:
+    out = []
+    for state in (s for s in view.listdir(CPUIDLE) if s.startswith("state")):
+        out.append(CState(state, view.read_value(f"{CPUIDLE}/{state}/name") or state,
+                          view.read_value(f"{CPUIDLE}/{state}/latency") or "0",
+                          view.read_value(f"{CPUIDLE}/{state}/disable") == "1",
+                          view.source(f"{CPUIDLE}/{state}/latency")))
+    return out
+
+
+def _guarded(facts: SysFacts, check: str, read: Callable[[], Any]) -> Any:
+    """``read()``, or None with its error kept for ``check`` (which then reports it)."""
+    try:
+        return read()
+    except (OSError, ValueError, HostCheckError) as exc:
+        facts.errors[check] = exc
+        return None

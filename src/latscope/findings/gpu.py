@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 from latscope.env.facts import Facts
-from latscope.env.gpu import process_tree
 from latscope.findings import reference as _ref
 from latscope.findings.checkbase import ev, skipped
 from latscope.model import Finding, Severity
@@ -166,7 +165,8 @@ def check_gpu_tenants(facts: Facts) -> list[Finding]:
                         "(server pid unknown, cannot tell tenants apart)",
                         [ev(f"pid {p.pid}", f"{p.name} {p.used_mib or '?'} MiB", src) for p in procs],
                         layer="gpu")]
-    ours = process_tree(facts.host, facts.pid)
+    facts.sys.need("gpu_tenants")
+    ours = facts.sys.server_processes
     others = [p for p in procs if p.pid not in ours]
     if not others:
         return [Finding("gpu.tenants", Severity.OK, "no other process on the GPUs",

@@ -2,11 +2,8 @@
 governor and idle states, each GPU's PCIe link (current vs max) and NUMA node vs the server's CPU
 affinity.
 
-All values come from ``/proc`` and ``/sys`` through the facts' ``HostView`` (``latscope.env.host``
-reads the PCI GPUs, NUMA nodes and affinities); files are as documented in proc(5) and the
-kernel's ABI docs (``Documentation/ABI/testing/sysfs-bus-pci`` for
-``{current,max}_link_{speed,width}`` and ``numa_node``; ``sysfs-devices-system-cpu`` for
-``cpufreq/scaling_governor`` and ``cpuidle/stateN/{name,latency,disable}``).
+The values were read from ``/proc`` and ``/sys`` by ``latscope.env.host`` (``facts.sys``,
+``facts.gpu.pci``), each with its source; the files are named there.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from __future__ import annotations
 import re
 
 from latscope.env.facts import Facts
-from latscope.env.host import node_cpus, process_affinity
+from latscope.env.host import KERNEL_CMDLINE, NUMA_BALANCING
 from latscope.findings import reference as _ref
 from latscope.findings.checkbase import ev, skipped
 from latscope.model import Finding, Severity
@@ -28,11 +25,10 @@ NUMACTL_DOC = "https://man7.org/linux/man-pages/man8/numactl.8.html"
 
 
 def check_numa_balancing(facts: Facts) -> list[Finding]:
-    path = "/proc/sys/kernel/numa_balancing"
-    value = facts.host.read_value(path)
+    path, value = NUMA_BALANCING, facts.sys.numa_balancing
     if value is None:
         return [skipped("host.numa_balancing", f"{path} not readable (kernel without NUMA)", "host")]
-    evidence = [ev(path, value, facts.host.source(path))]
+    evidence = [ev(path, value, facts.sys.numa_balancing_source)]
     if value == "0":
         return [Finding("host.numa_balancing", Severity.OK, "automatic NUMA balancing is off",
                         evidence, layer="host")]
@@ -46,13 +42,12 @@ def check_numa_balancing(facts: Facts) -> list[Finding]:
 
 
 def check_iommu(facts: Facts) -> list[Finding]:
-    path = "/proc/cmdline"
-    cmdline = facts.host.read_value(path)
+    path, cmdline = KERNEL_CMDLINE, facts.sys.kernel_cmdline
     if cmdline is None:
         return [skipped("host.iommu", f"{path} not readable", "host")]
     kernel_args = cmdline.split(" -- ")[0].split()  # after "--" the args belong to init
     iommu = [a for a in kernel_args if "iommu" in a]
-    evidence = [ev("iommu arguments", " ".join(iommu) or "(none)", facts.host.source(path))]
+    evidence = [ev("iommu arguments", " ".join(iommu) or "(none)", facts.sys.kernel_cmdline_source)]
     if "iommu=pt" in kernel_args:
         return [Finding("host.iommu", Severity.OK, "IOMMU in passthrough mode (iommu=pt)", evidence,
                         layer="host")]
@@ -67,14 +62,14 @@ def check_iommu(facts: Facts) -> list[Finding]:
 
 
 def check_cpu_governor(facts: Facts) -> list[Finding]:
-    paths = facts.host.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor")
-    if not paths:
+    facts.sys.need("cpu_governor")
+    if not facts.sys.governors:
         return [skipped("host.cpu_governor", "no cpufreq in sysfs (VM, or no frequency driver)",
                         "host")]
     by_governor: dict[str, list[str]] = {}
-    for path in paths:
-        by_governor.setdefault(facts.host.read_value(path) or "?", []).append(path)
-    source = facts.host.source("/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")
+    for path, governor in facts.sys.governors.items():
+        by_governor.setdefault(governor, []).append(path)
+    source = facts.sys.governors_source
     evidence = [ev(f"scaling_governor ({len(cpus)} CPUs)", gov, source)
                 for gov, cpus in sorted(by_governor.items())]
     others = sorted(set(by_governor) - {"performance"})
@@ -92,23 +87,20 @@ def check_cpu_governor(facts: Facts) -> list[Finding]:
 
 
 def check_cstates(facts: Facts) -> list[Finding]:
-    base = "/sys/devices/system/cpu/cpu0/cpuidle"
-    states = [s for s in facts.host.listdir(base) if s.startswith("state")]
+    facts.sys.need("cstates")
+    states = [c.state for c in facts.sys.cstates]
     if not states:
         return [skipped("host.cstates", "no cpuidle states in sysfs (VM, or idle driver absent)",
                         "host")]
     deep = []
-    for state in states:
-        name = facts.host.read_value(f"{base}/{state}/name") or state
-        latency = facts.host.read_value(f"{base}/{state}/latency") or "0"
-        disabled = facts.host.read_value(f"{base}/{state}/disable") == "1"
-        level = re.match(r"C(\d+)", name)
-        if level and int(level.group(1)) >= 2 and not disabled:
-            deep.append(ev(f"{state} {name} exit latency", int(latency) if latency.isdigit()
-                           else latency, facts.host.source(f"{base}/{state}/latency"), "us"))
+    for c in facts.sys.cstates:
+        level = re.match(r"C(\d+)", c.name)
+        if level and int(level.group(1)) >= 2 and not c.disabled:
+            deep.append(ev(f"{c.state} {c.name} exit latency", int(c.latency) if c.latency.isdigit()
+                           else c.latency, c.latency_source, "us"))
     if not deep:
         return [Finding("host.cstates", Severity.OK, "no C2 or deeper idle state enabled on cpu0",
-                        [ev("states", ",".join(states), facts.host.source(base))], layer="host")]
+                        [ev("states", ",".join(states), facts.sys.cstates_source)], layer="host")]
     return [Finding(
         "host.cstates", Severity.WARNING, "deep CPU idle states (C2+) are enabled", deep,
         why="A core waking from a deep C-state adds its exit latency to the next GPU launch or "
@@ -172,11 +164,11 @@ def check_gpu_numa_affinity(facts: Facts) -> list[Finding]:
     if facts.pid is None:
         return [skipped(check_id, "no server pid (pass --pid, or a --url served from this host)",
                         "host")]
-    allowed = process_affinity(facts.host, facts.pid)
-    nodes = node_cpus(facts.host)
+    facts.sys.need("gpu_numa_affinity")
+    allowed, nodes = facts.sys.server_affinity, facts.sys.node_cpus
     if allowed is None or not nodes:
         return [skipped(check_id, f"/proc/{facts.pid}/status or node cpulists not readable", "host")]
-    status_src = facts.host.source(f"/proc/{facts.pid}/status")
+    status_src = facts.sys.server_affinity_source
     evidence = [ev("Cpus_allowed_list", format_cpulist(allowed), status_src)]
     evidence += [ev(f"{bdf} numa_node", node, facts.host.source(f"/sys/bus/pci/devices/{bdf}/numa_node"))
                  for bdf, node in gpu_nodes.items()]
