@@ -7,17 +7,18 @@ in ``latscope.findings`` judge them, and the report holds the findings and the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from latscope.env.gather import gather_facts, raw_facts
-from latscope.env.net import NetReport, probe
 from latscope.findings.checks import check_all
-from latscope.findings.net import net_findings
 from latscope.findings.rank import sort_findings
 from latscope.model import Finding
 from latscope.server.hostview import HostView
+
+if TYPE_CHECKING:
+    from latscope.env.net import NetReport
 
 
 @dataclass(slots=True)
@@ -44,6 +45,10 @@ def run_doctor(url: str | None = None, pid: int | None = None, log: str | None =
 
 def probe_network(url: str, probes: int = 20, **options: Any) -> NetReport:
     """``env.net.probe`` (same arguments), its report's findings made by ``findings.net``."""
+    # imported here: doctor alone needs neither the probes nor numpy
+    from latscope.env.net import probe
+    from latscope.findings.net import net_findings
+
     report = probe(url, probes, **options)
     report.findings = net_findings(report)
     return report
