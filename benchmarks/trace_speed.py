@@ -36,7 +36,7 @@ import resource, sys, time
 t0 = time.perf_counter()
 from latscope.trace.readers import read_trace
 from latscope.trace.analyze import analyze_trace
-from latscope.trace.findings import trace_findings
+from latscope.findings.trace import trace_findings
 trace = read_trace(sys.argv[1])
 t1 = time.perf_counter()
 result = analyze_trace(trace)

@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: delay_proxy
 from delay_proxy import DelayProxy  # noqa: E402
 
-from latscope.env.doctor import run_doctor  # noqa: E402
-from latscope.env.net import probe  # noqa: E402
+from latscope.campaign.doctor import run_doctor  # noqa: E402
+from latscope.campaign.doctor import probe_network as probe  # noqa: E402
 from latscope.model import Severity  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -151,6 +151,58 @@ def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
             "p99_ms": s["p99"] - shift_ms, "count": s["count"]}
 
 
+@dataclass(slots=True)
+class _Window:
+    """What one run's decomposition is computed from: the client's records and the server's
+    figures over the same window, each source selected once."""
+
+    records: list[RequestRecord]  # ok, measured (and the late warm-ups the server counted)
+    late_warmups: list[RequestRecord]  # warm-ups that finished in the window, not counted above
+    snaps: list[MetricSnapshot]
+    first: MetricSnapshot | None
+    last: MetricSnapshot | None
+    vllm: bool  # the server exposes vllm:* series
+    hist: dict[str, HistogramDelta | None]
+    per_req: list[dict[str, float]]
+    spans: PerRequestSplit | None  # the joined spans, when they cover enough of the run
+    notes: list[str]
+
+    def server_part(self, part: str, hname: str) -> tuple[dict[str, Any] | None, str]:
+        """One server interval's figures from the best source: spans, then per-request
+        timings (when every request has them), then the histogram delta."""
+        if (stats := _span_stats(self.spans, f"{part}_ms")) is not None:
+            return stats, SPAN_SOURCE
+        values = [t[part] for t in self.per_req if part in t]
+        if values and len(values) == len(self.records):
+            return _client_stats(values), _PER_REQUEST
+        return _hist_stats(self.hist[hname]), f"{hname} (histogram delta over the run)"
+
+
+class _Rows:
+    """The decomposition's rows, each one's share taken of its tree's client total."""
+
+    def __init__(self) -> None:
+        self.rows: list[Component] = []
+
+    def add(self, key: str, label: str, parent: str | None, source: str,
+            stats: dict[str, Any] | None, total: float | None, note: str = "") -> Component:
+        stats = stats or {"mean_ms": None}
+        share = (stats["mean_ms"] / total if stats.get("mean_ms") is not None and total else None)
+        if share is not None and not -1e-9 <= share <= 1 + 1e-9:
+            # not a share of the client's total: the server's window also holds other requests
+            # (warm-up requests still finishing, other clients), or the parts disagree
+            note = (note + "; " if note else "") + (
+                f"{share:.0%} of the client's total: not a share (the server's window holds "
+                "other requests too)")
+            share = None
+        comp = Component(key, label, parent, source, stats.get("mean_ms"), stats.get("p50_ms"),
+                         stats.get("p99_ms"), stats.get("p50_error_ms"), stats.get("p99_error_ms"),
+                         stats.get("p50_lower_ms"), stats.get("p99_lower_ms"),
+                         stats.get("count"), share, note)
+        self.rows.append(comp)
+        return comp
+
+
 def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] | None = None,
               *, client_loop_lag_ms: float | None = None, network_rtt_ms: float | None = None,
               split: PerRequestSplit | None = None) -> Decomposition:
@@ -160,9 +212,29 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     ``client_loop_lag_ms`` is the run's mean event-loop lag (the client's receive delay
     estimate), ``network_rtt_ms`` a round trip measured on the same path; either may be None.
     ``split``: the run's records joined with the server's spans (``join_spans``), if any."""
-    records = list(records)
+    w = _select_window(list(records), sorted(snapshots or [], key=lambda s: s.t_ns), split)
+    client = _client_figures(w.records)
+    rows = _Rows()
+    origin = "+".join(sorted({latency_origin(r.open_loop) for r in w.records})) or "sent"
+    s_ttft = _ttft_rows(rows, w, client, origin, client_loop_lag_ms, network_rtt_ms)
+    _e2e_rows(rows, w, client, origin)
+    e2e_hist = w.hist[H_E2E]
+    server_count = e2e_hist.count if e2e_hist is not None else None
+    _note_count_mismatch(w, server_count)
+    leaves = [c for c in rows.rows if c.key in TTFT_LEAVES]
+    if s_ttft is None:  # without server data the only split is the client vs the rest
+        leaves = [c for c in rows.rows if c.key == "ttft.client"]
+    e2e_parts = [c for c in rows.rows if c.parent == "e2e" and c.key != "e2e.server"]
+    return Decomposition(rows.rows, _dominant(leaves), _dominant(e2e_parts),
+                         (w.last.t_ns - w.first.t_ns) / 1e9 if w.first and w.last else None,
+                         _server_source(w), len(w.records), server_count, w.notes,
+                         gauges=_peak_gauges(w.snaps) if w.vllm else {},
+                         split=split if split is not None and split.joined else None)
+
+
+def _select_window(records: list[RequestRecord], snaps: list[MetricSnapshot],
+                   split: PerRequestSplit | None) -> _Window:
     recs = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
-    snaps = sorted(snapshots or [], key=lambda s: s.t_ns)
     notes: list[str] = []
     first = snaps[0] if len(snaps) >= 2 else None
     last = snaps[-1] if snaps else None
@@ -175,7 +247,6 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
         notes.append("the server exposes no vllm:* series (stats disabled?): client view only")
     hist = {name: (histogram_delta(first, last, name) if vllm and last is not None else None)
             for name in (H_TTFT, H_QUEUE, H_PREFILL, H_DECODE, H_E2E)}
-
     per_req = [t for r in recs if (t := per_request_server_timings(r))]
     spans = split if split is not None and split.joined and \
         split.coverage >= SPAN_COVERAGE else None
@@ -190,7 +261,17 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                      "client's figures here count them too")
         per_req = [t for r in recs if (t := per_request_server_timings(r))]
         late_warmups = []
-    client = {
+    if split is not None and split.joined and spans is None:
+        notes.append(f"only {split.joined} of {split.completed} requests were joined with a "
+                     f"server span: server rows come from the next source")
+    elif spans is not None and spans.joined < spans.completed:
+        notes.append(f"server rows from spans cover {spans.joined} of {spans.completed} "
+                     "requests")
+    return _Window(recs, late_warmups, snaps, first, last, vllm, hist, per_req, spans, notes)
+
+
+def _client_figures(recs: list[RequestRecord]) -> dict[str, dict[str, Any]]:
+    return {
         "ttft": _client_stats([v for r in recs if (v := ttft_ms(r)) is not None]),
         "lag": _client_stats([_origin_to_send_ms(r) for r in recs]),
         "e2e": _client_stats([v for r in recs if (v := e2e_ms(r)) is not None]),
@@ -198,121 +279,97 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
                                  if r.end_ns is not None and r.first_token_ns is not None]),
     }
 
-    if split is not None and split.joined and spans is None:
-        notes.append(f"only {split.joined} of {split.completed} requests were joined with a "
-                     f"server span: server rows come from the next source")
-    elif spans is not None and spans.joined < spans.completed:
-        notes.append(f"server rows from spans cover {spans.joined} of {spans.completed} "
-                     "requests")
 
-    def server_part(part: str, hname: str) -> tuple[dict[str, Any] | None, str]:
-        if (stats := _span_stats(spans, f"{part}_ms")) is not None:
-            return stats, SPAN_SOURCE
-        values = [t[part] for t in per_req if part in t]
-        if values and len(values) == len(recs):
-            return _client_stats(values), _PER_REQUEST
-        stats = _hist_stats(hist[hname])
-        return stats, f"{hname} (histogram delta over the run)"
-
-    rows: list[Component] = []
-    ttft_total = client["ttft"]["mean_ms"]
-    e2e_total = client["e2e"]["mean_ms"]
-
-    def add(key: str, label: str, parent: str | None, source: str, stats: dict[str, Any] | None,
-            total: float | None, note: str = "") -> Component:
-        stats = stats or {"mean_ms": None}
-        share = (stats["mean_ms"] / total if stats.get("mean_ms") is not None and total else None)
-        if share is not None and not -1e-9 <= share <= 1 + 1e-9:
-            # not a share of the client's total: the server's window also holds other requests
-            # (warm-up requests still finishing, other clients), or the parts disagree
-            note = (note + "; " if note else "") + (
-                f"{share:.0%} of the client's total: not a share (the server's window holds "
-                "other requests too)")
-            share = None
-        comp = Component(key, label, parent, source, stats.get("mean_ms"), stats.get("p50_ms"),
-                         stats.get("p99_ms"), stats.get("p50_error_ms"), stats.get("p99_error_ms"),
-                         stats.get("p50_lower_ms"), stats.get("p99_lower_ms"),
-                         stats.get("count"), share, note)
-        rows.append(comp)
-        return comp
-
-    origin = "+".join(sorted({latency_origin(r.open_loop) for r in recs})) or "sent"
-    add("ttft", "TTFT (client)", None, f"client records: first chunk - {origin}", client["ttft"],
-        ttft_total)
+def _ttft_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origin: str,
+               client_loop_lag_ms: float | None, network_rtt_ms: float | None
+               ) -> dict[str, Any] | None:
+    """Client TTFT and its parts; returns the server TTFT's figures (None: no server data)."""
+    total = client["ttft"]["mean_ms"]
+    rows.add("ttft", "TTFT (client)", None, f"client records: first chunk - {origin}",
+             client["ttft"], total)
     client_part = _client_part(client["lag"], client_loop_lag_ms)
-    add("ttft.client", "latscope client (send + receive delay)", "ttft",
-        "client records: send - latency origin" + (
-            f", + mean event-loop lag {client_loop_lag_ms:.2f} ms (receive delay estimate)"
-            if client_loop_lag_ms is not None else ""), client_part, ttft_total)
-    s_ttft, s_ttft_src = server_part("server_ttft", H_TTFT)
-    q_stats, q_src = server_part("queue", H_QUEUE)
-    p_stats, p_src = server_part("prefill", H_PREFILL)
-    # With spans, per request: TTFT - send delay - server TTFT, less the run's mean loop lag
-    # (the receive delay estimate, a constant) and the probed round trip.
-    shift = max(0.0, client_loop_lag_ms or 0.0) + (network_rtt_ms or 0.0)
-    per_request_outside = _span_stats(spans, "frontend_network_ms", shift)
-    server_name = "server TTFT" if spans is not None else H_TTFT
-    how = (f"{SPAN_SOURCE}: per request" if per_request_outside is not None
-           else "difference of means")
-    outside = per_request_outside or _diff(client["ttft"], client_part, s_ttft)
-    if network_rtt_ms is not None:
-        add("ttft.network", "network round trip", "ttft",
-            "net probe: keep-alive GET /health p50 on the same path",
-            {"mean_ms": network_rtt_ms}, ttft_total)
-        frontend = outside if per_request_outside else _diff(outside, {"mean_ms": network_rtt_ms})
-        add("ttft.frontend", "HTTP frontend + first-chunk delivery", "ttft",
-            f"{how}: TTFT - client - network - {server_name}", frontend, ttft_total,
-            note=_negative_note(frontend))
-    else:
-        add("ttft.frontend", "network + HTTP frontend (not split: no round-trip probe)", "ttft",
-            f"{how}: TTFT - client - {server_name}", outside, ttft_total,
-            note=_negative_note(outside))
-    add("ttft.server", "server TTFT (arrival -> first token)", "ttft", s_ttft_src, s_ttft,
-        ttft_total)
-    add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
-        ttft_total)
-    add("ttft.server.prefill", "prefill (SCHEDULED -> first token)", "ttft.server", p_src, p_stats,
-        ttft_total)
-    if (rest := _span_stats(spans, "other_ms")) is not None:
+    rows.add("ttft.client", "latscope client (send + receive delay)", "ttft",
+             "client records: send - latency origin" + (
+                 f", + mean event-loop lag {client_loop_lag_ms:.2f} ms (receive delay estimate)"
+                 if client_loop_lag_ms is not None else ""), client_part, total)
+    s_ttft, s_ttft_src = w.server_part("server_ttft", H_TTFT)
+    q_stats, q_src = w.server_part("queue", H_QUEUE)
+    p_stats, p_src = w.server_part("prefill", H_PREFILL)
+    _outside_rows(rows, w, client["ttft"], client_part, s_ttft, client_loop_lag_ms, network_rtt_ms)
+    rows.add("ttft.server", "server TTFT (arrival -> first token)", "ttft", s_ttft_src, s_ttft,
+             total)
+    rows.add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
+             total)
+    rows.add("ttft.server.prefill", "prefill (SCHEDULED -> first token)", "ttft.server", p_src,
+             p_stats, total)
+    if (rest := _span_stats(w.spans, "other_ms")) is not None:
         rest_src = f"{SPAN_SOURCE}: per request, server TTFT - queue - prefill"
     else:
         rest = _diff(s_ttft, q_stats, p_stats)
         rest_src = f"difference of means: {H_TTFT} - queue - prefill"
-    add("ttft.server.other", "tokenization + IPC + output processing", "ttft.server",
-        rest_src, rest, ttft_total, note=_negative_note(rest))
+    rows.add("ttft.server.other", "tokenization + IPC + output processing", "ttft.server",
+             rest_src, rest, total, note=_negative_note(rest))
+    return s_ttft
 
-    add("e2e", "E2E (client)", None, f"client records: end - {origin}", client["e2e"], e2e_total)
-    add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], e2e_total)
-    add("e2e.decode", "decode (client: first chunk -> end)", "e2e", "client records",
-        client["decode"], e2e_total)
-    d_stats, d_src = server_part("decode", H_DECODE)
-    add("e2e.decode.engine", "decode in the engine (first -> last token)", "e2e.decode", d_src,
-        d_stats, e2e_total)
-    e_stats, e_src = server_part("server_e2e", H_E2E)
-    add("e2e.server", "server E2E (arrival -> last token)", "e2e", e_src, e_stats, e2e_total,
-        note="shown for comparison; not a part of the sum")
 
-    e2e_hist = hist[H_E2E]
-    server_count = e2e_hist.count if e2e_hist is not None else None
-    expected = len(recs) + len(late_warmups)  # the warm-ups that finished in the window
+def _outside_rows(rows: _Rows, w: _Window, ttft: dict[str, Any], client_part: dict[str, Any] | None,
+                  s_ttft: dict[str, Any] | None, client_loop_lag_ms: float | None,
+                  network_rtt_ms: float | None) -> None:
+    """What lies between latscope's client and the engine: the network (when probed) and the
+    HTTP frontend with first-chunk delivery."""
+    total = ttft["mean_ms"]
+    # With spans, per request: TTFT - send delay - server TTFT, less the run's mean loop lag
+    # (the receive delay estimate, a constant) and the probed round trip.
+    shift = max(0.0, client_loop_lag_ms or 0.0) + (network_rtt_ms or 0.0)
+    per_request_outside = _span_stats(w.spans, "frontend_network_ms", shift)
+    server_name = "server TTFT" if w.spans is not None else H_TTFT
+    how = (f"{SPAN_SOURCE}: per request" if per_request_outside is not None
+           else "difference of means")
+    outside = per_request_outside or _diff(ttft, client_part, s_ttft)
+    if network_rtt_ms is None:
+        rows.add("ttft.frontend", "network + HTTP frontend (not split: no round-trip probe)", "ttft",
+                 f"{how}: TTFT - client - {server_name}", outside, total,
+                 note=_negative_note(outside))
+        return
+    rows.add("ttft.network", "network round trip", "ttft",
+             "net probe: keep-alive GET /health p50 on the same path",
+             {"mean_ms": network_rtt_ms}, total)
+    frontend = outside if per_request_outside else _diff(outside, {"mean_ms": network_rtt_ms})
+    rows.add("ttft.frontend", "HTTP frontend + first-chunk delivery", "ttft",
+             f"{how}: TTFT - client - network - {server_name}", frontend, total,
+             note=_negative_note(frontend))
+
+
+def _e2e_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origin: str) -> None:
+    total = client["e2e"]["mean_ms"]
+    rows.add("e2e", "E2E (client)", None, f"client records: end - {origin}", client["e2e"], total)
+    rows.add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], total)
+    rows.add("e2e.decode", "decode (client: first chunk -> end)", "e2e", "client records",
+             client["decode"], total)
+    d_stats, d_src = w.server_part("decode", H_DECODE)
+    rows.add("e2e.decode.engine", "decode in the engine (first -> last token)", "e2e.decode", d_src,
+             d_stats, total)
+    e_stats, e_src = w.server_part("server_e2e", H_E2E)
+    rows.add("e2e.server", "server E2E (arrival -> last token)", "e2e", e_src, e_stats, total,
+             note="shown for comparison; not a part of the sum")
+
+
+def _note_count_mismatch(w: _Window, server_count: float | None) -> None:
+    expected = len(w.records) + len(w.late_warmups)  # the warm-ups that finished in the window
     mismatch = server_count is not None and abs(server_count - expected) > max(1, 0.02 * expected)
-    if recs and mismatch:
-        warm = f" and {len(late_warmups)} warm-ups" if late_warmups else ""
-        notes.append(f"the server finished {server_count:g} requests in the window, the client "
-                     f"{len(recs)}{warm}: other traffic, warm-up or aborted requests are mixed in")
-    source = ("per-request" if per_req and not vllm else
-              "histograms+per-request" if per_req else "histograms" if vllm else "none")
-    if spans is not None:
+    if w.records and mismatch:
+        warm = f" and {len(w.late_warmups)} warm-ups" if w.late_warmups else ""
+        w.notes.append(f"the server finished {server_count:g} requests in the window, the client "
+                       f"{len(w.records)}{warm}: other traffic, warm-up or aborted requests are "
+                       "mixed in")
+
+
+def _server_source(w: _Window) -> str:
+    source = ("per-request" if w.per_req and not w.vllm else
+              "histograms+per-request" if w.per_req else "histograms" if w.vllm else "none")
+    if w.spans is not None:
         source = "spans" if source == "none" else f"spans+{source}"
-    leaves = [c for c in rows if c.key in TTFT_LEAVES]
-    if s_ttft is None:  # without server data the only split is the client vs the rest
-        leaves = [c for c in rows if c.key == "ttft.client"]
-    return Decomposition(rows, _dominant(leaves), _dominant([c for c in rows if c.parent == "e2e"
-                                                             and c.key != "e2e.server"]),
-                         (last.t_ns - first.t_ns) / 1e9 if first and last else None,
-                         source, len(recs), server_count, notes,
-                         gauges=_peak_gauges(snaps) if vllm else {},
-                         split=split if split is not None and split.joined else None)
+    return source
 
 
 def _warmups_in_window(records: list[RequestRecord], first: MetricSnapshot | None,

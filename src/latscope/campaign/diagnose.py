@@ -2,7 +2,7 @@
 
 Stages, each written to the run directory as it finishes (Ctrl-C keeps what is done):
 
-1. doctor   host, GPU, server config and process environment (``env.doctor``)
+1. doctor   host, GPU, server config and process environment (``campaign.doctor``)
 2. net      the round trip on the same path (``env.net``), to split the network off TTFT
 3. sweep    load doubled until throughput stops growing, ``/metrics`` scraped, within the budget
 4. log      the server's log, when there is one (local target, ``--serve-cmd``, ``--log``)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from latscope.campaign.experiment import Proposal, run_experiment
+from latscope.campaign.experiment import run_experiment
+from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Change, Running, ServerControl
 from latscope.gateway.fits import gateway_fits
 from latscope.gateway.tags import policy_from_argv, policy_from_log

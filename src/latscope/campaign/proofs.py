@@ -21,7 +21,8 @@ RUN_SETUP_S = 3.0
 
 def prove(state: Diagnosis, control: ServerControl | None, running: Running | None, base: Any,
            budget: Budget) -> str:
-    from latscope.campaign.experiment import propose, run_experiment
+    from latscope.campaign.experiment import run_experiment
+    from latscope.campaign.proposals import propose
 
     candidates = [f for f in state.ranked if f.role == "cause"
                   and f.severity in (Severity.CRITICAL, Severity.WARNING)]
@@ -71,7 +72,8 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
     if isinstance(fits, str):
         return fits
     fit, f, at = fits
-    from latscope.campaign.experiment import Proposal, run_experiment
+    from latscope.campaign.experiment import run_experiment
+    from latscope.campaign.proposals import Proposal
     from latscope.campaign.servers import Change
 
     # auto's limit starts at the server's batch size when known: from its default of 8, the

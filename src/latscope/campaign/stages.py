@@ -29,7 +29,7 @@ SCRAPE_S = 0.5
 
 
 def doctor(state: Diagnosis, running: Running | None) -> str:
-    from latscope.env.doctor import run_doctor
+    from latscope.campaign.doctor import run_doctor
 
     url = running.url if running else state.opts.url
     log = str(running.log_path) if running and running.log_path else state.opts.log
@@ -45,10 +45,10 @@ def doctor(state: Diagnosis, running: Running | None) -> str:
 
 
 def net(state: Diagnosis, base: Any) -> str:
-    from latscope.env.net import probe
+    from latscope.campaign.doctor import probe_network
 
     headers = {"authorization": f"Bearer {base.api_key}"} if base.api_key else {}
-    report = probe(base.url, 20, headers=headers, stream_requests=0)
+    report = probe_network(base.url, 20, headers=headers, stream_requests=0)
     state.net = report
     state.run.write("net.json", report.to_dict())
     state.same_host = _same_host(base.url)

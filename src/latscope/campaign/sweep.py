@@ -71,7 +71,8 @@ def sweep(base: Any, mode: str, loads: Sequence[float] | None, out: Path, *,
           per_step_requests: Callable[[float], int] | None = None, meta: dict | None = None,
           on_step: Callable[[Step], None] = lambda step: None) -> SweepResult:
     """Measure the sweep; ``out/sweep.json`` is rewritten after every step (Ctrl-C keeps it)."""
-    from latscope.report.sweep import sweep_document, sweep_findings, write_json
+    from latscope.findings.sweep import sweep_findings
+    from latscope.report.sweep import sweep_document, write_json
 
     integer = mode == "concurrency"
     unit = "concurrency" if integer else "request rate"

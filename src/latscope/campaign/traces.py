@@ -41,8 +41,8 @@ def trace_findings_of(stored: dict[str, Any] | None) -> list[Finding]:
     """Every rank's trace findings (merged later, one per id: the worst rank's) and the
     cross-rank findings, from the stored analysis."""
     from latscope.findings.crossrank import crossrank_findings
+    from latscope.findings.trace import trace_findings
     from latscope.trace.analyze import from_json_units
-    from latscope.trace.findings import trace_findings
 
     if not stored:
         return []

@@ -34,10 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from latscope.campaign.doctor import run_doctor
     from latscope.cli.common import finish_run, open_run
     from latscope.cli.output import check_writable
     from latscope.env.collect import collect
-    from latscope.env.doctor import run_doctor
     from latscope.model import Severity
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console

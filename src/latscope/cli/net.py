@@ -31,15 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from latscope.campaign.doctor import probe_network
     from latscope.cli.common import finish_run, open_run
-    from latscope.env.net import probe
     from latscope.redact import redact_url_password
     from latscope.report.findings import print_findings
     from latscope.report.text import make_console
 
     run = open_run(args, "net", url=redact_url_password(args.url))
     key = os.environ.get(args.api_key_env)
-    report = probe(args.url, args.probes, timeout_s=args.timeout,
+    report = probe_network(args.url, args.probes, timeout_s=args.timeout,
                    headers={"Authorization": f"Bearer {key}"} if key else {},
                    verify_tls=not args.insecure, stream_requests=args.stream_requests,
                    iperf3_server=args.iperf3, path=args.path)

@@ -35,21 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
+    from latscope.campaign.tracefiles import explain_traces
+    from latscope.cli.common import finish_run
     from latscope.errors import ConfigError
-    from latscope.report.findings import findings_to_json, print_findings
-    from latscope.report.ranks import print_cross_rank
     from latscope.report.text import make_console
-    from latscope.report.trace import print_comparison, print_ranks, print_result
-    from latscope.trace.analyze import (
-        AnalysisOptions,
-        analyze_trace,
-        to_json_units,
-    )
-    from latscope.trace.compare import compare_results
-    from latscope.trace.findings import trace_findings
-    from latscope.trace.parallel import analyze_files, cross_rank
-    from latscope.trace.readers import read_trace
+    from latscope.report.tracerun import print_trace_run
+    from latscope.trace.analyze import AnalysisOptions
 
     if not args.files and not args.compare:
         raise ConfigError("give at least one trace FILE, or --compare A B")
@@ -66,55 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if args.step_pattern:
         options.step_pattern = args.step_pattern
     console = make_console(stderr=args.json)
-    output: dict = {"traces": []}
-    all_findings: list = []
-    results = []
-    analyses = analyze_files(args.files, options, jobs=args.jobs, use_ray=args.ray is not None,
-                             ray_address=args.ray or None) if args.files else []
-    for analysis in analyses:
-        if analysis.error is not None:
-            if output["traces"]:  # the good traces' results are on disk
-                _save(run, output, all_findings, f"failed: {analysis.error}")
-            else:
-                run.finish(f"failed: {analysis.error}")
-            raise analysis.error
-        path, result = analysis.path, analysis.result
-        assert result is not None  # an analysis without an error has its result
-        findings = trace_findings(result)
-        results.append(result)
-        output["traces"].append({**to_json_units(result), "findings": findings_to_json(findings)})
-        all_findings += findings
-        _save(run, output, all_findings)  # results so far survive a later bad file
-        if args.json:
-            continue
-        if not args.quiet:
-            print_result(result, console, top_n=args.top)
-        if not result["devices"]:
-            console.print("[yellow]no GPU activity in this trace (a CPU-only profile?): "
-                          "nothing to break down[/yellow]")
-        print_findings(findings, console, title=f"Findings: {Path(path).name}")
-    if len(results) > 1:
-        from latscope.findings.crossrank import crossrank_findings
-
-        view = cross_rank(analyses)
-        output["summary"] = to_json_units(view["ranks"])
-        output["cross_rank"] = to_json_units(view)
-        rank_findings = crossrank_findings(view)
-        all_findings += rank_findings
-        _save(run, output, all_findings)
-        if not args.json:
-            print_ranks(view["ranks"], console)
-            print_cross_rank(view, console)
-            if rank_findings:
-                print_findings(rank_findings, console, title="Findings: across ranks")
-    if args.compare:
-        a, b = (analyze_trace(read_trace(p), options) for p in args.compare)
-        diff = compare_results(a, b)
-        output["compare"] = to_json_units(diff)
-        print_comparison(diff, console, top_n=args.top)
-    from latscope.cli.common import finish_run
-
-    finish_run(run, "trace.json", output, all_findings, as_json=args.json)
+    done = explain_traces(run, args.files, options, jobs=args.jobs, use_ray=args.ray is not None,
+                          ray_address=args.ray or None, compare=args.compare)
+    print_trace_run(done, console, top_n=args.top, quiet=args.quiet, as_json=args.json)
+    if done.error is not None:
+        raise done.error
+    finish_run(run, "trace.json", done.output, done.findings, as_json=args.json)
     if not args.json:
         console.print(f"[dim]run directory: {run.path} (trace.json, findings.json)[/dim]")
     return 0
@@ -128,9 +76,3 @@ def _check_regex(pattern: str, error: type[Exception]) -> None:
     except re.error as exc:
         raise error(f"--step-pattern {pattern!r}: not a valid regex ({exc})") from None
 
-
-def _save(run: object, output: dict, findings: list, status: str | None = None) -> None:
-    run.write("trace.json", output)  # type: ignore[attr-defined]
-    run.write_findings(findings)  # type: ignore[attr-defined]
-    if status:
-        run.finish(status)  # type: ignore[attr-defined]

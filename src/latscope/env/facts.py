@@ -1,8 +1,9 @@
 """The facts doctor gathers once and every check reads: the host view, the server process's
 environment and CPU affinity, the GPUs found (by which tool), and what the server said about itself.
 
-Checks are plain functions ``check(facts) -> list[Finding]``; keeping the reading here and the
-judging in the checks lets each check be tested on a fake tree without running anything.
+Checks are plain functions ``check(facts) -> list[Finding]`` in ``latscope.findings``; keeping the
+reading here and the judging there lets each check be tested on a fake tree without running
+anything.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.env.gputools import GpuInfo, GpuProcess, Topology
-from latscope.model import Evidence, Finding, Severity
 from latscope.server.hostview import HostView
 
 
@@ -62,6 +62,42 @@ class ServerFacts:
 
 
 @dataclass(slots=True)
+class CState:
+    """One idle state of cpu0 (``/sys/devices/system/cpu/cpu0/cpuidle/stateN``)."""
+
+    state: str  # the directory: "state2"
+    name: str  # "C2" ("" unreadable)
+    latency: str  # exit latency in us, as written ("" unreadable)
+    disabled: bool
+    latency_source: str
+
+
+@dataclass(slots=True)
+class SysFacts:
+    """What ``/proc`` and ``/sys`` say about the host, each value with its source."""
+
+    numa_balancing: str | None = None  # /proc/sys/kernel/numa_balancing (None: unreadable)
+    numa_balancing_source: str = ""
+    kernel_cmdline: str | None = None  # /proc/cmdline
+    kernel_cmdline_source: str = ""
+    governors: dict[str, str] = field(default_factory=dict)  # scaling_governor path -> value
+    governors_source: str = ""
+    cstates: list[CState] = field(default_factory=list)
+    cstates_source: str = ""
+    node_cpus: dict[int, set[int]] = field(default_factory=dict)  # NUMA node -> its CPUs
+    server_affinity: set[int] | None = None  # the server's Cpus_allowed_list
+    server_affinity_source: str = ""
+    server_processes: set[int] = field(default_factory=set)  # the server pid and descendants
+    # A reading that failed on malformed input, by the check that needs it: that check raises
+    # it, so that doctor reports the check failed on its input and every other check runs.
+    errors: dict[str, Exception] = field(default_factory=dict)
+
+    def need(self, check: str) -> None:
+        if check in self.errors:
+            raise self.errors[check]
+
+
+@dataclass(slots=True)
 class Facts:
     host: HostView
     pid: int | None = None
@@ -71,16 +107,9 @@ class Facts:
     cmdline: list[str] = field(default_factory=list)
     gpu: GpuFacts = field(default_factory=GpuFacts)
     server: ServerFacts = field(default_factory=ServerFacts)
+    sys: SysFacts = field(default_factory=SysFacts)
 
     def vllm_version(self) -> tuple[str | None, str]:
         if self.server.version:
             return self.server.version, self.server.version_source
         return self.gpu.versions.get("vllm"), self.gpu.versions.get("vllm_source", "")
-
-
-def skipped(check_id: str, reason: str, layer: str) -> Finding:
-    return Finding(id=check_id, severity=Severity.SKIPPED, title=f"skipped: {reason}", layer=layer)
-
-
-def ev(name: str, value: Any, source: str, unit: str = "") -> Evidence:
-    return Evidence(name=name, value=value, unit=unit, source=source)

@@ -1,28 +1,26 @@
-"""Host checks (each id is documented in docs/findings.md): NUMA balancing, IOMMU mode, CPU
-governor and idle states, each GPU's PCIe link (current vs max) and NUMA node vs the server's CPU
-affinity.
-
-All values come from ``/proc`` and ``/sys`` through a ``HostView``; files are as documented in
+"""Host facts: the GPUs on the PCI bus (vendor, link state, NUMA node), NUMA balancing, the
+kernel command line, CPU governors and idle states, each NUMA node's CPUs and the server's CPU
+affinity, read from ``/sys`` and ``/proc`` through a ``HostView``; files are as documented in
 proc(5) and the kernel's ABI docs (``Documentation/ABI/testing/sysfs-bus-pci`` for
 ``{current,max}_link_{speed,width}`` and ``numa_node``; ``sysfs-devices-system-cpu`` for
-``cpufreq/scaling_governor`` and ``cpuidle/stateN/{name,latency,disable}``).
+``cpufreq/scaling_governor`` and ``cpuidle/stateN/{name,latency,disable}``). The checks that judge
+them are in ``latscope.findings.hostsetup``.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any, Callable
 
-from latscope.env.facts import Facts, PciGpu, ev, skipped
-from latscope.findings import reference as _ref
-from latscope.model import Finding, Severity
-from latscope.server.hostview import HostView, format_cpulist, parse_cpulist
+from latscope.env.facts import CState, PciGpu, SysFacts
+from latscope.errors import HostCheckError
+from latscope.server.hostview import HostView, parse_cpulist
 
-REF = "docs/findings.md"
-AMD_MI300X_DOC = "https://rocm.docs.amd.com/en/latest/how-to/system-optimization/mi300x.html"
-PCI_ABI_DOC = "https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-bus-pci"
-CPUFREQ_DOC = "https://docs.kernel.org/admin-guide/pm/cpufreq.html"
-NUMACTL_DOC = "https://man7.org/linux/man-pages/man8/numactl.8.html"
-
+NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"
+KERNEL_CMDLINE = "/proc/cmdline"
+GOVERNORS = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
+GOVERNORS_SOURCE = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"
+CPUIDLE = "/sys/devices/system/cpu/cpu0/cpuidle"
 
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
 # Display/3D controllers and "processing accelerators" (MI300X enumerates as class 0x1200).
@@ -50,139 +48,6 @@ def pci_gpus(view: HostView) -> list[PciGpu]:
     return gpus
 
 
-def check_numa_balancing(facts: Facts) -> list[Finding]:
-    path = "/proc/sys/kernel/numa_balancing"
-    value = facts.host.read_value(path)
-    if value is None:
-        return [skipped("host.numa_balancing", f"{path} not readable (kernel without NUMA)", "host")]
-    evidence = [ev(path, value, facts.host.source(path))]
-    if value == "0":
-        return [Finding("host.numa_balancing", Severity.OK, "automatic NUMA balancing is off",
-                        evidence, layer="host")]
-    severity = Severity.WARNING if facts.gpu.vendor else Severity.INFO
-    return [Finding(
-        "host.numa_balancing", severity, "automatic NUMA balancing is on", evidence,
-        why="The kernel periodically unmaps pages to migrate them between NUMA nodes; AMD reports GPU "
-            "hangs and run-to-run variance with it on.",
-        fix="sysctl kernel.numa_balancing=0 (persist in /etc/sysctl.d/)",
-        reference=_ref("host.numa_balancing", AMD_MI300X_DOC), layer="host")]
-
-
-def check_iommu(facts: Facts) -> list[Finding]:
-    path = "/proc/cmdline"
-    cmdline = facts.host.read_value(path)
-    if cmdline is None:
-        return [skipped("host.iommu", f"{path} not readable", "host")]
-    kernel_args = cmdline.split(" -- ")[0].split()  # after "--" the args belong to init
-    iommu = [a for a in kernel_args if "iommu" in a]
-    evidence = [ev("iommu arguments", " ".join(iommu) or "(none)", facts.host.source(path))]
-    if "iommu=pt" in kernel_args:
-        return [Finding("host.iommu", Severity.OK, "IOMMU in passthrough mode (iommu=pt)", evidence,
-                        layer="host")]
-    severity = Severity.WARNING if facts.gpu.vendor == "amd" else Severity.INFO
-    return [Finding(
-        "host.iommu", severity, "kernel command line lacks iommu=pt", evidence,
-        why="With the IOMMU translating, every GPU DMA goes through address translation; AMD's "
-            "MI300X guide requires passthrough mode.",
-        fix="add iommu=pt (Intel hosts: intel_iommu=on iommu=pt) to the kernel command line, reboot, "
-            "check with dmesg | grep iommu",
-        reference=_ref("host.iommu", AMD_MI300X_DOC), layer="host")]
-
-
-def check_cpu_governor(facts: Facts) -> list[Finding]:
-    paths = facts.host.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor")
-    if not paths:
-        return [skipped("host.cpu_governor", "no cpufreq in sysfs (VM, or no frequency driver)",
-                        "host")]
-    by_governor: dict[str, list[str]] = {}
-    for path in paths:
-        by_governor.setdefault(facts.host.read_value(path) or "?", []).append(path)
-    source = facts.host.source("/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")
-    evidence = [ev(f"scaling_governor ({len(cpus)} CPUs)", gov, source)
-                for gov, cpus in sorted(by_governor.items())]
-    others = sorted(set(by_governor) - {"performance"})
-    if not others:
-        return [Finding("host.cpu_governor", Severity.OK, "CPU governor is performance on all CPUs",
-                        evidence, layer="host")]
-    severity = Severity.WARNING if "powersave" in others else Severity.INFO
-    return [Finding(
-        "host.cpu_governor", severity, f"CPU frequency governor is {', '.join(others)}", evidence,
-        why="The CPU side of serving (scheduling, sampling, detokenizing, kernel launches) runs "
-            "between GPU steps; a clock that ramps up late stretches every step.",
-        fix="cpupower frequency-set -g performance; measure TPOT before and after",
-        reference=_ref("host.cpu_governor", CPUFREQ_DOC),
-        layer="host")]
-
-
-def check_cstates(facts: Facts) -> list[Finding]:
-    base = "/sys/devices/system/cpu/cpu0/cpuidle"
-    states = [s for s in facts.host.listdir(base) if s.startswith("state")]
-    if not states:
-        return [skipped("host.cstates", "no cpuidle states in sysfs (VM, or idle driver absent)",
-                        "host")]
-    deep = []
-    for state in states:
-        name = facts.host.read_value(f"{base}/{state}/name") or state
-        latency = facts.host.read_value(f"{base}/{state}/latency") or "0"
-        disabled = facts.host.read_value(f"{base}/{state}/disable") == "1"
-        level = re.match(r"C(\d+)", name)
-        if level and int(level.group(1)) >= 2 and not disabled:
-            deep.append(ev(f"{state} {name} exit latency", int(latency) if latency.isdigit()
-                           else latency, facts.host.source(f"{base}/{state}/latency"), "us"))
-    if not deep:
-        return [Finding("host.cstates", Severity.OK, "no C2 or deeper idle state enabled on cpu0",
-                        [ev("states", ",".join(states), facts.host.source(base))], layer="host")]
-    return [Finding(
-        "host.cstates", Severity.WARNING, "deep CPU idle states (C2+) are enabled", deep,
-        why="A core waking from a deep C-state adds its exit latency to the next GPU launch or "
-            "request it handles.",
-        fix="cpupower idle-set -d 2 (disables C2 and deeper); measure ITL before and after",
-        reference=_ref("host.cstates", AMD_MI300X_DOC), layer="host")]
-
-
-def _gts(speed: str) -> float | None:
-    m = re.match(r"([\d.]+)\s*GT/s", speed)
-    return float(m.group(1)) if m else None
-
-
-def check_pcie_links(facts: Facts) -> list[Finding]:
-    if not facts.gpu.pci:
-        return [skipped("host.pcie_link", "no NVIDIA/AMD GPU in /sys/bus/pci/devices", "host")]
-    findings = []
-    for gpu in facts.gpu.pci:
-        base = facts.host.source(f"/sys/bus/pci/devices/{gpu.bdf}")
-        evidence = [ev("current_link_speed", gpu.current_link_speed, base),
-                    ev("max_link_speed", gpu.max_link_speed, base),
-                    ev("current_link_width", gpu.current_link_width, base),
-                    ev("max_link_width", gpu.max_link_width, base)]
-        cur, top = _gts(gpu.current_link_speed), _gts(gpu.max_link_speed)
-        w_cur, w_top = gpu.current_link_width, gpu.max_link_width
-        check_id = f"host.pcie_link.{gpu.bdf}"
-        if cur is None or top is None or not w_cur.isdigit() or not w_top.isdigit():
-            findings.append(skipped(check_id, f"{gpu.bdf}: link speed/width not reported "
-                                    "(virtual function or passthrough)", "host"))
-        elif int(w_cur) < int(w_top):
-            findings.append(Finding(
-                check_id, Severity.WARNING,
-                f"GPU {gpu.bdf} PCIe link runs x{w_cur} of x{w_top}", evidence,
-                why="A narrower link divides host-device bandwidth (weights loading, KV offload, "
-                    "sampling copies); width does not drop for power saving.",
-                fix="reseat the card or riser, check BIOS lane bifurcation",
-                reference=_ref("host.pcie_link", PCI_ABI_DOC), layer="host"))
-        elif cur < top:
-            findings.append(Finding(
-                check_id, Severity.INFO,
-                f"GPU {gpu.bdf} PCIe link at {cur:g} of {top:g} GT/s (re-check under load)", evidence,
-                why="GPUs lower the link speed when idle to save power, so this is only a problem "
-                    "if it persists while the server is busy.",
-                fix="read again under load (latscope doctor during a bench run); if still low, "
-                    "check BIOS PCIe generation and reseat",
-                reference=_ref("host.pcie_link", PCI_ABI_DOC), layer="host"))
-        else:
-            findings.append(Finding(check_id, Severity.OK, f"GPU {gpu.bdf} PCIe link at full speed "
-                                    "and width", evidence, layer="host"))
-    return findings
-
 
 def node_cpus(view: HostView) -> dict[int, set[int]]:
     nodes = {}
@@ -200,46 +65,59 @@ def process_affinity(view: HostView, pid: int) -> set[int] | None:
     return parse_cpulist(m.group(1)) if m else None
 
 
-def check_gpu_numa_affinity(facts: Facts) -> list[Finding]:
-    check_id = "host.gpu_numa_affinity"
-    gpu_nodes = {g.bdf: g.numa_node for g in facts.gpu.pci if g.numa_node is not None
-                 and g.numa_node >= 0}
-    if not facts.gpu.pci:
-        return [skipped(check_id, "no GPU in /sys/bus/pci/devices", "host")]
-    if not gpu_nodes:
-        return [skipped(check_id, "sysfs gives the GPUs no NUMA node (single node or VM)", "host")]
-    if facts.pid is None:
-        return [skipped(check_id, "no server pid (pass --pid, or a --url served from this host)",
-                        "host")]
-    allowed = process_affinity(facts.host, facts.pid)
-    nodes = node_cpus(facts.host)
-    if allowed is None or not nodes:
-        return [skipped(check_id, f"/proc/{facts.pid}/status or node cpulists not readable", "host")]
-    status_src = facts.host.source(f"/proc/{facts.pid}/status")
-    evidence = [ev("Cpus_allowed_list", format_cpulist(allowed), status_src)]
-    evidence += [ev(f"{bdf} numa_node", node, facts.host.source(f"/sys/bus/pci/devices/{bdf}/numa_node"))
-                 for bdf, node in gpu_nodes.items()]
-    if len(nodes) < 2:
-        return [Finding(check_id, Severity.OK, "single NUMA node: no cross-socket placement possible",
-                        evidence, layer="host")]
-    process_nodes = {n for n, cpus in nodes.items() if cpus & allowed}
-    far = {bdf: n for bdf, n in gpu_nodes.items() if n not in process_nodes}
-    if far:
-        return [Finding(
-            check_id, Severity.WARNING,
-            f"server process may not run on the NUMA node of GPU(s) {', '.join(far)}", evidence,
-            why="Host-side buffers and launches then cross the socket interconnect.",
-            fix="pin each rank with numactl --cpunodebind/--membind to its GPU's node",
-            reference=_ref(check_id, NUMACTL_DOC), layer="host")]
-    if len(process_nodes) > 1:
-        return [Finding(
-            check_id, Severity.INFO, "server process is not pinned to its GPUs' NUMA node(s)", evidence,
-            why="The scheduler may run its threads on any socket.",
-            fix="numactl --cpunodebind=<gpu node> (measure the difference)",
-            reference=_ref(check_id, NUMACTL_DOC), layer="host")]
-    return [Finding(check_id, Severity.OK, "server process runs on its GPUs' NUMA node", evidence,
-                    layer="host")]
+def process_tree(view: HostView, pid: int) -> set[int]:
+    """pid and its descendants, from /proc/*/stat ppid fields (vLLM's engine core is a child)."""
+    parents: dict[int, int] = {}
+    for name in view.listdir("/proc"):
+        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
+        if stat and ")" in stat:
+            fields = stat.rsplit(")", 1)[1].split()
+            parents[int(name)] = int(fields[1])
+    tree, grew = {pid}, True
+    while grew:
+        new = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= new
+        grew = bool(new)
+    return tree
+
+def gather_sys_facts(view: HostView, pid: int | None, vendor: str) -> SysFacts:
+    """Everything the host checks judge, read once; ``pid`` is the server's (None: unknown),
+    ``vendor`` the GPUs' (the process tree is read for nvidia-smi's process list only)."""
+    facts = SysFacts(numa_balancing=view.read_value(NUMA_BALANCING),
+                     numa_balancing_source=view.source(NUMA_BALANCING),
+                     kernel_cmdline=view.read_value(KERNEL_CMDLINE),
+                     kernel_cmdline_source=view.source(KERNEL_CMDLINE),
+                     governors_source=view.source(GOVERNORS_SOURCE),
+                     cstates_source=view.source(CPUIDLE))
+    governors = _guarded(facts, "cpu_governor", lambda: view.glob(GOVERNORS))
+    facts.governors = {path: view.read_value(path) or "?" for path in governors or []}
+    facts.cstates = _guarded(facts, "cstates", lambda: _cstates(view)) or []
+    if pid is not None:
+        facts.server_affinity = _guarded(facts, "gpu_numa_affinity",
+                                         lambda: process_affinity(view, pid))
+        facts.server_affinity_source = view.source(f"/proc/{pid}/status")
+        if "gpu_numa_affinity" not in facts.errors:
+            facts.node_cpus = _guarded(facts, "gpu_numa_affinity", lambda: node_cpus(view)) or {}
+        if vendor == "nvidia":
+            facts.server_processes = _guarded(facts, "gpu_tenants",
+                                              lambda: process_tree(view, pid)) or set()
+    return facts
 
 
-HOST_CHECKS = (check_numa_balancing, check_iommu, check_cpu_governor, check_cstates,
-               check_pcie_links, check_gpu_numa_affinity)
+def _cstates(view: HostView) -> list[CState]:
+    out = []
+    for state in (s for s in view.listdir(CPUIDLE) if s.startswith("state")):
+        out.append(CState(state, view.read_value(f"{CPUIDLE}/{state}/name") or state,
+                          view.read_value(f"{CPUIDLE}/{state}/latency") or "0",
+                          view.read_value(f"{CPUIDLE}/{state}/disable") == "1",
+                          view.source(f"{CPUIDLE}/{state}/latency")))
+    return out
+
+
+def _guarded(facts: SysFacts, check: str, read: Callable[[], Any]) -> Any:
+    """``read()``, or None with its error kept for ``check`` (which then reports it)."""
+    try:
+        return read()
+    except (OSError, ValueError, HostCheckError) as exc:
+        facts.errors[check] = exc
+        return None

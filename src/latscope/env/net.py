@@ -5,7 +5,8 @@ per request) and over one kept-alive connection (GET ``/health``), a few short s
 completions when the server is OpenAI-compatible (client TTFT and chunk-delivery gaps, and the
 server's own TTFT from ``/metrics`` before/after), and ``iperf3`` when installed and a server is
 given. Each phase is timed with ``time.perf_counter_ns`` around the one operation it names; the
-raw samples are kept in the report. ``latscope.env.netfindings`` turns the numbers into findings.
+raw samples are kept in the report. ``latscope.findings.net`` turns the numbers into findings
+(``latscope.campaign.doctor.probe_network`` runs both).
 """
 
 from __future__ import annotations
@@ -249,8 +250,6 @@ def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[
           = None, verify_tls: bool = True, stream_requests: int = 3, iperf3_server: str | None = None,
           iperf3_seconds: int = 5, path: str = "/health") -> NetReport:
     """Measure the path to ``url``'s server; see the module docstring for each phase."""
-    from latscope.env.netfindings import net_findings
-
     if probes < 1:
         raise ConfigError("--probes must be at least 1")
     if not timeout_s > 0:
@@ -270,5 +269,4 @@ def probe(url: str, probes: int = 20, *, timeout_s: float = 10.0, headers: dict[
         # Keep what the earlier phases measured; the finding names the phase that failed.
         report.error = f"HTTP probe of {report.url} failed: {type(exc).__name__}: {exc}"
     _run_iperf3(report, iperf3_server, iperf3_seconds)
-    report.findings = net_findings(report)
     return report

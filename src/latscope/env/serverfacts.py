@@ -3,7 +3,7 @@
 the server process's own command line; plus finding the pid that listens on a local URL's port.
 
 Each setting is kept with its source (``log:LINE``, ``/proc/PID/cmdline``, ``URL/metrics``) so the
-checks in ``latscope.env.server`` can cite it.
+checks in ``latscope.findings.serverconfig`` can cite it.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ Each diagnosis has one id and one rule (one function) that makes it, whatever da
 - ``findings.server``   the server's scheduler, KV cache and logging, from its log or ``/metrics``
 - ``findings.latency``  where the time of one measured run went (the TTFT decomposition's shares)
 - ``findings.sweep``    capacity: the knee, SLO limits and errors along a sweep
-- ``latscope.trace.findings``  the GPU (kernels, idle gaps, copies) from a profiler trace
-- ``latscope.env`` (host, gpu, envrules, server, netfindings)  the doctor checks and the network
+- ``findings.trace``    the GPU (kernels, idle gaps, copies) from a profiler trace
+- ``findings.net``      the network path, from ``env.net``'s probes
+- doctor's checks over ``env``'s facts, run by ``findings.checks``: ``findings.hostsetup``,
+  ``findings.gpu``, ``findings.envvars``, ``findings.serverconfig``, ``findings.servermetrics``
 
 ``impact`` (``findings.impact``) is measured against a small fixed set of targets shared by all
 layers, so that findings measured on the same run can be ranked against each other

@@ -53,8 +53,11 @@ def _ms(ns: float) -> float:
     return round(ns / 1e6, 3)
 
 
-def _severity(share: float) -> Severity:
-    return Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
+def _gpu_symptom(share: float) -> dict[str, Any]:
+    """What both cross-rank findings are: a GPU symptom (diagnose joins it to its cause), a
+    warning from ``WARNING_SHARE`` of the GPU window."""
+    severity = Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
+    return {"severity": severity, "layer": "gpu", "role": "symptom"}
 
 
 def _straggler(coll: dict[str, Any], rows: dict[tuple[str, int], dict[str, Any]],
@@ -85,7 +88,7 @@ def _straggler(coll: dict[str, Any], rows: dict[tuple[str, int], dict[str, Any]]
                                  _ms(slowest["compute_busy_ns"]), "ms",
                                  f"the most of any rank; window {_ms(row.get('window_ns', 0))} ms"))
     return Finding(
-        id="trace.rank_straggler", severity=_severity(share), layer="gpu", role="symptom",
+        id="trace.rank_straggler", **_gpu_symptom(share),
         title=(f"{rank_name(late)} is the slowest rank: {rank_name(peer)} waits for it inside "
                f"collectives {share:.0%} of its GPU window"),
         evidence=evidence,
@@ -126,7 +129,7 @@ def _collective_share(coll: dict[str, Any],
         return None
     ms = sum(r["collective_ns"] - r["wait_ns"] for r in coll["per_rank"]) / len(own)
     return Finding(
-        id="trace.collective_share", severity=_severity(share), layer="gpu", role="symptom",
+        id="trace.collective_share", **_gpu_symptom(share),
         title=(f"collectives take {share:.0%} of every rank's GPU window beyond waiting for "
                f"other ranks (skew p50 {_ms(coll['skew_p50_ns'])} ms)"),
         evidence=evidence,

@@ -323,8 +323,8 @@ def is_debug_level(value: object) -> bool:
 
 def debug_logging_finding(evidence: list[Evidence], *, debug: bool = True) -> Finding:
     """The one rule for "the server logs at DEBUG", whatever it was read from: the server's log
-    (``findings_from_log``), its environment (``env.envrules``) or its command line
-    (``env.server``). ``debug=False`` is the passed check."""
+    (``findings_from_log``), its environment (``findings.envvars``) or its command line
+    (``findings.serverconfig``). ``debug=False`` is the passed check."""
     if not debug:
         return Finding("server.debug_logging", Severity.OK, "log level is not DEBUG", evidence,
                        layer="config")
@@ -361,7 +361,7 @@ def request_logging_finding(evidence: list[Evidence], *, flag: bool,
                             lines_per_request: float | None = None,
                             logging_on: bool = True) -> Finding:
     """The one rule for "every request is logged", from the log's line counts
-    (``findings_from_log``) or the server's settings (``env.server``). ``flag``: the server was
+    (``findings_from_log``) or the server's settings (``findings.serverconfig``). ``flag``: the server was
     started with --enable-log-requests (a warning); without it, only the log's line count says
     so (information). ``logging_on=False`` is the passed check."""
     if not logging_on:

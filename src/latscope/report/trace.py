@@ -229,3 +229,4 @@ def ranks_table(rows: list[dict[str, Any]], width: int) -> Group:
 
 def print_ranks(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(ranks_table(rows, console.width))
+

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from latscope.campaign.proofs import _NoControl
-from latscope.campaign.experiment import Proposal, metric_of, run_experiment, size_class
+from latscope.campaign.experiment import metric_of, run_experiment, size_class
+from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Change, Running
 from latscope.load import BenchConfig, WorkloadSpec
 from latscope.load.config import parse_mix

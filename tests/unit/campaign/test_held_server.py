@@ -10,7 +10,8 @@ import textwrap
 import urllib.request
 from pathlib import Path
 
-from latscope.campaign.experiment import Proposal, _arms
+from latscope.campaign.experiment import _arms
+from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Change, CommandControl, HeldServer
 
 # /health on the port given; a second server on this host would still start (ports differ),

@@ -37,11 +37,18 @@ def _measurer(state: Diagnosis, calls: list, reliable_after: bool):
     return measure
 
 
-def test_an_unreliable_knee_is_measured_again_with_more_processes(tmp_path):
-    state = _state(tmp_path, {1.0: True, 8.0: False, 16.0: True})
+def _remeasure(tmp_path, reliable: dict, reliable_after: bool, spare_cores: int):
+    """A diagnosis whose steps were (un)reliable as given, re-measured with time to spare:
+    (state, the measurer's calls, the loads measured again)."""
+    state = _state(tmp_path, reliable)
     calls: list = []
-    again = remeasure_unreliable(state, _measurer(state, calls, True), fits=lambda load: True,
-                                 spare_cores=6)
+    again = remeasure_unreliable(state, _measurer(state, calls, reliable_after),
+                                 fits=lambda load: True, spare_cores=spare_cores)
+    return state, calls, again
+
+
+def test_an_unreliable_knee_is_measured_again_with_more_processes(tmp_path):
+    state, calls, again = _remeasure(tmp_path, {1.0: True, 8.0: False, 16.0: True}, True, 6)
     assert again == [8.0] and calls == [(8.0, 2)]
     # one step per load: the first measurement's step is replaced, its directory named
     assert [(s.load, s.run_dir) for s in state.steps] == [
@@ -65,9 +72,6 @@ def test_no_spare_core_or_no_time_leaves_the_step_and_says_why(tmp_path):
 
 
 def test_reliable_steps_are_not_measured_again_and_a_still_late_client_is_said(tmp_path):
-    state = _state(tmp_path, {1.0: False, 8.0: True, 16.0: True})
-    calls: list = []
-    again = remeasure_unreliable(state, _measurer(state, calls, False), fits=lambda load: True,
-                                 spare_cores=3)
+    state, calls, again = _remeasure(tmp_path, {1.0: False, 8.0: True, 16.0: True}, False, 3)
     assert again == [1.0] and calls == [(1.0, 2)]
     assert "still unreliable" in state.notes[-1]

@@ -114,7 +114,7 @@ def test_a_measured_fix_that_made_it_worse_points_to_the_one_not_measured():
 
 
 def test_eager_mode_is_proposed_as_an_experiment_and_its_removal_keeps_the_model():
-    from latscope.campaign.experiment import propose
+    from latscope.campaign.proposals import propose
     from latscope.campaign.servers import CommandControl
 
     control = CommandControl("vllm serve --enforce-eager /models/llama --port {port}")
@@ -141,7 +141,7 @@ def test_a_kv_fix_through_url_changes_the_flag_the_server_was_started_with(tmp_p
     # from /proc; it was told to raise --gpu-memory-utilization, which the override makes moot
     from types import SimpleNamespace
 
-    from latscope.campaign.experiment import propose
+    from latscope.campaign.proposals import propose
     from latscope.campaign.proofs import _seen
     from latscope.rundir import read_json
 

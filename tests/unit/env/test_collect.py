@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 
 from latscope.env.collect import collect
-from latscope.env.doctor import run_doctor
+from latscope.campaign.doctor import run_doctor
 from latscope.redact import redact_argv, redact_env
 
 

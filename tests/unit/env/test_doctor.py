@@ -9,7 +9,8 @@ from fakehost import DATA, environ, pci_gpu, stat, status
 from tooltexts import MI300X_BDFS, amd_smi_static, rocm_smi_showtopo, rocminfo
 
 from latscope.cli.main import main
-from latscope.env.doctor import merge_findings, run_doctor
+from latscope.campaign.doctor import run_doctor
+from latscope.findings.checks import merge_findings
 from latscope.errors import ConfigError
 from latscope.model import Evidence, Finding, Severity
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fakehost import pci_gpu, status
 
 from latscope.env.facts import Facts
-from latscope.env.host import (check_cpu_governor, check_cstates, check_gpu_numa_affinity,
-                               check_iommu, check_numa_balancing, check_pcie_links, pci_gpus)
+from latscope.env.host import gather_sys_facts, pci_gpus
+from latscope.findings.hostsetup import (check_cpu_governor, check_cstates, check_gpu_numa_affinity,
+                                         check_iommu, check_numa_balancing, check_pcie_links)
 from latscope.server.hostview import HostView, format_cpulist, parse_cpulist
 from latscope.model import Severity
 
@@ -19,6 +20,7 @@ def facts_for(tree, pid=None, vendor="amd"):
     facts = Facts(host=view, pid=pid)
     facts.gpu.pci = pci_gpus(view)
     facts.gpu.vendor = vendor
+    facts.sys = gather_sys_facts(view, pid, vendor)
     return facts
 
 

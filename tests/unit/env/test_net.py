@@ -19,8 +19,8 @@ from delay_proxy import DelayProxy, read_truth  # noqa: E402
 from fakeserver import FakeServer  # noqa: E402
 
 from latscope.cli.main import main  # noqa: E402
-from latscope.env.net import probe  # noqa: E402
-from latscope.env.netfindings import jitter_ms  # noqa: E402
+from latscope.campaign.doctor import probe_network as probe  # noqa: E402
+from latscope.findings.net import jitter_ms  # noqa: E402
 from latscope.errors import ConfigError, TargetError  # noqa: E402
 from latscope.model import Severity  # noqa: E402
 
@@ -187,7 +187,7 @@ def test_bad_timeout_is_a_config_error():
 
 def _report_with_server_ttft(address: str):
     from latscope.env.net import NetReport, StreamProbe
-    from latscope.env.netfindings import net_findings
+    from latscope.findings.net import net_findings
 
     stream = StreamProbe(model="m", ttft_ms=[60.0, 62.0, 64.0], server_ttft_mean_ms=40.0)
     report = NetReport(url=f"http://{address}", address=address, tcp_connect_ms=[0.1, 0.1],

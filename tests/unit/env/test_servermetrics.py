@@ -6,7 +6,7 @@ import pytest
 
 from latscope.env.facts import Facts, ServerFacts
 from latscope.server.hostview import HostView
-from latscope.env.servermetrics import check_metrics
+from latscope.findings.servermetrics import check_metrics
 from latscope.model import Severity
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from latscope.env.envrules import ENV_RULES
-from latscope.env.facts import ev
+from latscope.findings.envvars import ENV_RULES
+from latscope.findings.checkbase import ev
 from latscope.model import Severity
 
 REPO = Path(__file__).resolve().parents[3]
@@ -214,10 +214,10 @@ def test_the_banned_pattern_catches_what_it_must():
 
 
 def test_debug_logging_reads_the_same_from_log_environment_and_command_line(fixtures_dir):
-    from latscope.env.envrules import check_env_rules
+    from latscope.findings.envvars import check_env_rules
     from latscope.env.facts import Facts
     from latscope.server.hostview import HostView
-    from latscope.env.server import check_log_level
+    from latscope.findings.serverconfig import check_log_level
     from latscope.findings.server import findings_from_log
     from latscope.server.logs import parse_log
 
@@ -238,7 +238,7 @@ def test_debug_logging_reads_the_same_from_log_environment_and_command_line(fixt
 def test_request_logging_reads_the_same_from_log_and_command_line():
     from latscope.env.facts import Facts
     from latscope.server.hostview import HostView
-    from latscope.env.server import check_request_logging
+    from latscope.findings.serverconfig import check_request_logging
     from latscope.findings.server import findings_from_log
     from latscope.server.logs import parse_log
 

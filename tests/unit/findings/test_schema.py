@@ -13,8 +13,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from latscope.env.doctor import run_doctor
-from latscope.env.net import probe
+from latscope.campaign.doctor import run_doctor
+from latscope.campaign.doctor import probe_network as probe
 from latscope.findings.impact import IMPACT_TARGETS
 from latscope.findings.server import findings_from_log, findings_from_metrics
 from latscope.model import Evidence, Finding, MetricSnapshot, Severity
@@ -22,7 +22,7 @@ from latscope.rundir import RunDir
 from latscope.server.logs import parse_log
 from latscope.server.metrics import parse_metrics_text
 from latscope.trace.analyze import analyze_trace
-from latscope.trace.findings import trace_findings
+from latscope.findings.trace import trace_findings
 from latscope.trace.readers import read_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver

@@ -27,7 +27,7 @@ import tracefiles  # noqa: E402
 from latscope.errors import LatscopeError  # noqa: E402
 from latscope.model import RequestRecord  # noqa: E402
 from latscope.trace.analyze import analyze_trace, check_shares  # noqa: E402
-from latscope.trace.findings import trace_findings  # noqa: E402
+from latscope.findings.trace import trace_findings  # noqa: E402
 from latscope.trace.readers import read_trace  # noqa: E402
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from latscope.model import Severity
 from latscope.trace.analysis import intervals as iv
 from latscope.trace.analysis.device import clamp_same_queue
 from latscope.trace.analyze import AnalysisOptions, analyze_trace
-from latscope.trace.findings import trace_findings
+from latscope.findings.trace import trace_findings
 from latscope.trace.model import Table
 from latscope.trace.readers import read_trace
 

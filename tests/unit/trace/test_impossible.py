@@ -13,7 +13,7 @@ from latscope.cli.main import main
 from latscope.errors import TraceFormatError
 from latscope.trace import model
 from latscope.trace.analyze import analyze_trace, check_shares
-from latscope.trace.findings import trace_findings
+from latscope.findings.trace import trace_findings
 from latscope.trace.readers import read_trace
 
 DAY_US, DAY_NS = 86_400e6, 86_400 * 10**9

@@ -11,7 +11,7 @@ import pytest
 from latscope.report import markdown
 from latscope.trace import names
 from latscope.trace.analyze import analyze_trace
-from latscope.trace.findings import trace_findings
+from latscope.findings.trace import trace_findings
 from latscope.trace.taxonomy import load_taxonomy
 
 B200 = "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz"

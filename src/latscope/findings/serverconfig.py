@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from latscope.env.facts import Facts, ev, skipped
+from latscope.env.facts import Facts
 from latscope.findings import reference as _ref
 from latscope.findings import server as server_rules
+from latscope.findings.checkbase import ev, skipped
 from latscope.model import Finding, Severity
 
 REF = "docs/findings.md"

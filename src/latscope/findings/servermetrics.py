@@ -10,8 +10,9 @@ frontend = mean TTFT - mean queue time - mean prefill time (tokenization, IPC, d
 
 from __future__ import annotations
 
-from latscope.env.facts import Facts, ev, skipped
+from latscope.env.facts import Facts
 from latscope.findings import server as rules
+from latscope.findings.checkbase import ev, skipped
 from latscope.findings.latency import Context, share_finding
 from latscope.model import Finding, Severity
 

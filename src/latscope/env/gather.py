@@ -1,66 +1,40 @@
-"""``run_doctor``: gather the facts once (host, server process, GPUs, server config), run every
-check over them, merge findings that two sources gave the same id (e.g. DEBUG logging seen in the
-process environment and in the log) and return a ``DoctorReport`` with the findings and the raw
-facts read, for ``latscope doctor`` and, later, ``diagnose``.
+"""The facts doctor reads once: the server process (its pid, from --pid, a collected tree's
+manifest or the port's listener; its environment and command line), the GPUs, and what the
+server's endpoints, log and command line say about its settings. ``raw_facts`` is what doctor's
+report shows of them (secrets redacted). The checks over them are in ``latscope.findings``.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import asdict
+from typing import Any
 
 import orjson
 
-from latscope.env import envrules, gpu, host, server, servermetrics
+from latscope.env import gpu
 from latscope.env.facts import Facts, ServerFacts
+from latscope.env.host import gather_sys_facts
 from latscope.env.serverfacts import gather_server_facts, is_local, settings_from_cmdline
-from latscope.errors import ConfigError, HostCheckError
-from latscope.findings.rank import sort_findings
-from latscope.model import Finding, Severity
+from latscope.errors import ConfigError
 from latscope.redact import redact_argv, redact_env
 from latscope.server.hostview import META_DIR, HostView, find_listening_pid, parse_environ, url_port
 
-Check = Callable[[Facts], list[Finding]]
-ALL_CHECKS: tuple[Check, ...] = (*host.HOST_CHECKS, envrules.check_env_rules, *gpu.GPU_CHECKS,
-                                 *server.SERVER_CHECKS, servermetrics.check_metrics)
 
-
-@dataclass(slots=True)
-class DoctorReport:
-    findings: list[Finding]
-    facts: dict[str, Any] = field(default_factory=dict)  # raw values read (secrets redacted)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in sort_findings(self.findings)],
-                "facts": self.facts}
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2, default=str)
-
-
-def run_doctor(url: str | None = None, pid: int | None = None, log: str | None = None,
-               root: str | None = None, headers: dict[str, str] | None = None) -> DoctorReport:
-    from latscope.env.collect import open_root
-
-    with open_root(root) as tree:
-        return _run(HostView(tree, label=root), url, pid, log, headers)
-
-
-def _run(view: HostView, url: str | None, pid: int | None, log: str | None,
-         headers: dict[str, str] | None) -> DoctorReport:
+def gather_facts(view: HostView, url: str | None, pid: int | None, log: str | None,
+                 headers: dict[str, str] | None) -> Facts:
     manifest = _manifest(view)
     facts = Facts(host=view)
     facts.pid, facts.pid_source = _resolve_pid(view, url, pid, manifest)
     _read_process(facts, manifest)
     facts.gpu = gpu.gather_gpu_facts(view, None if view.live else _captured_versions(view))
+    facts.sys = gather_sys_facts(view, facts.pid, facts.gpu.vendor)
     log = log or _captured_log(view)
     facts.server = gather_server_facts(url, log, headers or {}) if (url or log) else ServerFacts()
     if facts.cmdline:
         facts.server.settings.update(settings_from_cmdline(
             facts.cmdline, view.source(f"/proc/{facts.pid}/cmdline")))
-    findings = merge_findings([f for check in ALL_CHECKS for f in _run_check(check, facts)])
-    return DoctorReport(findings, raw_facts(facts))
+    return facts
 
 
 def _manifest(view: HostView) -> dict[str, Any]:
@@ -115,34 +89,6 @@ def _read_process(facts: Facts, manifest: dict[str, Any]) -> None:
     if pid is not None:
         raw = view.read_bytes(f"/proc/{pid}/cmdline") or b""
         facts.cmdline = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _run_check(check: Check, facts: Facts) -> list[Finding]:
-    try:
-        return check(facts)
-    except (OSError, ValueError, HostCheckError) as exc:
-        # One unreadable or malformed input must not lose every other check's result.
-        name = check.__name__.removeprefix("check_")
-        return [Finding(f"doctor.{name}", Severity.SKIPPED,
-                        f"skipped: {name} failed on its input: {type(exc).__name__}: {exc}",
-                        reference="docs/findings.md#doctor")]
-
-
-def merge_findings(findings: list[Finding]) -> list[Finding]:
-    """One finding per id: the most severe that ran; others' evidence joins a bad one."""
-    by_id: dict[str, list[Finding]] = {}
-    for f in findings:
-        by_id.setdefault(f.id, []).append(f)
-    merged = []
-    for group in by_id.values():
-        ordered = sorted(group, key=lambda f: f.severity.rank)
-        best = ordered[0]
-        if best.severity not in (Severity.OK, Severity.SKIPPED, Severity.INFO):
-            for other in ordered[1:]:
-                if other.severity == best.severity or other.severity.rank < Severity.OK.rank:
-                    best.evidence.extend(e for e in other.evidence if e not in best.evidence)
-        merged.append(best)
-    return merged
 
 
 def raw_facts(facts: Facts) -> dict[str, Any]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from latscope.env.facts import Facts, ev
+from latscope.env.facts import Facts
 from latscope.findings import reference as _ref
 from latscope.findings import server as server_rules
+from latscope.findings.checkbase import ev
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md"
