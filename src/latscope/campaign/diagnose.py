@@ -70,12 +70,13 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
     _stage(state, "log", lambda: stages.log(state, running))
     if state.opts.trace or state.opts.profile:
         _stage(state, "trace", lambda: stages.trace(state, base, running, budget))
-    conclude(state)
+    if _conclude_recorded(state) is not None:
+        return  # no ranking, no proofs: _finish writes what was gathered, then fails the run
     _stage(state, "prove", lambda: proofs.prove(state, control, running, base, budget))
     # vLLM's own priority policy first: in-engine, it is the likelier fix of the two
     _stage(state, "priority", lambda: proofs.priority(state, control, running, base, budget))
     _stage(state, "gateway", lambda: proofs.gateway(state, control, running, base, budget))
-    conclude(state)
+    # the final ranking, with the proofs' results, is _finish's: it runs however the run ends
 
 
 @contextlib.contextmanager
@@ -151,14 +152,37 @@ def _stage(state: Diagnosis, name: str, work: Callable[[], str | None]) -> None:
 
 
 def _finish(state: Diagnosis, status: str) -> dict[str, Any]:
-    with contextlib.suppress(Exception):  # ranking must not lose what is on disk
-        conclude(state)
+    """Rank, write the report and end the run. A bug in ranking is a failed stage with its
+    cause, never silenced: the report still holds every stage and finding gathered, and the run
+    fails once they are on disk (unless a failure is already on its way out)."""
+    broken = _conclude_recorded(state)
+    if broken is not None and status == "ok":
+        status = f"failed: {broken}"
     report = build_report(state)
     state.run.write("report.json", report)
     state.run.write_findings(state.ranked)
     _render(state.run, report)
     state.run.finish(status, verdict=report["verdict"].get("text"))
+    if broken is not None and status == f"failed: {broken}":
+        raise DiagnoseFailed(f"{broken} (every stage is in {state.run.path})")
     return report
+
+
+def _conclude_recorded(state: Diagnosis) -> str | None:
+    """``conclude``; what broke it, recorded as the failed stage "conclude", else None."""
+    failed = next((s for s in state.stages if s.name == "conclude"), None)
+    if failed is not None:  # broken once already: its record stands, not run twice
+        return failed.note
+    try:
+        conclude(state)
+        return None
+    except Exception as exc:  # noqa: BLE001 -- any bug: recorded and raised after the write
+        cause = f"the findings could not be ranked: {type(exc).__name__}: {exc}"
+        state.stages.append(StageRecord("conclude", status="failed", note=cause))
+        state.progress(f"    conclude failed: {cause}")
+        state.verdict = {"text": f"No verdict: {cause}", "kind": "none", "healthy": False,
+                         "finding_id": None}
+        return cause
 
 
 def _render(run: RunDir, report: dict[str, Any]) -> None:

@@ -1,0 +1,46 @@
+"""A bug in ranking is never silenced: diagnose records the stage that broke with its cause,
+writes every stage and finding gathered, and then fails (it used to wrap the ranking in
+``suppress(Exception)`` and give a report without a verdict, #19)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver
+from fakeserver import FakeServer  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_bug_in_ranking_fails_the_run_after_writing_what_was_gathered(tmp_path, monkeypatch):
+    import latscope.campaign.diagnose as diagnose_module
+    from latscope.campaign.diagnose import DiagnoseFailed, DiagnoseOptions, diagnose
+
+    calls = []
+
+    def broken(state):
+        calls.append(1)
+        raise ZeroDivisionError("a planted bug")
+
+    monkeypatch.setattr(diagnose_module, "conclude", broken)
+    with FakeServer(ttft_ms=5, itl_ms=1) as server:
+        opts = DiagnoseOptions(url=server.url, loads=(1,), budget_s=30, prove=False,
+                               input_len="16", output_len="4", output_dir=str(tmp_path / "run"))
+        with pytest.raises(DiagnoseFailed, match="could not be ranked: ZeroDivisionError"):
+            diagnose(opts)
+    assert len(calls) == 1  # the first ranking broke: no proof ran on it, none re-ran it
+    run = tmp_path / "run"
+    stages = json.loads((run / "stages.json").read_text())
+    assert [s["name"] for s in stages][:3] == ["doctor", "net", "sweep"]
+    report = json.loads((run / "report.json").read_text())
+    [conclude] = [s for s in report["stages"] if s["name"] == "conclude"]
+    assert conclude["status"] == "failed" and "a planted bug" in conclude["note"]
+    assert report["verdict"]["text"].startswith("No verdict: the findings could not be ranked")
+    assert (run / "report.html").is_file() and (run / "report.md").is_file()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"].startswith("failed: the findings could not be ranked")
+    assert (run / "sweep.json").is_file()  # what the sweep measured is kept
