@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from latscope.env.facts import CState, PciGpu, SysFacts
 from latscope.errors import HostCheckError
-from latscope.server.hostview import HostView, parse_cpulist
+from latscope.server.hostview import HostView, parse_cpulist, process_tree
 
 NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"
 KERNEL_CMDLINE = "/proc/cmdline"
@@ -64,21 +64,6 @@ def process_affinity(view: HostView, pid: int) -> set[int] | None:
     m = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M)
     return parse_cpulist(m.group(1)) if m else None
 
-
-def process_tree(view: HostView, pid: int) -> set[int]:
-    """pid and its descendants, from /proc/*/stat ppid fields (vLLM's engine core is a child)."""
-    parents: dict[int, int] = {}
-    for name in view.listdir("/proc"):
-        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
-        if stat and ")" in stat:
-            fields = stat.rsplit(")", 1)[1].split()
-            parents[int(name)] = int(fields[1])
-    tree, grew = {pid}, True
-    while grew:
-        new = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= new
-        grew = bool(new)
-    return tree
 
 def gather_sys_facts(view: HostView, pid: int | None, vendor: str) -> SysFacts:
     """Everything the host checks judge, read once; ``pid`` is the server's (None: unknown),

@@ -193,3 +193,22 @@ def find_listening_pid(view: HostView, port: int) -> int | None:
             except OSError:
                 continue
     return None
+
+
+def process_tree(view: HostView, pid: int) -> set[int]:
+    """``pid`` and its descendants, from /proc/*/stat ppid fields (vLLM's engine core is a
+    child); a stat line that does not parse (a process gone mid-read) is skipped."""
+    parents: dict[int, int] = {}
+    for name in view.listdir("/proc"):
+        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
+        if stat and ")" in stat:
+            try:
+                parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (IndexError, ValueError):
+                continue
+    tree, grew = {pid}, True
+    while grew:
+        new = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= new
+        grew = bool(new)
+    return tree

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from latscope.server.hostview import HostView
+from latscope.server.hostview import HostView, process_tree
 
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
@@ -27,24 +27,7 @@ def server_pids(view: HostView, pid: int | None = None, port: int | None = None
         pid, source = find_listening_pid(view, port), f"listener of port {port} (/proc/net/tcp)"
     if pid is None:
         return [], "server process not found (not on this host, or not visible to this user)"
-    return sorted(descendants(view, pid)), source
-
-
-def descendants(view: HostView, pid: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for name in view.listdir("/proc"):
-        stat = view.read(f"/proc/{name}/stat") if name.isdigit() else None
-        if stat and ")" in stat:
-            try:
-                parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (IndexError, ValueError):
-                continue
-    tree, grew = {pid}, True
-    while grew:
-        new = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= new
-        grew = bool(new)
-    return tree
+    return sorted(process_tree(view, pid)), source
 
 
 def visible_devices(view: HostView, pids: Iterable[int]) -> dict[str, str]:
