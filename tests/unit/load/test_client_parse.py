@@ -197,6 +197,13 @@ def test_per_request_server_metrics_are_kept_from_the_last_usage_event():
         assert exact.server["metrics"]["time_to_first_token_ms"] == 20.0
         if took_fast:
             assert fast.server["metrics"] == exact.server["metrics"]
+    # metrics in an event before the last three (not vLLM's place): both readers leave them
+    early = [events[0], b'data: {"choices":[{"text":"x"}],"metrics":' + metrics + b'}\n\n']
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+    body = b"".join(chunk(e) for e in early + events[:2] + [usage, events[3]]) + b"0\r\n\r\n"
+    took_fast, fast, exact, problem = _both_readers([(1, body)])
+    assert problem is None and took_fast and "metrics" not in exact.server
+    assert "metrics" not in fast.server and fast.chunk_ns == exact.chunk_ns == [1] * 4
     body = b'{"choices":[{"text":"ab"}],"usage":{"completion_tokens":2},"metrics":' + metrics + b"}"
     record, _ = run_exchange([b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body), body],
                              stream=False)
