@@ -136,7 +136,10 @@ def run_floor(url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]
 _LATSCOPE = """
 import json, sys
 from latscope.load import BenchConfig, run_bench
-from latscope.stats import ttft_ms
+try:
+    from latscope.stats import ttft_ms
+except ImportError:  # a build from before latscope.analysis.stats moved up
+    from latscope.analysis.stats import ttft_ms
 url, c, n, tokens, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 cfg = BenchConfig(url=url, model="fake-model", num_requests=n, concurrency=c, warmup=c,
                   output_dir=out, seed=1)
