@@ -34,6 +34,10 @@ _ERROR_TEXT_MAX = 300
 
 
 def dechunk(reads: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The body's data, de-chunked: (arrival ns, bytes) per part of a chunk's data that one read
+    brought, so an SSE event inside a chunk gets the time of the read that completed it, not
+    that of the chunk's end (a proxy that coalesces events into one chunk: the fast reader
+    times them so too)."""
     raw = b"".join([d for _, d in reads])
     total = len(raw)
     ends = list(itertools.accumulate([len(d) for _, d in reads]))
@@ -54,7 +58,11 @@ def dechunk(reads: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
         pos = start + size + 2
         if pos > total:
             raise FramingError("HTTP chunk cut short")
-        while k < last and ends[k] < pos - 2:
+        while k < last and ends[k] <= start:  # the read holding the data's first byte
+            k += 1
+        while k < last and ends[k] < pos - 2:  # a read that ends inside the data: its part
+            append((reads[k][0], raw[start:ends[k]]))
+            start = ends[k]
             k += 1
         append((reads[k][0], raw[start:pos - 2]))
     return out
@@ -199,8 +207,8 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
     if chunk_ns is None or len(chunk_ns) != total_marks:
         return False  # a mark or an event end split across two reads: count exactly instead
     del chunk_ns[:role_marks]
-    _keep_server_metrics(record, raw[_last_events_start(raw, 3):])
-    tail = raw[-2048:]
+    tail = raw[_last_events_start(raw, 3):]  # where the exact reader looks for usage too
+    _keep_server_metrics(record, tail)
     completion = _last_int(tail, b'"completion_tokens"')
     if not chunk_ns and events > 1:
         return False  # tokens but no compact "text":"..." marks (e.g. '"text": "'): read exactly
@@ -212,7 +220,7 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
 
 def _last_events_start(raw: bytes, count: int) -> int:
     """Where the body's last ``count`` events start (proved one line each: an LF pair ends
-    each): the exact reader looks for the server's metrics there too, in its last 3 events.
+    each): the exact reader looks for usage and the server's metrics in its last 3 events.
     A few reverse scans from the end instead of a scan of the whole body (~8 us at 34 KB)."""
     end = len(raw) - len(b"\r\n0\r\n\r\n")  # past [DONE]'s LF pair
     for _ in range(count):
@@ -348,7 +356,7 @@ def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int]
     (events, their ns, leftover bytes of an unterminated event)."""
     joined = b"".join([p for _, p in pieces])
     if b"\r" in joined:  # CRLF line ends (allowed by the SSE spec): normalise piece by piece
-        pieces = [(ns, p.replace(b"\r\n", b"\n")) for ns, p in pieces]
+        pieces = _without_crlf(pieces)
         joined = b"".join([p for _, p in pieces])
     events = joined.split(b"\n\n")
     rest = events.pop()
@@ -360,6 +368,21 @@ def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int]
     if len(times) != len(events):  # a separator straddles two pieces: map by offset
         times = _times_by_offset(pieces, events)
     return events, times, rest
+
+
+def _without_crlf(pieces: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """CR LF -> LF piece by piece; a CR that ends a piece moves to the next one, so a CR LF cut
+    between two reads is still one line end (completed by the later read)."""
+    out: list[tuple[int, bytes]] = []
+    carry = b""
+    for ns, piece in pieces:
+        piece, carry = carry + piece, b""
+        if piece.endswith(b"\r"):
+            piece, carry = piece[:-1], b"\r"
+        out.append((ns, piece.replace(b"\r\n", b"\n")))
+    if carry:
+        out[-1] = (out[-1][0], out[-1][1] + carry)
+    return out
 
 
 def _times_by_offset(pieces: list[tuple[int, bytes]], events: list[bytes]) -> list[int]:

@@ -344,3 +344,21 @@ def test_fast_reader_declines_damaged_or_unusual_framing(damage):
     from latscope.load.response import _read_stream_fast
 
     assert not _read_stream_fast(RequestRecord(index=0, request_id="f", scheduled_ns=0), reads)
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_events_coalesced_in_one_chunk_are_timed_by_the_read_that_completed_each(crlf):
+    # a proxy may put several events in one HTTP chunk; a read that ends between two of them
+    # gives the first its own time, in both readers (the fast one took it so; the exact one took
+    # the chunk's end), and a CR LF cut between two reads is still one line end
+    sep = b"\r\n\r\n" if crlf else b"\n\n"
+    events = [b'data: {"choices":[{"text":"a"}]}' + sep, b'data: {"choices":[{"text":"b"}]}' + sep]
+    body = chunk(b"".join(events)) + chunk(b"data: [DONE]" + sep) + b"0\r\n\r\n"
+    first_end = len(b"%x\r\n" % len(b"".join(events))) + len(events[0])
+    cut = first_end - 1 if crlf else first_end  # crlf: between the last CR and LF of event 1
+    record, _ = run_exchange([HEAD, body[:cut], body[cut:]])
+    assert record.ok, record.error
+    assert record.chunk_ns == ([3000, 3000] if crlf else [2000, 3000])
+    if not crlf:
+        took_fast, fast, exact, problem = _both_readers([(2000, body[:cut]), (3000, body[cut:])])
+        assert problem is None and took_fast and fast.chunk_ns == exact.chunk_ns == [2000, 3000]
