@@ -34,7 +34,9 @@ unparsed queue's peak and how often a slot waited for it (``client.backpressure_
     python3 benchmarks/client_ceiling.py --src /tmp/old/src   # another build, same run
 
 ``--src DIR`` (repeatable) adds the latscope build at DIR (a copy of an older ``src``) as one
-more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run.
+more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run; its
+row then gives this build's CPU per token minus its own, repetition by repetition, with a 95%
+interval (tokens/s swing 2x with a shared box's load, the paired difference much less).
 """
 
 from __future__ import annotations
@@ -229,6 +231,20 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
     return rows
 
 
+# two-sided 95% Student t quantiles by degrees of freedom (1-9); 1.96 past them
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def _paired(this: list[Any], other: list[Any]) -> str:
+    """Mean difference of paired values (this - other, repetition by repetition: the two builds
+    ran next to each other) with its 95% interval."""
+    diffs = [a - b for a, b in zip(this, other) if a is not None and b is not None]
+    if len(diffs) < 2:
+        return "-"
+    half = _T95.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / len(diffs) ** 0.5
+    return f"{statistics.mean(diffs):+.3f} +/- {half:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -258,6 +274,9 @@ def main() -> None:
                   f"{_fmt(_med(row['lag50'])):>8} {_fmt(_med(row['lag99'])):>8} "
                   f"{_fmt(_med(row['cpu_us']), '.2f'):>8} {_fmt(_med(row['srv_us']), '.2f'):>8}")
             print(f"{'':>15}runs: " + " ".join(f"{v:,.0f}" for v in row["tok_s"]))
+            if name not in ("floor", "latscope"):
+                print(f"{'':>15}latscope - {name}, us CPU per token, paired: "
+                      f"{_paired(rows['latscope']['cpu_us'], row['cpu_us'])} (95%)")
             if clients[name] is not None:
                 print(f"{'':>15}first send to last end: {_fmt(_med(row['recv']), ',.0f')} tok/s;"
                       f" CPU {_fmt(_med(row['util']), '.2f')} of a core; unparsed peak "
