@@ -275,12 +275,13 @@ def main() -> None:
                   f"{_fmt(_med(row['cpu_us']), '.2f'):>8} {_fmt(_med(row['srv_us']), '.2f'):>8}")
             print(f"{'':>15}runs: " + " ".join(f"{v:,.0f}" for v in row["tok_s"]))
             if name not in ("floor", "latscope"):
-                print(f"{'':>15}latscope - {name}, us CPU per token, paired: "
-                      f"{_paired(rows['latscope']['cpu_us'], row['cpu_us'])} (95%)")
+                print(f"{'':>15}latscope - {name}: "
+                      f"{_paired(rows['latscope']['cpu_us'], row['cpu_us'])} us CPU/tok, paired")
             if clients[name] is not None:
-                print(f"{'':>15}first send to last end: {_fmt(_med(row['recv']), ',.0f')} tok/s;"
-                      f" CPU {_fmt(_med(row['util']), '.2f')} of a core; unparsed peak "
-                      f"{_fmt(_med(row['peak_mb']))} MB, {_fmt(_med(row['waits']), '.0f')} waits")
+                print(f"{'':>15}first send to last end {_fmt(_med(row['recv']), ',.0f')} tok/s, "
+                      f"CPU {_fmt(_med(row['util']), '.2f')} of a core")
+                print(f"{'':>15}unparsed peak {_fmt(_med(row['peak_mb']))} MB, "
+                      f"{_fmt(_med(row['waits']), '.0f')} backpressure waits")
 
 
 if __name__ == "__main__":
