@@ -12,21 +12,31 @@ response, 256 tokens by default, in one write, in its own process), for each con
 - **latscope**: ``run_bench`` as ``latscope bench`` runs it (records written, statistics kept,
   every hardening check on), warm-up = concurrency.
 
-Printed per concurrency (medians over the repetitions): streamed output tokens/s over the
-measured span (first send to last end, the same definition for both), latscope / floor, the
+Printed per concurrency (medians over the repetitions): streamed output tokens/s sustained,
+i.e. until every token received was also read (the floor: first send to last end, its count is
+done by then; latscope: its measured window, ``summary.json`` client.wall_s, from the first
+measured send to the last response parsed, over the tokens of the responses that ended in it),
+latscope / floor, the
 TTFT each reports and the true one (the server's first write - the kernel's receive time of the
 request, both CLOCK_MONOTONIC), latscope's event-loop lag p50 / p99 (the run's own monitor;
 the floor runs the same monitor, its lag is printed beside), and CPU time per streamed token:
 the client's (latscope: its measured window, ``summary.json`` client.cpu_s, over the tokens of
 the responses that ended in it; the floor: its whole run) and the server's during the floor's
-run. CPU time, unlike tokens/s, barely moves with what else runs on the box. Everything shares the box with the
-server: the figures are a contended client's, and only the ratio in one run means much.
+run. CPU time, unlike tokens/s, barely moves with what else runs on the box. Everything shares
+the box with the server: the figures are a contended client's, and only the ratio in one run
+means much. Under each latscope row: its tokens/s from first send to last *end* (what this
+script printed before: when the unparsed queue, up to 16 MiB, holds most of the run, as 512
+responses of 34 KB at c=64 do, that is the receive rate with the parsing left for after the
+last end, not a rate the client sustains), its CPU share of one core over the window, the
+unparsed queue's peak and how often a slot waited for it (``client.backpressure_waits``).
 
     python3 benchmarks/client_ceiling.py [--reps 3] [--concurrency 64,256,1024] [--tokens 256]
     python3 benchmarks/client_ceiling.py --src /tmp/old/src   # another build, same run
 
 ``--src DIR`` (repeatable) adds the latscope build at DIR (a copy of an older ``src``) as one
-more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run.
+more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run; its
+row then gives this build's CPU per token minus its own, repetition by repetition, with a 95%
+interval (tokens/s swing 2x with a shared box's load, the paired difference much less).
 """
 
 from __future__ import annotations
@@ -128,7 +138,10 @@ def run_floor(url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]
 _LATSCOPE = """
 import json, sys
 from latscope.load import BenchConfig, run_bench
-from latscope.stats import ttft_ms
+try:
+    from latscope.stats import ttft_ms
+except ImportError:  # a build from before latscope.analysis.stats moved up
+    from latscope.analysis.stats import ttft_ms
 url, c, n, tokens, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 cfg = BenchConfig(url=url, model="fake-model", num_requests=n, concurrency=c, warmup=c,
                   output_dir=out, seed=1)
@@ -141,8 +154,13 @@ lag = result.summary["client"]["loop_lag_ms"]
 # ended inside it was parsed inside it, warm-up ones included
 start = result.manifest["start_ns"]
 window_tokens = sum(r.output_tokens or 0 for r in result.records if r.ok and r.end_ns >= start)
-print(json.dumps({"tok_s": sum(r.output_tokens for r in measured) / span,
-                  "cpu_s": result.summary["client"]["cpu_s"], "tokens": window_tokens,
+client = result.summary["client"]
+print(json.dumps({"tok_s": window_tokens / client["wall_s"],
+                  "recv_tok_s": sum(r.output_tokens for r in measured) / span,
+                  "cpu_s": client["cpu_s"], "tokens": window_tokens,
+                  "util": client.get("cpu_utilization"),
+                  "peak_mb": client.get("unparsed_peak_bytes", 0) / 1e6,
+                  "waits": client.get("backpressure_waits"),
                   "ttft": {r.request_id: ttft_ms(r) for r in measured},
                   "lag": [lag.get("p50"), lag.get("p99")]}))
 """
@@ -184,7 +202,9 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
             n: int, tokens: int) -> dict[str, dict[str, list[Any]]]:
     rows: dict[str, dict[str, list[Any]]] = {k: {"tok_s": [], "ttft": [], "true": [],
                                                  "lag50": [], "lag99": [], "cpu_us": [],
-                                                 "srv_us": []} for k in clients}
+                                                 "srv_us": [], "recv": [], "util": [],
+                                                 "peak_mb": [], "waits": []}
+                                             for k in clients}
     for rep in range(reps):
         order = list(clients) if rep % 2 == 0 else list(reversed(clients))
         for name in order:
@@ -197,6 +217,8 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
             truth = srv.truth()
             row = rows[name]
             row["tok_s"].append(res["tok_s"])
+            for key in ("recv", "util", "peak_mb", "waits"):
+                row[key].append(res.get("recv_tok_s" if key == "recv" else key))
             row["ttft"].append(float(np.median(list(res["ttft"].values()))))
             row["true"].append(_true_ttft(truth, list(res["ttft"])))
             row["lag50"].append(res["lag"][0])
@@ -207,6 +229,20 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
             if src is None:
                 row["srv_us"].append((_cpu_s(srv.proc.pid) - srv_cpu0) / (n * tokens) * 1e6)
     return rows
+
+
+# two-sided 95% Student t quantiles by degrees of freedom (1-9); 1.96 past them
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def _paired(this: list[Any], other: list[Any]) -> str:
+    """Mean difference of paired values (this - other, repetition by repetition: the two builds
+    ran next to each other) with its 95% interval."""
+    diffs = [a - b for a, b in zip(this, other) if a is not None and b is not None]
+    if len(diffs) < 2:
+        return "-"
+    half = _T95.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / len(diffs) ** 0.5
+    return f"{statistics.mean(diffs):+.3f} +/- {half:.3f}"
 
 
 def main() -> None:
@@ -238,6 +274,14 @@ def main() -> None:
                   f"{_fmt(_med(row['lag50'])):>8} {_fmt(_med(row['lag99'])):>8} "
                   f"{_fmt(_med(row['cpu_us']), '.2f'):>8} {_fmt(_med(row['srv_us']), '.2f'):>8}")
             print(f"{'':>15}runs: " + " ".join(f"{v:,.0f}" for v in row["tok_s"]))
+            if name not in ("floor", "latscope"):
+                print(f"{'':>15}latscope - {name}: "
+                      f"{_paired(rows['latscope']['cpu_us'], row['cpu_us'])} us CPU/tok, paired")
+            if clients[name] is not None:
+                print(f"{'':>15}first send to last end {_fmt(_med(row['recv']), ',.0f')} tok/s, "
+                      f"CPU {_fmt(_med(row['util']), '.2f')} of a core")
+                print(f"{'':>15}unparsed peak {_fmt(_med(row['peak_mb']))} MB, "
+                      f"{_fmt(_med(row['waits']), '.0f')} backpressure waits")
 
 
 if __name__ == "__main__":

@@ -429,7 +429,17 @@ def sse(reads: list[tuple[int, bytes]]) -> None:
 def chunked_reads(draw) -> list[tuple[int, bytes]]:
     """An HTTP/1.1 chunked body (sometimes damaged) of an SSE stream, split into reads."""
     events = draw(st.lists(st.sampled_from(_SSE_EVENTS), max_size=6))
+    if draw(st.booleans()):
+        events.append(b"data: [DONE]")  # the usual end, which the fast path needs
     chunks = [e + b"\n\n" for e in events]
+    if chunks and draw(st.booleans()):  # several events in one chunk (a proxy's coalescing)
+        sizes = draw(st.lists(st.integers(1, 3), min_size=len(chunks), max_size=len(chunks)))
+        grouped, at = [], 0
+        for size in sizes:
+            if at < len(chunks):
+                grouped.append(b"".join(chunks[at:at + size]))
+                at += size
+        chunks = grouped
     body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
     if draw(st.booleans()):
         at = draw(st.integers(0, len(body)))

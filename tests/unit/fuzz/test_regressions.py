@@ -98,6 +98,27 @@ def test_fast_stream_reader_refuses_damaged_chunk_framing():
     fz.sse_chunked(reads)
 
 
+def test_fast_and_exact_readers_agree_on_coalesced_chunks_and_an_early_usage_event():
+    """Found once the fuzzer coalesced events into chunks and ended streams with [DONE]: the
+    exact reader timed every event of a chunk by the chunk's end (the fast one by the read that
+    completed it), and the fast reader took usage from the last 2 KB where the exact one reads
+    the last 3 events."""
+    coalesced = [(1000, b'44\r\ndata: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"text":"'),
+                 (2000, b'a"}]}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n')]
+    text = b'data: {"choices":[{"text":"a"}]}\n\n'
+    usage = b'data: {"metrics":{"ttft":1}, "usage":{"completion_tokens":1}}\n\n'
+    early_usage = [(1000, b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in
+                                   (text, usage, text, text, b"data: [DONE]\n\n")) + b"0\r\n\r\n")]
+    for reads, times, tokens in ((coalesced, [1000, 2000], 2), (early_usage, [1000] * 3, 3)):
+        fast = RequestRecord(index=0, request_id="r", scheduled_ns=0)
+        assert _read_stream_fast(fast, reads)
+        exact = RequestRecord(index=0, request_id="r", scheduled_ns=0)
+        assert _read_stream(exact, dechunk(reads)) is None
+        assert fast.chunk_ns == exact.chunk_ns == times
+        assert fast.output_tokens == exact.output_tokens == tokens
+        fz.sse_chunked(reads)
+
+
 def test_kineto_document_found_by_the_fuzzer_once(tmp_path):
     """The first fuzz find (rocprof v1 detection through '"ts": ""' plus a wide integer)."""
     doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "", "dur": 0.0,

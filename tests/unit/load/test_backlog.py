@@ -22,3 +22,77 @@ def test_a_zero_delay_stream_keeps_the_unparsed_backlog_bounded(tmp_path, monkey
     response_bytes = 34 << 10  # a 256-token response of the fake server is ~33.8 KB
     assert 0 < client["unparsed_peak_bytes"] <= bound + 32 * response_bytes
     assert client["backpressure_waits"] > 0  # the slots waited instead of the loop parsing it all
+
+
+def _stub_run(tmp_path, monkeypatch, log: list[tuple[str, int]]):
+    """A ``_Run`` whose client answers every request one loop turn after it was sent (no
+    sockets), and whose parser notes what it parsed: the order of sends and parses is then the
+    scheduler's alone."""
+    import asyncio
+
+    from latscope.load.workload import WordTokenizer, WorkloadSpec, build_workload
+
+    config = BenchConfig(url="http://127.0.0.1:9", model="m", num_requests=8, concurrency=1,
+                         output_dir=tmp_path / "run")
+    workload = build_workload(WorkloadSpec(input_len="4", output_len="4"), 8, WordTokenizer(), 0)
+    run = runner._Run(config, "http://127.0.0.1:9", {}, "m", workload, None)
+
+    class Answered:
+        size = 34 << 10
+
+    async def execute(body, record):
+        log.append(("send", record.index))
+        record.sent_ns = record.scheduled_ns
+        await asyncio.sleep(0)  # the response ends one loop turn later
+        return Answered()
+
+    def parse(record, exchange, stream):
+        log.append(("parse", record.index))
+        record.error_kind = "cancelled"  # any outcome: only the order is under test
+
+    monkeypatch.setattr(run.client, "execute", execute)
+    monkeypatch.setattr(runner, "finalize", parse)
+    return run
+
+
+def test_a_slot_sends_its_next_request_before_the_last_response_is_parsed(tmp_path, monkeypatch):
+    # The parse of a finished response is queued, never done on the slot's way to its next send:
+    # a slot that waited for parsing would leave the server idle at the client's cost.
+    import asyncio
+
+    log: list[tuple[str, int]] = []
+    run = _stub_run(tmp_path, monkeypatch, log)
+    asyncio.run(run.closed_loop(range(8), 1, warmup=False))
+    run.writer.close()
+    assert sorted(i for what, i in log if what == "parse") == list(range(8))
+    for i in range(7):  # request i+1 left before response i was parsed
+        assert log.index(("send", i + 1)) < log.index(("parse", i))
+    assert run.backpressure_waits == 0  # 8 x 34 KB is far below the bound
+
+
+def test_a_deep_backlog_is_parsed_a_slice_per_loop_turn_at_least_one_response_each(
+        tmp_path, monkeypatch):
+    import asyncio
+
+    log: list[tuple[str, int]] = []
+    run = _stub_run(tmp_path, monkeypatch, log)
+    monkeypatch.setattr(runner, "_FINALIZE_SLICE_NS", 0)  # the slice is over at once
+
+    async def drain_turns() -> int:
+        for index in range(6):
+            record = runner.RequestRecord(index=index, request_id=str(index), scheduled_ns=0)
+            run.to_finalize.append((record, type("X", (), {"size": 10})()))
+            run.backlog_bytes += 10
+        run.finalizing = True
+        asyncio.get_running_loop().call_soon(run._finalize_one)
+        turns = 0
+        while run.to_finalize:
+            turns += 1
+            await asyncio.sleep(0)
+        return turns
+
+    turns = asyncio.run(drain_turns())
+    run.writer.close()
+    assert [i for _, i in log] == list(range(6))  # in order, every one
+    assert turns == 6  # one response per turn: the loop's other callbacks run in between
+    assert run.drained.is_set() and not run.finalizing

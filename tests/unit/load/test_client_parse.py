@@ -197,6 +197,13 @@ def test_per_request_server_metrics_are_kept_from_the_last_usage_event():
         assert exact.server["metrics"]["time_to_first_token_ms"] == 20.0
         if took_fast:
             assert fast.server["metrics"] == exact.server["metrics"]
+    # metrics in an event before the last three (not vLLM's place): both readers leave them
+    early = [events[0], b'data: {"choices":[{"text":"x"}],"metrics":' + metrics + b'}\n\n']
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+    body = b"".join(chunk(e) for e in early + events[:2] + [usage, events[3]]) + b"0\r\n\r\n"
+    took_fast, fast, exact, problem = _both_readers([(1, body)])
+    assert problem is None and took_fast and "metrics" not in exact.server
+    assert "metrics" not in fast.server and fast.chunk_ns == exact.chunk_ns == [1] * 4
     body = b'{"choices":[{"text":"ab"}],"usage":{"completion_tokens":2},"metrics":' + metrics + b"}"
     record, _ = run_exchange([b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body), body],
                              stream=False)
@@ -285,3 +292,73 @@ def test_reasoning_stream_reads_fast_and_still_fails_on_a_late_error(error_at):
         assert fast.chunk_ns == exact.chunk_ns
     else:
         assert not took_fast and "engine died" in problem
+
+
+def _body(chunks: list[bytes]) -> bytes:
+    return b"".join(chunk(c) for c in chunks) + b"0\r\n\r\n"
+
+
+def _tokens(n: int) -> list[bytes]:
+    return [b'data: {"choices":[{"text":"t%d"}]}\n\n' % i for i in range(n)]
+
+
+@pytest.mark.parametrize("shape", ["one_per_chunk", "last_chunk_holds_three", "coalesced",
+                                   "all_in_one_chunk", "upper_hex_sizes"])
+def test_fast_reader_takes_every_usual_chunking_and_agrees_with_the_exact_one(shape):
+    events = _tokens(30) + [b'data: {"choices":[],"usage":{"prompt_tokens":4,'
+                            b'"completion_tokens":30}}\n\n', b"data: [DONE]\n\n"]
+    chunks = {"one_per_chunk": events,
+              "last_chunk_holds_three": events[:-3] + [b"".join(events[-3:])],
+              "coalesced": [b"".join(events[i:i + 4]) for i in range(0, len(events), 4)],
+              "all_in_one_chunk": [b"".join(events)],
+              "upper_hex_sizes": events}[shape]
+    body = _body(chunks)
+    if shape == "upper_hex_sizes":
+        body = b"".join(b"%X\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    took_fast, fast, exact, problem = _both_readers([(1, body)])
+    assert problem is None and exact.chunk_ns == [1] * 30 and exact.output_tokens == 30
+    assert took_fast and (fast.chunk_ns, fast.output_tokens, fast.prompt_tokens) == (
+        exact.chunk_ns, 30, 4)
+
+
+@pytest.mark.parametrize("damage", ["multi_line_event", "lf_in_size_line", "size_off_by_one",
+                                    "size_extension", "no_done_last", "comment_chunk"])
+def test_fast_reader_declines_damaged_or_unusual_framing(damage):
+    # each is read by the exact reader, whose verdict (failure or tokens) then stands
+    events = _tokens(10) + [b"data: [DONE]\n\n"]
+    body = _body(events)
+    if damage == "multi_line_event":  # an LF inside a chunk's one event
+        body = _body([events[0], b'data: {"choices":[{"text"\n:"x"}]}\n\n'] + events[1:])
+    elif damage == "lf_in_size_line":  # int() would take "1f\n" as a size
+        first = b"%x\n\r\n%s\r\n" % (len(events[0]), events[0])
+        body = first + _body(events[1:])
+    elif damage == "size_off_by_one":
+        body = b"%x\r\n%s\r\n" % (len(events[0]) + 1, events[0]) + _body(events[1:])
+    elif damage == "size_extension":
+        body = b"%x;x=1\r\n%s\r\n" % (len(events[0]), events[0]) + _body(events[1:])
+    elif damage == "no_done_last":
+        body = _body(events[:-1] + [b"data: [DONE]\n\n", events[0]])
+    elif damage == "comment_chunk":
+        body = _body(events[:3] + [b": keep-alive\n\n"] + events[3:])
+    reads = [(1, body)]
+    from latscope.load.response import _read_stream_fast
+
+    assert not _read_stream_fast(RequestRecord(index=0, request_id="f", scheduled_ns=0), reads)
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_events_coalesced_in_one_chunk_are_timed_by_the_read_that_completed_each(crlf):
+    # a proxy may put several events in one HTTP chunk; a read that ends between two of them
+    # gives the first its own time, in both readers (the fast one took it so; the exact one took
+    # the chunk's end), and a CR LF cut between two reads is still one line end
+    sep = b"\r\n\r\n" if crlf else b"\n\n"
+    events = [b'data: {"choices":[{"text":"a"}]}' + sep, b'data: {"choices":[{"text":"b"}]}' + sep]
+    body = chunk(b"".join(events)) + chunk(b"data: [DONE]" + sep) + b"0\r\n\r\n"
+    first_end = len(b"%x\r\n" % len(b"".join(events))) + len(events[0])
+    cut = first_end - 1 if crlf else first_end  # crlf: between the last CR and LF of event 1
+    record, _ = run_exchange([HEAD, body[:cut], body[cut:]])
+    assert record.ok, record.error
+    assert record.chunk_ns == ([3000, 3000] if crlf else [2000, 3000])
+    if not crlf:
+        took_fast, fast, exact, problem = _both_readers([(2000, body[:cut]), (3000, body[cut:])])
+        assert problem is None and took_fast and fast.chunk_ns == exact.chunk_ns == [2000, 3000]
