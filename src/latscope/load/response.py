@@ -286,13 +286,8 @@ def _events_one_per_chunk(parts: list[bytes], lf: int) -> int | None:
     (C-level maps), so holds at least two LFs; the LF count then proves it holds no other (no
     second event, no multi-line one) and that no size line holds one.
     """
-    if len(parts) < 5 or len(parts) % 2 == 0 or parts[-3:] != [b"0", b"", b""]:
-        return None
-    sizes, datas = parts[0:-3:2], parts[1:-3:2]
-    try:
-        if list(map(_chunk_size, sizes)) != list(map(len, datas)):
-            return None
-    except ValueError:
+    datas = _chunk_datas(parts) if len(parts) >= 5 else None
+    if datas is None:
         return None
     head, n = datas[:-1], len(datas) - 1
     if (not all(map(bytes.startswith, head, itertools.repeat(b"data: {", n)))
@@ -320,19 +315,25 @@ def _events_by_counts(raw: bytes, parts: list[bytes], lf: int) -> int | None:
     return ends + 1
 
 
-def _chunk_sizes_match(parts: list[bytes]) -> bool:
-    """Every chunk's size line is hex and equals its data's length, and every chunk ends where
-    an event ends. ``parts`` is the body split on CR LF, which the caller has proved occurs only
-    in the framing: size, data, size, data, ..., "0", "", "" (C-level maps, no Python loop)."""
+def _chunk_datas(parts: list[bytes]) -> list[bytes] | None:
+    """The chunks' data when every size line is hex and equals its data's length, else None.
+    ``parts`` is the body split on CR LF, which the caller has proved occurs only in the
+    framing: size, data, size, data, ..., "0", "", "" (C-level maps, no Python loop)."""
     if len(parts) % 2 == 0 or parts[-3:] != [b"0", b"", b""]:
-        return False
+        return None
     sizes, datas = parts[0:-3:2], parts[1:-3:2]
     try:
-        if list(map(_chunk_size, sizes)) != list(map(len, datas)):
-            return False
+        return datas if list(map(_chunk_size, sizes)) == list(map(len, datas)) else None
     except ValueError:
-        return False
-    return all(map(bytes.endswith, datas, itertools.repeat(b"\n\n", len(datas))))
+        return None
+
+
+def _chunk_sizes_match(parts: list[bytes]) -> bool:
+    """The chunks' sizes match their data (``_chunk_datas``), and every chunk ends where an
+    event ends."""
+    datas = _chunk_datas(parts)
+    return datas is not None and all(
+        map(bytes.endswith, datas, itertools.repeat(b"\n\n", len(datas))))
 
 
 def _byte_counts(raw: bytes) -> tuple[int, int]:
