@@ -31,12 +31,16 @@ def effective_max_num_seqs(log: ServerLog) -> tuple[int | None, str]:
 
     The default is not logged at INFO. vLLM sets it from device memory
     (``EngineArgs.get_batch_defaults`` in vllm/engine/arg_utils.py): 1024 on GPUs with >= 70 GiB
-    (A100 excepted, which the log does not let us rule out), 256 below; 128 on CPU (its DEBUG
-    line says so).
+    (A100 excepted, which the log does not let us rule out), 256 below; 128 per rank on CPU
+    (its DEBUG line says so; at INFO, a CPU KV cache is what tells the device).
     """
     cfg = log.config
     if cfg.get("max_num_seqs") is not None:
         return int(cfg["max_num_seqs"]), log.source("max_num_seqs")
+    if cfg.get("kv_device") == "CPU":
+        ranks = int(cfg.get("tensor_parallel_size") or 1)
+        return 128 * ranks, (f"inferred: vLLM's CPU default, 128 per rank x {ranks} "
+                             f"({log.source('kv_device')}; get_batch_defaults)")
     if cfg.get("kv_device") == "GPU" and cfg.get("device_memory_gib"):
         mem = float(cfg["device_memory_gib"])
         value = 1024 if mem >= 70 else 256
@@ -205,7 +209,7 @@ def full_batch_finding(running: float, waiting: float, max_seqs: int | None,
 
 
 def _full_batch_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | None,
-                             seqs_source: str, source: str) -> Finding | None:
+                             seqs_source: str, source: str, *, preempted: bool) -> Finding | None:
     """Scrapes where requests waited while the batch was at its cap (KV cache not full)."""
     running = dict(gauge_series(snapshots, "vllm:num_requests_running", combine=sum))
     waiting = dict(gauge_series(snapshots, "vllm:num_requests_waiting", combine=sum))
@@ -225,8 +229,11 @@ def _full_batch_from_metrics(snapshots: list[MetricSnapshot], max_seqs: int | No
             # requests waited in the same run
             at_cap = [max(queued, key=lambda q: q[2])]
     else:  # unknown cap: a ceiling -- the most that ever ran, hit by most queued scrapes,
-        # in a run whose KV cache never filled (a full KV cache explains queueing by itself)
-        if peak < max(running.values()) or max(kv.values(), default=0.0) >= KV_SATURATED:
+        # in a run whose KV cache never filled (a full KV cache explains queueing by itself;
+        # preemptions say it filled between two scrapes: 17 blocks on CPU plateaued at 8 running
+        # with the KV gauge below 90% in every scrape)
+        if peak < max(running.values()) or max(kv.values(), default=0.0) >= KV_SATURATED \
+                or preempted:
             return None
         at_cap = [q for q in queued if q[1] == peak]
         if len(at_cap) < max(2, len(queued) // 2):
@@ -407,7 +414,8 @@ def findings_from_metrics(snapshots: list[MetricSnapshot], *, source: str = "/me
                                     Evidence("scrapes >= 0.90", len(high), f"of {len(kv)}",
                                              source)],
                                    max(high) * 100, len(high) >= 2))
-    full = _full_batch_from_metrics(snapshots, max_num_seqs, max_num_seqs_source, source)
+    full = _full_batch_from_metrics(snapshots, max_num_seqs, max_num_seqs_source, source,
+                                    preempted=pre is not None and pre.delta > 0)
     if full is not None:
         out.append(full)
     budget = _token_budget_from_metrics(snapshots, max_num_seqs, max_num_batched_tokens, source)

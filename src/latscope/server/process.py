@@ -1,11 +1,18 @@
 """A server process latscope starts, watches and stops: any command, not only vLLM.
 
-The command runs in its own session (so its own process group), with stdout and stderr going to a
-log file that is kept after it stops. ``start`` returns once ``health_url`` answers 200 and raises
+The command runs in its own process group, with stdout and stderr going to a log file that is
+kept after it stops. ``start`` returns once ``health_url`` answers 200 and raises
 ``TargetError`` quoting the log's last lines if the process exits first or is not ready in time.
 ``stop`` signals the whole process group (SIGTERM, then SIGKILL after a grace period) and waits
 until no member is left: servers such as vLLM fork engine and worker processes that would
 otherwise outlive their parent. Nothing is ever found or killed by name.
+
+Only a detached server (``latscope target up``) gets its own session. One started for a run stays
+in latscope's session, on purpose: with the kernel's autogroup scheduling (on by default in most
+distributions) each session is one scheduling group, and on a 2-core Linux 6.18 box a busy vLLM
+CPU engine in a session of its own kept a process of latscope's session runnable yet off the CPU
+for up to 4.9 s at a time (its own /proc schedstat: run-queue wait = the gap; 12 such gaps in
+40 s). The client's timing and /metrics scrapes stalled with it; in one session, none in 60 s.
 
 Stopping by PID file after the starting process is gone goes through ``stop_group`` with the
 leader's start time (``ProcessIdentity``), so a PID reused by an unrelated process is never hit.
@@ -102,7 +109,8 @@ class ManagedServer:
             try:
                 self._proc = subprocess.Popen(
                     self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=env, cwd=self.cwd, start_new_session=True,
+                    env=env, cwd=self.cwd, start_new_session=self.detach,
+                    process_group=None if self.detach else 0,
                     preexec_fn=_die_with_parent(os.getpid()) if pdeathsig else None,
                 )
             except OSError as exc:

@@ -83,8 +83,10 @@ def test_a_client_that_lost_much_of_ttft_is_named():
     assert found["latency.client"].layer == "client"
 
 
-def _gauges(t_s: float, running: float, waiting: float, kv: float = 0.1) -> MetricSnapshot:
-    text = ("# TYPE vllm:num_requests_running gauge\n"
+def _gauges(t_s: float, running: float, waiting: float, kv: float = 0.1,
+            preempted: float = 0.0) -> MetricSnapshot:
+    text = (f'vllm:num_preemptions_total{{engine="0"}} {preempted}\n'
+            "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{engine="0"}} {running}\n'
             "# TYPE vllm:num_requests_waiting gauge\n"
             f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
@@ -132,3 +134,13 @@ def test_a_full_batch_seen_apart_from_the_queue_in_a_short_step_is_still_the_cap
     unknown = [_gauges(t, 1, 14) for t in range(4)]
     by_id = {f.id: f for f in findings_from_metrics(unknown, max_num_seqs=2)}
     assert by_id["server.queue_token_budget"].severity == Severity.INFO
+
+
+def test_a_plateau_of_an_unknown_cap_is_not_blamed_on_max_num_seqs_when_requests_were_preempted():
+    # the CPU target with 17 KV blocks: 8 running, 8 waiting, the KV gauge at 47-70% in every
+    # scrape, yet 9 preemptions: the cache filled between scrapes, so the plateau is the KV cache's
+    plateau = [_gauges(t, 8, 8, kv=0.47 + 0.05 * t) for t in range(5)]
+    assert "server.queue_max_num_seqs" in {f.id for f in findings_from_metrics(plateau)}
+    preempted = [_gauges(t, 8, 8, kv=0.47 + 0.05 * t, preempted=2 * t + 1) for t in range(5)]
+    ids = {f.id for f in findings_from_metrics(preempted)}
+    assert "server.preemptions" in ids and "server.queue_max_num_seqs" not in ids

@@ -35,6 +35,12 @@ def test_cpu_032_startup_config(fixtures_dir):
                                                   r"Avg prompt throughput")
     assert max(p.running for p in log.stats) == 14  # "Running: 14 reqs" at 04:26:52
     assert all(p.kv_device == "CPU" for p in log.stats)
+    # max_num_seqs is logged only at DEBUG: at INFO, the CPU KV cache gives vLLM's CPU default
+    # (the DEBUG log of the same build says "Defaulting max_num_seqs to 128")
+    seqs, source = effective_max_num_seqs(log)
+    assert seqs == 128 and source.startswith("inferred: vLLM's CPU default")
+    assert effective_max_num_seqs(parse_log(_log(fixtures_dir, "cpu-vllm0.32/server_debug.log"))) \
+        [0] == 128
     assert log.line_rate.access_log_lines == _count(log_path, r'"POST /v1/')
     assert findings_from_log(log) == []  # a default INFO server at low load: nothing to say
 

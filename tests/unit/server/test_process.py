@@ -74,6 +74,9 @@ def test_start_waits_for_health_then_stop_leaves_nothing(tmp_path):
         assert server.running()
         assert server.ready_s is not None and server.ready_s >= 0.5
         assert os.getpgid(server.pid) == server.pid  # its own process group
+        # ... in latscope's session: a session of its own is a scheduling group of its own
+        # (autogroup), which starved this side of the CPU beside a busy vLLM (server/process.py)
+        assert os.getsid(server.pid) == os.getsid(0)
         pid = server.pid
     assert not group_members(pid)
     assert "starting up" in server.log_path.read_text()  # the log is kept after stop
@@ -186,6 +189,7 @@ def test_detached_server_survives_its_parent(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as resp:
             assert resp.status == 200
         assert owns_group(identity)
+        assert os.getsid(identity.pid) == identity.pid  # a session of its own: it outlives a terminal
     finally:
         assert stop_group(identity, grace=5)
     assert not group_members(identity.pgid)
