@@ -12,6 +12,7 @@ from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.server import findings_from_metrics
 from latscope.findings.telemetry import telemetry_findings
 from latscope.load import BenchConfig, BenchResult
+from latscope.load.summary import off_cpu_share
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
@@ -21,6 +22,9 @@ from latscope.telemetry.facts import telemetry_facts
 CLIENT_SHARE_UNRELIABLE = 0.10  # of mean TTFT: the client's send delay + mean loop lag
 CLIENT_LOOP_LAG_P99_UNRELIABLE = 1.0  # of TTFT p50: a tail of late stamps as long as a TTFT
 CLIENT_CPU_UNRELIABLE = 0.9
+# of the run's wall time, the client's loop thread ready but off the CPU (schedstat): a quarter of
+# its timestamps could each be a time slice of another process late
+CLIENT_OFF_CPU_UNRELIABLE = 0.25
 
 
 @dataclass
@@ -174,7 +178,12 @@ def client_reliability(summary: dict[str, Any], decomposition: Decomposition | N
                        f"{ttft['p50']:.1f} ms")
     if (client.get("cpu_utilization") or 0) >= CLIENT_CPU_UNRELIABLE:
         reasons.append(f"the client used {client['cpu_utilization']:.0%} of a CPU core")
+    off_cpu = off_cpu_share(client)
+    if off_cpu is not None and off_cpu >= CLIENT_OFF_CPU_UNRELIABLE:
+        reasons.append(f"its event loop waited for a CPU {off_cpu:.0%} of the run (other "
+                       "processes held its cores)")
     return {"reliable": not reasons, "why": "; ".join(reasons),
+            "off_cpu_share": off_cpu,
             "loop_lag_p99_ms": lag.get("p99"), "loop_lag_mean_ms": lag.get("mean"),
             "send_lag_p99_ms": client.get("send_lag_p99_ms"),
             "cpu_utilization": client.get("cpu_utilization"),

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
+from latscope.load.offcpu import run_queue_wait_s
 from latscope.load.prepare import (
     check_lengths,
     discover_model,
@@ -241,6 +242,9 @@ class _Run:
         self.staggers: list[dict[str, Any]] = []  # what each closed loop drew, for the summary
         self.cpu0 = self.wall0 = 0.0
         self.cpu_s = self.wall_s = 0.0
+        # the loop thread's run-queue wait (ready, but another process held the CPU)
+        self.wait0: float | None = None
+        self.off_cpu_s: float | None = None
 
     def body(self, index: int) -> bytes:
         prompts = self.workload.prompts
@@ -404,6 +408,7 @@ class _Run:
                 await begin()
             monitors.append(asyncio.create_task(self._watch_lag()))
             self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+            self.wait0 = run_queue_wait_s()
 
         if begin is not None:
             load = self.closed_loop(range(0, stop), cfg.concurrency or 1, False, None,
@@ -452,6 +457,9 @@ class _Run:
         if self.cpu0 and not self.cpu_s:
             self.cpu_s = time.process_time() - self.cpu0
             self.wall_s = time.perf_counter() - self.wall0
+            now = run_queue_wait_s()
+            if self.wait0 is not None and now is not None:
+                self.off_cpu_s = now - self.wait0
 
     async def _watch_lag(self) -> None:
         while True:
@@ -475,6 +483,7 @@ class _Run:
         client = {"cpu_s": self.cpu_s, "wall_s": self.wall_s,
                   "cpu_utilization": self.cpu_s / self.wall_s if self.wall_s else None,
                   "loop_lag_ms": distribution(self.lag_ms, (50, 99)),
+                  "run_queue_wait_s": self.off_cpu_s,
                   # the unparsed responses' peak and how often a slot waited for them
                   "unparsed_peak_bytes": self.backlog_peak,
                   "backpressure_waits": self.backpressure_waits,

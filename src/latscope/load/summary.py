@@ -36,12 +36,28 @@ def compose_summary(summary: dict[str, Any], config: dict[str, Any], model: str 
     return summary
 
 
+# the loop thread ready to run but off the CPU for this share of the run: the host's cores are
+# held by other processes, and every timestamp may be late by a slice of theirs
+OFF_CPU_WARN = 0.05
+
+
+def off_cpu_share(figures: dict[str, Any]) -> float | None:
+    """The share of the run the client's loop thread waited for a CPU (run-queue wait / wall)."""
+    wait, wall = figures.get("run_queue_wait_s"), figures.get("wall_s")
+    return min(1.0, wait / wall) if wait is not None and wall else None
+
+
 def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     warnings = []
     util = figures.get("cpu_utilization") or 0.0
     if util > 0.9:
         warnings.append(f"client used {util:.0%} of a CPU core: it may be the bottleneck; "
                         "latencies include client delay")
+    off_cpu = off_cpu_share(figures) or 0.0
+    if off_cpu > OFF_CPU_WARN:
+        warnings.append(f"the client's event loop waited for a CPU {off_cpu:.0%} of the run "
+                        "(run-queue wait, /proc/thread-self/schedstat): other processes held "
+                        "its cores, and its timestamps may be late")
     lag_p99 = (figures.get("loop_lag_ms") or {}).get("p99") or 0.0
     if lag_p99 > 5:
         warnings.append(f"event-loop lag p99 {lag_p99:.1f} ms: timestamps may be late by that much")
@@ -69,7 +85,7 @@ def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
     for record in records:
         stats.add(record)
     client: dict[str, Any] = {"cpu_s": None, "wall_s": None, "cpu_utilization": None,
-                              "loop_lag_ms": {}, "event_loop": None}
+                              "loop_lag_ms": {}, "run_queue_wait_s": None, "event_loop": None}
     summary = compose_summary(stats.summary(), config, manifest.get("model"),
                               manifest.get("workload") or {}, {}, client, stats)
     if manifest.get("stagger"):

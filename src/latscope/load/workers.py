@@ -53,6 +53,7 @@ from latscope.load.prepare import (
 )
 from latscope.load.runner import BenchResult, OnRecord, _Run, client_warnings
 from latscope.load.shares import Share, plan_shares
+from latscope.load.summary import off_cpu_share
 from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
 from latscope.load.workload import build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
@@ -161,6 +162,7 @@ class WorkerState:
                 "cpu_s": fig.get("cpu_s"), "wall_s": fig.get("wall_s"),
                 "cpu_utilization": fig.get("cpu_utilization"),
                 "loop_lag_ms": fig.get("loop_lag_ms", {}),
+                "run_queue_wait_s": fig.get("run_queue_wait_s"),
                 "send_lag_p99_ms": fig.get("send_lag_p99_ms"),
                 "event_loop": fig.get("event_loop"),
                 "clock": self.clock.to_dict() if self.clock else None,
@@ -384,6 +386,9 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
     worst: dict[str, Any] = max(lags, key=lambda d: d.get("p99") or 0.0, default={})
     send = summary.get("send_lag_ms") or {}
     send_p99 = max((w["send_lag_p99_ms"] or 0.0 for w in workers), default=None)
+    # the worker kept off the CPU longest (its share of its own wall time) bounds the others
+    waited = max((w for w in workers if off_cpu_share(w) is not None),
+                 key=lambda w: off_cpu_share(w) or 0.0, default=None)
     figures = {"cpu_s": cpu, "wall_s": wall, "cpu_utilization": util,
                "cpu_us_per_output_token": cpu / out_tokens * 1e6 if out_tokens else None,
                "loop_lag_ms": {k: worst.get(k) for k in ("p50", "p99")} if worst
@@ -391,12 +396,16 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
                "send_lag_p99_ms": send_p99 if send_p99 is not None else send.get("p99"),
                "event_loop": next((w["event_loop"] for w in workers if w.get("event_loop")), None),
                "workers": len(workers)}
+    if waited is not None:
+        # its wait over the merged wall: the share says how much of the run the worst loop lost
+        figures["run_queue_wait_s"] = (off_cpu_share(waited) or 0.0) * wall
     warnings = []
     for w in workers:
         if w.get("cpu_s") is None:
             continue
         one = {"cpu_utilization": w["cpu_utilization"], "loop_lag_ms": w["loop_lag_ms"],
-               "send_lag_p99_ms": w["send_lag_p99_ms"]}
+               "send_lag_p99_ms": w["send_lag_p99_ms"], "wall_s": w["wall_s"],
+               "run_queue_wait_s": w.get("run_queue_wait_s")}
         warnings += [f"worker {w['worker']}: {text}" for text in client_warnings(one, summary)]
     for w in workers:
         if w.get("error"):

@@ -106,7 +106,8 @@ def _client(client: dict[str, Any] | None) -> str:
             "Latencies below include the client's own delay, which is not the server's "
             f"(send lag p99 {units.ms(client.get('send_lag_p99_ms'))}, event-loop lag p99 "
             f"{units.ms(client.get('loop_lag_p99_ms'))}, CPU per token "
-            f"{units.number(client.get('cpu_per_token_us'))} us).")
+            f"{units.number(client.get('cpu_per_token_us'))} us, off the CPU while ready "
+            f"{units.pct(client.get('off_cpu_share'))} of the run).")
     return _wrap(text, "> ", "> ")
 
 
