@@ -144,3 +144,20 @@ def test_a_plateau_of_an_unknown_cap_is_not_blamed_on_max_num_seqs_when_requests
     preempted = [_gauges(t, 8, 8, kv=0.47 + 0.05 * t, preempted=2 * t + 1) for t in range(5)]
     ids = {f.id for f in findings_from_metrics(preempted)}
     assert "server.preemptions" in ids and "server.queue_max_num_seqs" not in ids
+
+
+def test_one_scrape_of_a_known_cap_binding_with_a_queue_is_a_warning_whatever_else_was_seen():
+    # vLLM's own gauges in one scrape: Running 2 = max_num_seqs 2 with 2 waiting, among eight
+    # scrapes that caught the batch draining; the cap binds, and the rule says so (#20)
+    scrapes = [_gauges(t, 1, 0) for t in range(8)]
+    scrapes[3] = _gauges(3, 2, 2)
+    [found] = [f for f in findings_from_metrics(scrapes, max_num_seqs=2)
+               if f.id == "server.queue_max_num_seqs"]
+    assert found.severity == Severity.WARNING
+    assert "Running 2 = max_num_seqs 2, Waiting 2" in found.title
+    # the cap and the queue only in different scrapes: an inference, sustained only if repeated
+    apart = [_gauges(t, 1, 0) for t in range(8)]
+    apart[2], apart[5] = _gauges(2, 2, 0), _gauges(5, 1, 3)
+    [inferred] = [f for f in findings_from_metrics(apart, max_num_seqs=2)
+                  if f.id == "server.queue_max_num_seqs"]
+    assert inferred.severity == Severity.INFO

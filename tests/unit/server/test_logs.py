@@ -129,6 +129,11 @@ def test_request_logging_and_full_batch_queue():
     assert ids["server.request_logging"].severity == Severity.WARNING
     assert ids["server.queue_max_num_seqs"].severity == Severity.WARNING
     assert "server.queue_token_budget" not in ids  # the batch is full: not a token-budget queue
+    # one stats line at the cap with a queue is vLLM's own count of it binding: as much a finding
+    one = parse_log(lines[:-1])
+    assert len(one.stats) == 1
+    found = {f.id: f for f in findings_from_log(one)}["server.queue_max_num_seqs"]
+    assert found.severity == Severity.WARNING
 
 
 @pytest.mark.parametrize("rel", ["cpu-vllm0.32/server.log", "cpu-vllm0.32/server_debug.log",
