@@ -22,3 +22,19 @@ def run_queue_wait_s(path: Path = _SCHEDSTAT) -> float | None:
         return int(fields[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
+
+
+class RunQueueClock:
+    """The run-queue wait of the thread that starts and stops it (an event loop's thread)."""
+
+    def __init__(self) -> None:
+        self.start_s: float | None = None
+        self.waited_s: float | None = None
+
+    def start(self) -> None:
+        self.start_s = run_queue_wait_s()
+
+    def stop(self) -> None:
+        now = run_queue_wait_s()
+        if self.start_s is not None and now is not None:
+            self.waited_s = now - self.start_s

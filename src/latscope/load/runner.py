@@ -7,11 +7,11 @@ scheduled the moment a slot frees (the slots' first sends staggered over one req
 ``latscope.load.stagger``), and measures latency from the actual send; an open loop sends
 on a precomputed Poisson/gamma schedule and measures every latency from the *scheduled* time, so
 the client's own lag is counted (``latscope.stats.origin_ns`` is the one definition).
-Either way the send lag is reported separately (with event-loop lag and client CPU), with a
-warning when the client is the bottleneck. Finished records go to ``requests.jsonl`` and into
-constant-size accumulators (``RunStats``), never into a list, so memory grows with the run's
-length by 16 bytes a request plus 4 per ITL gap (capped, ``docs/metrics.md``). SIGTERM stops a
-run as Ctrl-C does.
+Either way the send lag is reported separately (with event-loop lag, client CPU and run-queue
+wait), with a warning when the client is the bottleneck. Finished records go to
+``requests.jsonl`` and into constant-size accumulators (``RunStats``), never into a list: memory
+grows by 16 bytes a request plus 4 per ITL gap (capped, ``docs/metrics.md``). SIGTERM stops a run
+as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
-from latscope.load.offcpu import run_queue_wait_s
+from latscope.load.offcpu import RunQueueClock
 from latscope.load.prepare import (
     check_lengths,
     discover_model,
@@ -240,11 +240,8 @@ class _Run:
         # staggers its slots by it without a pilot request of its own
         self.request_time_ns: int | None = None
         self.staggers: list[dict[str, Any]] = []  # what each closed loop drew, for the summary
-        self.cpu0 = self.wall0 = 0.0
-        self.cpu_s = self.wall_s = 0.0
-        # the loop thread's run-queue wait (ready, but another process held the CPU)
-        self.wait0: float | None = None
-        self.off_cpu_s: float | None = None
+        self.cpu0 = self.wall0 = self.cpu_s = self.wall_s = 0.0
+        self.off_cpu = RunQueueClock()  # the loop ready to run while another process ran
 
     def body(self, index: int) -> bytes:
         prompts = self.workload.prompts
@@ -408,7 +405,7 @@ class _Run:
                 await begin()
             monitors.append(asyncio.create_task(self._watch_lag()))
             self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
-            self.wait0 = run_queue_wait_s()
+            self.off_cpu.start()
 
         if begin is not None:
             load = self.closed_loop(range(0, stop), cfg.concurrency or 1, False, None,
@@ -457,9 +454,7 @@ class _Run:
         if self.cpu0 and not self.cpu_s:
             self.cpu_s = time.process_time() - self.cpu0
             self.wall_s = time.perf_counter() - self.wall0
-            now = run_queue_wait_s()
-            if self.wait0 is not None and now is not None:
-                self.off_cpu_s = now - self.wait0
+            self.off_cpu.stop()
 
     async def _watch_lag(self) -> None:
         while True:
@@ -483,7 +478,7 @@ class _Run:
         client = {"cpu_s": self.cpu_s, "wall_s": self.wall_s,
                   "cpu_utilization": self.cpu_s / self.wall_s if self.wall_s else None,
                   "loop_lag_ms": distribution(self.lag_ms, (50, 99)),
-                  "run_queue_wait_s": self.off_cpu_s,
+                  "run_queue_wait_s": self.off_cpu.waited_s,
                   # the unparsed responses' peak and how often a slot waited for them
                   "unparsed_peak_bytes": self.backlog_peak,
                   "backpressure_waits": self.backpressure_waits,

@@ -89,3 +89,19 @@ def test_workers_report_the_share_of_the_one_kept_off_the_cpu_longest():
         "worker 1: the client's event loop waited for a CPU 60% of the run (run-queue wait, "
         "/proc/thread-self/schedstat): other processes held its cores, and its timestamps may "
         "be late"]
+
+
+def test_a_bench_run_reports_its_loop_threads_run_queue_wait_within_its_window(tmp_path):
+    from fakeserver import FakeServer
+    from latscope.load import BenchConfig, run_bench
+
+    with FakeServer(ttft_ms=5, itl_ms=1) as srv:
+        config = BenchConfig(url=srv.url, model="fake-model", num_requests=32, concurrency=4,
+                             output_dir=tmp_path / "run")
+        config.workload.output_len = "16"
+        result = run_bench(config)
+    client = result.summary["client"]
+    if run_queue_wait_s() is None:  # a kernel without schedstat: said as unknown
+        assert client["run_queue_wait_s"] is None
+    else:
+        assert 0.0 <= client["run_queue_wait_s"] <= client["wall_s"]
