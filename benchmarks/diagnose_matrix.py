@@ -92,6 +92,14 @@ SCENARIOS: tuple[Scenario, ...] = (
              {"kind": "cause", "finding": "server.debug_logging"},
              env=("VLLM_LOGGING_LEVEL=DEBUG",),
              diagnose=(*SHORT, "--max-load", "64", "--budget", "90s")),
+    # issue #23: telemetry alone (no profile) must carry the capacity verdict, and must not call
+    # a host-bound server (CUDA graphs off) "at capacity"
+    Scenario("saturated-telemetry", "default flags, short prompts past the knee, no profile: "
+             "GPU busy from NVML only", {"kind": "capacity", "no_flag_blamed": True},
+             diagnose=(*SHORT, "--max-load", "256", "--budget", "100s"), profile=False, est_s=200),
+    Scenario("eager-telemetry", "--enforce-eager, no profile: NVML only",
+             {"kind": "cause", "finding": "server.enforce_eager"}, server=("--enforce-eager",),
+             diagnose=(*SHORT, "--max-load", "64", "--budget", "90s"), profile=False, est_s=200),
     Scenario("cpu-contention", "server pinned to 4 cores, 4 busy processes on the same cores",
              {"kind": "cause", "finding": "host.cpu_contention"},
              server_cores="0-3", burn_cores=4,
@@ -108,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--work", default="/tmp/matrix", help="where the run directories are made")
     r.add_argument("--only", help="comma-separated scenario names, in this order")
     r.add_argument("--deadline", type=float, default=560, help="seconds for this call")
+    r.add_argument("--before", default="", help="a shell command run once each server is up, "
+                   "before its scenarios ({prof}: its profiler dir, {name}: the first scenario)")
+    r.add_argument("--before-timeout", type=float, default=300)
     r.add_argument("--served-name", default="llama8b")
     r.add_argument("--max-model-len", type=int, default=8192)
     r.add_argument("--legacy-entry", action="store_true",
@@ -148,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             if server is None:
                 continue
+            if args.before:
+                _before(args, server, members[0].name, log)
             for s in members:
                 left = args.deadline - (time.monotonic() - t0)
                 if s.est_s - 90 > left:  # the server is up: the rest is diagnose
@@ -161,6 +174,17 @@ def run(args: argparse.Namespace) -> int:
     (out / "matrix.json").write_text(json.dumps(results, indent=1))
     _say(log, f"done in {time.monotonic() - t0:.0f} s: {len(results)} scenarios")
     return 0
+
+
+def _before(args: argparse.Namespace, server: Server, name: str, log) -> None:
+    cmd = args.before.format(prof=server.prof_dir, name=name)
+    _say(log, f"before {name}: {cmd}")
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.call(cmd, shell=True, timeout=args.before_timeout)  # noqa: S602 (ours)
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    _say(log, f"  before rc={rc} in {time.monotonic() - t0:.0f} s")
 
 
 def _chosen(only: str | None) -> list[Scenario]:
@@ -311,10 +335,10 @@ def _say(log, text: str) -> None:
 
 def table(paths: list[str]) -> int:
     sys.path.insert(0, str(SRC))
-    from latscope.findings.verdict import verdict_matches
-    from latscope.campaign.replay import replay
-
     import tempfile
+
+    from latscope.campaign.replay import replay
+    from latscope.findings.verdict import verdict_matches
 
     tmp = Path(tempfile.mkdtemp(prefix="latscope-matrix-"))
     dirs = []

@@ -23,9 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from delay_proxy import DelayProxy, read_truth  # noqa: E402
 from fakeserver import FakeServer  # noqa: E402
-
-from latscope.campaign.doctor import run_doctor  # noqa: E402
 from latscope.campaign.doctor import probe_network as probe  # noqa: E402
+from latscope.campaign.doctor import run_doctor  # noqa: E402
 
 
 def main() -> None:

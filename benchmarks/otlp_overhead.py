@@ -34,7 +34,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from fakeserver import FakeServer  # noqa: E402
-
 from latscope.load import BenchConfig, run_bench  # noqa: E402
 from latscope.server.otlp import SpanCollector  # noqa: E402
 from latscope.server.otlp_record import SpanRecorder  # noqa: E402

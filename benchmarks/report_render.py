@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from report_samples import full_report  # noqa: E402
-
 from latscope.report.write import write_reports  # noqa: E402
+from report_samples import full_report  # noqa: E402
 
 
 def large_report() -> dict:

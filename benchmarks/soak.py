@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from fakeserver import FakeServer  # noqa: E402
-
 from latscope.load import BenchConfig, run_bench  # noqa: E402
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -171,7 +171,8 @@ def _telemetry_busy(state: Diagnosis) -> GpuBusy | None:
     hint = capacity_hint(telemetry_facts(obs.run_dir)) if obs is not None else None
     if not hint or load is None:
         return None
-    return GpuBusy(hint["gpu_busy_pct"] / 100.0, level_label(state, load), hint["source"])
+    return GpuBusy(hint["gpu_busy_pct"] / 100.0, level_label(state, load), hint["source"],
+                   kind="telemetry")
 
 
 def _add_decode_cost(findings: list[Finding], state: Diagnosis) -> None:

@@ -37,9 +37,16 @@ class Point:
 
 @dataclass(frozen=True, slots=True)
 class GpuBusy:
-    share: float  # 1 - idle share of the profile's window
-    where: str  # the load the profile ran at, e.g. "c=64 (the knee)"
+    share: float  # 1 - idle share of the profile's window, or the telemetry's utilisation
+    where: str  # the load it was measured at, e.g. "c=64 (the knee)"
     source: str
+    # "profile" (union of kernel activity over its window) or "telemetry" (NVML / amdsmi
+    # utilisation: any kernel running in the driver's sample period, so launch gaps read busy)
+    kind: str = "profile"
+
+    @property
+    def of_what(self) -> str:
+        return "the profile" if self.kind == "profile" else "the time (GPU telemetry)"
 
 
 def plateau(points: list[Point]) -> tuple[Point, Point, float] | None:
@@ -81,9 +88,7 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
                  f"Past it, throughput {_gain_words(gain)} per doubling of the load, from "
                  f"c={prev.load:g} to c={last.load:g}"]
     if gpu is not None:
-        what = "the profile" if "trace" in gpu.source or gpu.source.endswith(".gz") else \
-            "the time (GPU telemetry)"
-        sentences.append(f"The GPU was busy {gpu.share:.0%} of {what} at {gpu.where}")
+        sentences.append(f"The GPU was busy {gpu.share:.0%} of {gpu.of_what} at {gpu.where}")
     run_at = f"Run at c<={recommended:g} (10% left of the knee). " if recommended else ""
     frontend = next((f for f in findings if f.id == "latency.engine_frontend" and f.impact
                      and f.impact.get("share", 0) >= FRONTEND_BOUND), None)
@@ -99,7 +104,7 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
                              f"c={prev.load:g} -> c={last.load:g}"))
     if gpu is not None:
         evidence.append(Evidence(f"GPU busy at {gpu.where}", round(gpu.share, 4),
-                                 "share of the profile", gpu.source))
+                                 f"share of {gpu.of_what}", gpu.source))
     return Finding(
         id="capacity.saturated", severity=Severity.WARNING, layer="capacity",
         title=". ".join(sentences),

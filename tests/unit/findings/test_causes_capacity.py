@@ -77,6 +77,16 @@ def test_a_saturated_healthy_gpu_is_at_capacity_and_no_flag_is_blamed():
     assert verdict_matches(v, {"kind": "capacity", "no_flag_blamed": True}) == (True, "")
 
 
+def test_telemetry_busy_is_worded_as_telemetry_in_the_title_and_the_evidence():
+    # NVML's utilisation is not a profile's union of kernels: neither line may call it one
+    f = capacity_finding(H200_SWEEP, 64, 57, [],
+                         GpuBusy(1.0, "c=64 (the knee)", "telemetry.jsonl", kind="telemetry"),
+                         "", "c=64 (the knee)")
+    assert f is not None and "busy 100% of the time (GPU telemetry) at c=64" in f.title
+    busy = next(e for e in f.evidence if e.name.startswith("GPU busy"))
+    assert busy.unit == "share of the time (GPU telemetry)" and "profile" not in busy.unit
+
+
 def test_a_plateau_that_lost_throughput_says_it_fell():
     # the H200's saturated-short run: 124.4 req/s at c=128, 6% less per doubling past it
     lost = [Point(32, 80.0), Point(64, 110.0), Point(128, 124.4), Point(256, 117.0)]
