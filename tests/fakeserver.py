@@ -29,6 +29,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 MODEL = "fake-model"
@@ -58,6 +59,9 @@ class ServerConfig:
     continuous_usage: bool = True  # honour stream_options.continuous_usage_stats
     # "longhead": /tokenize answers a header line that never ends; "off": it answers 404
     tokenize_mode: str = ""
+    # POST /start_profile and /stop_profile answer, their times kept (GET /profile_calls); with
+    # a folder, /stop_profile writes a small Kineto-named trace there, as vLLM's profiler does
+    profile_dir: str | None = None
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -230,6 +234,15 @@ def _accept(app: App, listener: socket.socket) -> None:
         Handler(app, sock)
 
 
+def _write_profile(folder: Path) -> None:
+    """One kernel of 1 ms on device 0, named as vLLM 0.32's CPU build names its worker's file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0.0,
+               "dur": 1000.0, "args": {"device": 0, "stream": 7}}]
+    path = folder / f"rank0.{time.time_ns()}.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
 class App:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -238,6 +251,7 @@ class App:
         self.count = 0
         self.last_path = ""
         self.loop = asyncio.get_event_loop()
+        self.profile_calls: list[tuple[str, int]] = []  # (path, perf_counter_ns)
 
     def handle(self, conn: Handler, method: str, path: str, headers: dict[str, str],
                body: bytes, recv_ns: int) -> None:
@@ -265,6 +279,13 @@ class App:
             words = {i: w for w, i in self.vocab.items()}
             text = " ".join(words.get(i, "?") for i in json.loads(body)["tokens"])
             conn.respond(200, json.dumps({"prompt": text}).encode())
+        elif method == "POST" and path in ("/start_profile", "/stop_profile"):
+            self.profile_calls.append((path, time.perf_counter_ns()))
+            if path == "/stop_profile" and self.config.profile_dir:
+                _write_profile(Path(self.config.profile_dir))
+            conn.respond(200, b"")
+        elif method == "GET" and path == "/profile_calls":
+            conn.respond(200, json.dumps(self.profile_calls).encode())
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             self.generate(conn, path, headers, json.loads(body), recv_ns)
         else:
@@ -435,12 +456,14 @@ def main() -> None:
     parser.add_argument("--fail-mode", default="http500")
     parser.add_argument("--continuous-usage", type=lambda s: s == "True", default=True)
     parser.add_argument("--tokenize-mode", default="")
+    parser.add_argument("--profile-dir", default=None)
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--reuse-port", action="store_true",
                         help="share the port with other server processes (SO_REUSEPORT)")
     args = parser.parse_args()
     config = ServerConfig(args.ttft_ms, args.itl_ms, args.output_tokens, args.fail_every,
-                          args.fail_mode, args.continuous_usage, args.tokenize_mode)
+                          args.fail_mode, args.continuous_usage, args.tokenize_mode,
+                          args.profile_dir)
     if not args.no_uvloop:
         try:
             import uvloop

@@ -6,8 +6,8 @@ Stages, each written to the run directory as it finishes (Ctrl-C keeps what is d
 2. net      the round trip on the same path (``env.net``), to split the network off TTFT
 3. sweep    load doubled until throughput stops growing, ``/metrics`` scraped, within the budget
 4. log      the server's log, when there is one (local target, ``--serve-cmd``, ``--log``)
-5. trace    a profiler trace: ``--trace FILE``, or ``--profile`` (start/stop_profile around a
-            short load at the knee)
+5. trace    a profiler trace: ``--trace FILE``, or ``--profile`` (start/stop_profile inside a
+            steady load at the knee: ``campaign.profiling``)
 6. prove    for the top findings whose fix is a flag or env change, and when latscope controls
             the server: A/B runs with and without the fix (``campaign.experiment``)
 

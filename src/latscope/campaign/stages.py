@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import Any
 
 from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
 from latscope.campaign.observe import observe, with_load
+from latscope.campaign.profiling import take_profile
 from latscope.campaign.servers import Running
 from latscope.campaign.state import Budget, Diagnosis, pick_levels
 from latscope.campaign.sweep import step_of
-from latscope.errors import ConfigError
 from latscope.model import Severity
 
 SWEEP_SHARE = 0.6
@@ -22,8 +21,6 @@ SWEEP_SHARE = 0.6
 
 TRACE_SHARE = 0.25
 
-
-PROFILE_LOAD_S = 3.0
 # /metrics every half second: a step of a few seconds still shows its queue in several scrapes
 SCRAPE_S = 0.5
 
@@ -227,111 +224,11 @@ def trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) 
 
     if not state.opts.trace and budget.left() < 15:
         return f"cut: time budget ({budget.left():.0f} s left, a profile needs about 15 s)"
-    paths = list(state.opts.trace) if state.opts.trace else _profile(state, base, running, budget)
+    paths = list(state.opts.trace) if state.opts.trace else take_profile(state, base, running,
+                                                                          budget)
     state.trace, notes = analyse_traces(paths)
     state.notes += notes
     state.trace_findings = trace_findings_of(state.trace)
     state.run.write("trace.json", state.trace)
     where = paths[0] if len(paths) == 1 else f"{len(paths)} rank traces ({paths[0]}, ...)"
     return f"{where}: {len(state.trace_findings)} findings"
-
-
-def _profile(state: Diagnosis, base: Any, running: Running | None,
-             budget: Budget) -> list[str]:
-    """POST /start_profile, a short load at the knee (about ``PROFILE_LOAD_S`` of it, from the
-    sweep's throughput there), POST /stop_profile; the profile's files (one per rank of a
-    tensor-parallel server), waited for within what is left of the budget."""
-    import urllib.request
-
-    trace_dir = Path(state.opts.trace_dir) if state.opts.trace_dir else (
-        running.profiler_dir if running else None)
-    if trace_dir is None:
-        raise ConfigError("--profile against --url needs --trace-dir: where the server writes "
-                          "its profiler traces (its --profiler-config torch_profiler_dir)")
-    before = _trace_files(trace_dir)
-    load = int(state.levels.get("knee") or state.levels.get("light") or 1)
-    requests = _profile_requests(state, load)
-
-    def post(path: str) -> None:
-        req = urllib.request.Request(base.url.rstrip("/") + path, method="POST", data=b"")
-        with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310 (the user's server)
-            resp.read()
-
-    post("/start_profile")
-    try:
-        cfg = with_load(base, concurrency=load, num_requests=requests,
-                        output_dir=state.run.path / "profile-load", warmup=0, seed=900)
-        observe(cfg, scrape_interval_s=0, host_load=False)
-    finally:
-        post("/stop_profile")
-    wait_s = max(30.0, budget.left() * 0.5)  # the other half: reading and analysing it
-    return _wait_for_profile(state, trace_dir, before, wait_s)
-
-
-def _trace_files(trace_dir: Path) -> set[Path]:
-    from latscope.trace.profiles import TRACE_GLOB
-
-    return set(trace_dir.glob(TRACE_GLOB)) if trace_dir.exists() else set()
-
-
-# a rank's file can land seconds after another's (each worker writes its own, gzip'ed)
-SETTLE_S = 3.0
-
-
-def _wait_for_profile(state: Diagnosis, trace_dir: Path, before: set[Path],
-                      wait_s: float) -> list[str]:
-    """Every rank's file of the profile just taken: the rank count the server's settings say
-    (tensor x pipeline parallel size) when known, and no new file for ``SETTLE_S``, each file's
-    size steady. At the deadline, the ranks written so far, with a note."""
-    from latscope.trace.profiles import profile_files
-
-    expected = _expected_ranks(state)
-    deadline = time.monotonic() + wait_s
-    seen: set[Path] = set()
-    last_new = time.monotonic()
-    files: list[Any] = []
-    while time.monotonic() < deadline:
-        new = _trace_files(trace_dir) - before
-        if new - seen:
-            seen, last_new = new, time.monotonic()
-        files = profile_files(sorted(new))
-        settled = time.monotonic() - last_new >= SETTLE_S
-        if files and settled and len(files) >= (expected or 1) \
-                and all(_stable(f.path) for f in files):
-            return [str(f.path) for f in files]
-        time.sleep(1.0)
-    ready = [f for f in files if _stable(f.path)]
-    if not ready:
-        raise ConfigError(f"no new profiler trace appeared in {trace_dir} within {wait_s:.0f} s")
-    state.notes.append(f"profile: {len(ready)} rank trace(s) written within {wait_s:.0f} s"
-                       + (f", {expected} expected" if expected else ""))
-    return [str(f.path) for f in ready]
-
-
-def _expected_ranks(state: Diagnosis) -> int | None:
-    """Tensor x pipeline parallel size from the server's command line (doctor), else its log."""
-    settings = ((state.doctor.facts.get("server") or {}).get("settings") or {}) \
-        if state.doctor is not None else {}
-    config = state.log.config if state.log is not None else {}
-    sizes = []
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        value = (settings.get(key) or {}).get("value")
-        value = value if isinstance(value, int) else config.get(key)
-        sizes.append(value if isinstance(value, int) and value > 0 else None)
-    if sizes[0] is None:
-        return None
-    return sizes[0] * (sizes[1] or 1)
-
-
-def _profile_requests(state: Diagnosis, load: int) -> int:
-    """Requests for about ``PROFILE_LOAD_S`` at ``load``, from the sweep's throughput there;
-    at least one per concurrency slot and 4, at most two waves."""
-    obs = state.observations.get(float(load))
-    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None) or 0.0
-    return max(4, load, min(2 * load, int(rps * PROFILE_LOAD_S)))
-
-
-def _stable(path: Path) -> bool:
-    size = path.stat().st_size
-    time.sleep(0.5)
-    return size > 0 and path.stat().st_size == size

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from latscope.campaign import stages
+from latscope.campaign import profiling, stages
 from latscope.campaign.replay import replay
 from latscope.campaign.state import Budget, DiagnoseOptions, Diagnosis
 from latscope.findings.causes import as_symptom, join_causes
@@ -75,17 +75,17 @@ def _state(tp: int | None) -> SimpleNamespace:
 
 
 def test_diagnose_waits_for_as_many_rank_files_as_the_server_has_ranks(tmp_path, monkeypatch):
-    monkeypatch.setattr(stages, "SETTLE_S", 0.0)
+    monkeypatch.setattr(profiling, "SETTLE_S", 0.0)
     before = {_touch(_worker(tmp_path, 0, 1), 1000)}  # an earlier profile's file
     r0 = _touch(_worker(tmp_path, 0, 2), 2000)
     _touch(tmp_path / "h_1.async_llm.3.pt.trace.json.gz", 2001)
     # TP=2 and one rank written: at its deadline, the rank there is, said so
     state = _state(2)
-    assert stages._wait_for_profile(state, tmp_path, before, 1.5) == [str(r0)]
+    assert profiling._wait_for_profile(state, tmp_path, before, 1.5) == [str(r0)]
     assert state.notes == ["profile: 1 rank trace(s) written within 2 s, 2 expected"]
     r1 = _touch(_worker(tmp_path, 1, 2), 2002)
     state = _state(2)
-    assert stages._wait_for_profile(state, tmp_path, before, 30) == [str(r0), str(r1)]
+    assert profiling._wait_for_profile(state, tmp_path, before, 30) == [str(r0), str(r1)]
     assert state.notes == []
 
 
