@@ -3,12 +3,13 @@ of that steady batch, ``POST /stop_profile`` before it drains, then the profile'
 
 Why the middle of a steady load and not a load inside the profile: a closed loop that starts
 after ``/start_profile`` and ends before ``/stop_profile`` puts its ramp-up (prompts prepared,
-connections opened, the batch filling) and its drain (the batch emptying as its last requests
-end) inside the window, and both are GPU idle time that the server at that load never has. On an
-H200 that read a busy GPU as half idle (a profile's 47% busy where NVML's utilisation read
-~100% through the same steps). Here the profiler starts after one wave of requests has
-completed (each slot has turned over once) and stops after ``PROFILE_LOAD_S``, or as soon as
-the last request is sent, whichever comes first (docs/diagnose.md#the-profile).
+connections opened, the batch filling) and its drain inside the window. On an H200 the steady
+window read the ``--max-num-batched-tokens 512`` server's GPU idle 21% where the old one read
+53% (NVML 98-100% in both); with short prompts one round read the other way (docs/diagnose.md
+#the-profile). Either way a profile is taken under the profiler, which halved that H200's
+throughput: the capacity verdict prefers the sweep's GPU telemetry (campaign.conclude). Here the
+profiler starts after one wave of requests has completed (each slot has turned over once) and
+stops after ``PROFILE_LOAD_S``, or as soon as the last request is sent, whichever comes first.
 """
 
 from __future__ import annotations

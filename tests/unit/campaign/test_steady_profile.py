@@ -1,7 +1,8 @@
 """diagnose's profile is of a steady batch: ``/start_profile`` once every slot of the closed loop
 at the knee has turned over, ``/stop_profile`` before the batch drains. Against the fake server,
 whose kernel receive times and profiler calls give the requests in flight at each call exactly
-(a profile of the ramp-up and drain read an H200 at ~100% NVML utilisation as 47% busy)."""
+(on an H200 the old window, ramp-up and drain inside it, read a server at 98-100% NVML
+utilisation as 47% busy; the steady one 79%)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,31 @@ def test_profile_requests_cover_a_wave_each_side_of_the_hold():
     n = profiling.profile_requests(state, 64)
     assert n == 2 * 64 + int(150.0 * (profiling.PROFILE_LOAD_S + profiling.MARGIN_S))
     assert profiling.profile_requests(SimpleNamespace(observations={}), 4) == 2 * 4 + 8
+
+
+def test_the_capacity_gate_reads_the_telemetry_not_the_profile_where_both_exist(tmp_path):
+    # the H200's --max-num-batched-tokens 512 recording (steady profile, NVML beside the sweep):
+    # the profile ran under the profiler, which slows the host; the sweep's NVML did not
+    import tarfile
+
+    from latscope.campaign import conclude, replay as replay_mod
+    from latscope.campaign.state import Diagnosis as State
+
+    tgz = Path(__file__).resolve().parents[2] / "data" / "gpu-matrix" / \
+        "token-budget-512-steady.tgz"
+    with tarfile.open(tgz) as tar:
+        tar.extractall(tmp_path, filter="data")
+    src = tmp_path / "token-budget-512-steady"
+    out = tmp_path / "out"
+    replay_mod._copy(src, out)
+    state = State(replay_mod._options(replay_mod._manifest(src)), RunDir.open(out),
+                  lambda _: None)
+    replay_mod._restore(state, out)
+    busy = conclude._gpu_busy(state)
+    assert busy is not None and busy.kind == "telemetry" and "NVML" in busy.source
+    profile_busy = 1 - state.trace["devices"][0]["breakdown"]["idle_share"]
+    assert abs(busy.share - profile_busy) > 0.01  # a different figure: not the profile's
+    state.observations = {}  # no telemetry read: the profile's share is the fallback
+    fallback = conclude._gpu_busy(state)
+    assert fallback is not None and fallback.kind == "profile"
+    assert fallback.share == pytest.approx(profile_busy)
