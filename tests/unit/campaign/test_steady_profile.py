@@ -121,7 +121,8 @@ def test_the_capacity_gate_reads_the_telemetry_not_the_profile_where_both_exist(
     # the profile ran under the profiler, which slows the host; the sweep's NVML did not
     import tarfile
 
-    from latscope.campaign import conclude, replay as replay_mod
+    from latscope.campaign import conclude
+    from latscope.campaign import replay as replay_mod
     from latscope.campaign.state import Diagnosis as State
 
     tgz = Path(__file__).resolve().parents[2] / "data" / "gpu-matrix" / \
