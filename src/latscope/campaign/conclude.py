@@ -18,7 +18,7 @@ from latscope.findings.impact import ab_impact, severity_for_share
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.rank import merge, rank
 from latscope.findings.server import findings_from_metrics
-from latscope.findings.telemetry import capacity_hint, telemetry_findings
+from latscope.findings.telemetry import capacity_hint, idle_time, telemetry_findings
 from latscope.findings.verdict import VerdictInputs, experiment_text, verdict
 from latscope.model import Finding, Severity
 from latscope.telemetry.facts import telemetry_facts
@@ -120,7 +120,7 @@ def _no_gpu_here(f: Finding) -> Finding:
 
 def conclude(state: Diagnosis) -> None:
     """Findings, ranking and verdict into ``state`` (``ranked``, ``verdict``, ``client``)."""
-    merged = [as_symptom(f) for f in merge(_all_findings(state))]
+    merged = [as_symptom(f) for f in merge(_all_findings(state) + _telemetry_idle(state))]
     _add_decode_cost(merged, state)
     capacity = _capacity(state, merged)
     if capacity is not None:
@@ -167,6 +167,20 @@ def _gpu_busy(state: Diagnosis) -> GpuBusy | None:
     where = level_label(state, load) if load is not None else "the profiled load"
     source = ((state.trace or {}).get("source") or {}).get("path") or "trace.json"
     return GpuBusy(1.0 - float(b["idle_share"]), where, source)
+
+
+def _telemetry_idle(state: Diagnosis) -> list[Finding]:
+    """The GPU's idle time at the knee from its telemetry, where no profile says it (a profile's
+    ``trace.gpu_idle`` is the same symptom, its window's): H200 with --enforce-eager, no
+    profile, was HEALTHY with eager mode only "to check" while NVML read 26-31% busy."""
+    if state.trace:
+        return []
+    load = state.levels.get("knee") or state.levels.get("top")
+    obs = state.observations.get(load) if load is not None else None
+    if obs is None or load is None:
+        return []
+    found = idle_time(capacity_hint(telemetry_facts(obs.run_dir)), level_label(state, load))
+    return [found] if found is not None else []
 
 
 def _telemetry_busy(state: Diagnosis) -> GpuBusy | None:

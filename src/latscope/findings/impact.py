@@ -21,6 +21,7 @@ IMPACT_TARGETS = {
     "tpot": "of TPOT",
     "throughput": "of throughput lost",
     "gpu_window": "of the GPU window",
+    "gpu_time": "of the time (GPU telemetry)",
 }
 # Ranking order when findings are measured against different targets: the latency users feel
 # first, the GPU's own time last (a GPU share says nothing about the request's latency by itself).

@@ -5,13 +5,16 @@ Each rule is documented in docs/findings.md (one section per id) and fires only 
 The shares are of the scrapes in a state (requests waiting, requests running), not of a latency:
 what a lower clock costs the latency depends on whether the steps are compute- or memory-bound,
 and only an A/B measures it -- so these findings carry no ``impact`` and never rank above a
-measured share of TTFT.
+measured share of TTFT. The one exception is ``gpu.idle_time`` (``idle_time``): the share of the
+time no kernel ran at all, a symptom whose causes (eager mode, launch blocking) the cause table
+joins to it, as it joins a profile's idle time.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from latscope.findings.impact import make_impact, severity_for_share
 from latscope.model import Evidence, Finding, Severity
 from latscope.telemetry.facts import SOURCE
 
@@ -279,3 +282,29 @@ def _ev(name: str, value: float | None, unit: str, facts: dict[str, Any]) -> Evi
 
 def _fmt(value: float | None) -> str:
     return "?" if value is None else f"{value:.0f}"
+
+
+def idle_time(hint: dict[str, Any] | None, where: str) -> Finding | None:
+    """``gpu.idle_time``: no kernel ran for most of the time the server ran requests at
+    ``where`` (``capacity_hint`` of that run: NVML's utilisation below ``LOW_UTIL_PCT``). NVML
+    counts a sample period as busy if any kernel ran in it, so 1 - utilisation is time the GPU
+    was wholly idle: on the H200 with --enforce-eager 70-75% at every load, with CUDA graphs
+    2-22% at c=1 (tests/data/gpu-matrix-open/eager-telemetry). A symptom: its cause comes from
+    the cause table (docs/findings.md#gpu.idle_time)."""
+    if not hint or hint.get("gpu_busy_pct") is None or hint["gpu_busy_pct"] >= LOW_UTIL_PCT:
+        return None
+    busy = float(hint["gpu_busy_pct"])
+    idle = 1.0 - busy / 100.0
+    return Finding(
+        "gpu.idle_time", severity_for_share(idle),
+        f"GPU idle {idle:.0%} of the time while the server ran requests at {where} (GPU "
+        "telemetry: no kernel running)",
+        [Evidence(f"GPU busy at {where}", round(busy, 1), "% of the time (utilisation)",
+                  hint.get("source", "GPU telemetry"))],
+        why=("The GPU waited for work: the host launched kernels too slowly (eager mode, launch "
+             "blocking, a busy CPU) or the scheduler and API server fed it too little."),
+        fix=("Find what the host does between kernels: a profile (diagnose --profile) joins the "
+             "idle time to its cause; check --enforce-eager, CUDA_LAUNCH_BLOCKING and the "
+             "server's CPUs."),
+        reference=f"{REF}#gpu.idle_time", layer="gpu",
+        impact=make_impact("gpu_time", idle, measured_at=where), role="symptom")

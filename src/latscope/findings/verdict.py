@@ -114,6 +114,13 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
     elif impact.get("explains") == "trace.gpu_idle":
         text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile because of this: {top.title}")
+    elif impact.get("explains") == "gpu.idle_time":
+        text = (f"At {impact.get('measured_at') or 'the load measured'}, the GPU is idle "
+                f"{impact['share']:.0%} of the time (GPU telemetry) because of this: {top.title}")
+    elif top.id == "gpu.idle_time":
+        text = (f"At {impact.get('measured_at') or 'the load measured'}, the GPU is idle "
+                f"{impact['share']:.0%} of the time (GPU telemetry), its cause not named here: "
+                f"{top.title}")
     elif top.id == "trace.gpu_idle":  # its share is idle time: never "... is GPU time"
         text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile, its cause not named here: {top.title}")

@@ -25,8 +25,6 @@ OPEN = {
                               "and the API server 73% of TTFT: frontend-bound, not the GPU",
     "saturated-telemetry": "throughput still rose +16% per doubling from c=128 to c=256: no "
                            "plateau; the API server 69% of TTFT is the verdict",
-    "eager-telemetry": "no profile, no A/B: --enforce-eager is named only as 'to check' "
-                       "(NVML busy 26-28% at every load; ITL p50 17.8 ms at c=1)",
 }
 OPEN_RECORDED = sorted((MATRIX.parent / "gpu-matrix-open").glob("*.tgz"))
 

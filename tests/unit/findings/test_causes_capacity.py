@@ -201,3 +201,23 @@ def test_no_verdict_sentence_gives_shares_of_two_loads(found):
         shares = re.findall(r"\d+%", bare)
         assert len(shares) < 2 or len(loads) <= 1, sentence
         assert not re.search(r"\b(\d{3,})%", bare), sentence  # no share above 100%
+
+
+def test_telemetry_idle_time_is_a_symptom_that_eager_mode_takes_with_its_own_words():
+    from latscope.findings.telemetry import idle_time
+
+    hint = {"gpu_busy_pct": 29.7, "source": "NVML (nvidia-ml-py 13), c8/telemetry"}
+    assert idle_time({**hint, "gpu_busy_pct": 50.0}, "c=8") is None  # busy half the time: no
+    assert idle_time(None, "c=8") is None  # no telemetry (the CPU target): nothing said
+    idle = idle_time(hint, "c=8 (the knee)")
+    assert idle is not None and idle.role == "symptom"
+    assert idle.impact == {"target": "gpu_time", "share": 0.703, "measured_at": "c=8 (the knee)"}
+    ranked, _ = rank(join_causes([as_symptom(idle), _eager()]))
+    assert [f.id for f in ranked] == ["server.enforce_eager"]
+    assert ranked[0].impact["explains"] == "gpu.idle_time"
+    text = verdict(ranked)["text"]
+    assert text.startswith("At c=8 (the knee), the GPU is idle 70% of the time (GPU telemetry) "
+                           "because of this: ")
+    assert "profile" not in text and "is GPU time" not in text
+    alone = verdict(rank([as_symptom(idle)])[0])["text"]  # no cause found: said as a symptom
+    assert "idle 70% of the time (GPU telemetry), its cause not named here" in alone
