@@ -41,7 +41,7 @@ class GpuBusy:
     where: str  # the load it was measured at, e.g. "c=64 (the knee)"
     source: str
     # "profile" (union of kernel activity over its window) or "telemetry" (NVML / amdsmi
-    # utilisation: any kernel running in the driver's sample period, so launch gaps read busy)
+    # utilisation: a sample period with any kernel in it reads busy, short gaps between kernels too)
     kind: str = "profile"
 
     @property
