@@ -288,8 +288,8 @@ def idle_time(hint: dict[str, Any] | None, where: str) -> Finding | None:
     """``gpu.idle_time``: no kernel ran for most of the time the server ran requests at
     ``where`` (``capacity_hint`` of that run: NVML's utilisation below ``LOW_UTIL_PCT``). NVML
     counts a sample period as busy if any kernel ran in it, so 1 - utilisation is time the GPU
-    was wholly idle: on the H200 with --enforce-eager 70-75% at every load, with CUDA graphs
-    2-22% at c=1 (tests/data/gpu-matrix-open/eager-telemetry). A symptom: its cause comes from
+    was wholly idle: on the H200 with --enforce-eager 69-75% at every load, with CUDA graphs
+    2-22% at c=1 (tests/data/gpu-matrix/eager-telemetry). A symptom: its cause comes from
     the cause table (docs/findings.md#gpu.idle_time)."""
     if not hint or hint.get("gpu_busy_pct") is None or hint["gpu_busy_pct"] >= LOW_UTIL_PCT:
         return None
