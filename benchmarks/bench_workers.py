@@ -12,6 +12,13 @@ includes the fake server's own lateness under load, so it is an upper bound on t
     python3 benchmarks/bench_workers.py                       # here: 1, 2 workers
     python3 benchmarks/bench_workers.py --workers 1,4,8,16 --concurrency 256,1024,4096 \
         --server-procs 8 --requests-per-slot 4               # a 16-core host
+
+``--ttft-ms 0 --itl-ms 0`` makes the server write each response in one write (its schedule no
+longer bounds anything, so ``of ideal`` is not printed): the client is then the limit, and
+``scaling`` is the ≥ 0.8·N question of one worker's ceiling. ``--server-cpus 12-15`` pins the
+server processes and ``--client-cpus 0-11`` latscope (its worker processes inherit the mask), so
+N workers on N cores are measured without the server taking their cores; the server's CPU share
+over each point is printed so that a saturated server is seen, not read as the client's limit.
 """
 
 from __future__ import annotations
@@ -34,8 +41,29 @@ from latscope.load import BenchConfig, run_bench  # noqa: E402
 from latscope.load.workers import run_workers  # noqa: E402
 
 
+def cpu_list(text: str | None) -> set[int] | None:
+    """``0-11`` or ``0,2,4-7`` as a set of CPU numbers (None: no pinning)."""
+    if not text:
+        return None
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def proc_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 @contextlib.contextmanager
-def fast_server(procs: int, ttft_ms: float, itl_ms: float):
+def fast_server(procs: int, ttft_ms: float, itl_ms: float, cpus: set[int] | None = None):
     import socket
 
     with socket.socket() as s:
@@ -46,10 +74,12 @@ def fast_server(procs: int, ttft_ms: float, itl_ms: float):
         for _ in range(procs):
             p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakeserver.py"),
                                   "--port", str(port), "--reuse-port", "--ttft-ms", str(ttft_ms),
-                                  "--itl-ms", str(itl_ms)], stdout=subprocess.PIPE, text=True)
+                                  "--itl-ms", str(itl_ms)], stdout=subprocess.PIPE, text=True,
+                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus
+                                 else None)
             started.append(p)
             assert p.stdout.readline().startswith("PORT")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", [p.pid for p in started]
     finally:
         for p in started:  # only the processes this script started, by PID
             p.send_signal(signal.SIGTERM)
@@ -58,16 +88,21 @@ def fast_server(procs: int, ttft_ms: float, itl_ms: float):
 
 
 def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace,
-              out_dir: Path) -> dict:
+              out_dir: Path, server_pids: list[int]) -> dict:
     n = concurrency * args.requests_per_slot
     config = BenchConfig(url=url, model="fake-model", num_requests=n, concurrency=concurrency,
                          warmup=concurrency, output_dir=out_dir / f"w{workers}-c{concurrency}")
     config.workload.input_len, config.workload.output_len = "16", str(args.tokens)
+    server_cpu0 = proc_cpu_s(server_pids)
     if workers == 0:
         result = run_bench(config)
     else:
         result = run_workers(config, workers)
     s = result.summary
+    # over the client's measured window (the workers' start is idle time for the server); the
+    # warm-up's share of the server's CPU makes this an upper bound
+    window = s["client"].get("wall_s") or 0.0
+    server_share = (proc_cpu_s(server_pids) - server_cpu0) / window if window else 0.0
     ttft = np.array([(r.first_token_ns - r.scheduled_ns) / 1e6 for r in result.records
                      if r.ok and not r.warmup and r.first_token_ns])
     err = ttft - args.ttft_ms
@@ -77,7 +112,8 @@ def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace
     return {"workers": workers, "concurrency": concurrency,
             "completed": s["requests"]["completed"], "sent": s["requests"]["total"],
             "tok_s": s["throughput"]["output_tokens_per_s"] or 0.0,
-            "ideal_tok_s": concurrency * args.tokens / e2e_nominal_s,
+            "ideal_tok_s": concurrency * args.tokens / e2e_nominal_s if e2e_nominal_s else None,
+            "server_cores": server_share,
             "ttft_err_p50": float(np.percentile(err, 50)) if len(err) else None,
             "ttft_err_p99": float(np.percentile(err, 99)) if len(err) else None,
             "lag_p99": lag, "cpu_util": s["client"].get("cpu_utilization")}
@@ -93,24 +129,31 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=2.0)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests-per-slot", type=int, default=3)
+    ap.add_argument("--server-cpus", default=None, help="pin the server, e.g. 12-15")
+    ap.add_argument("--client-cpus", default=None, help="pin latscope, e.g. 0-11")
     args = ap.parse_args()
+    if args.client_cpus:
+        os.sched_setaffinity(0, cpu_list(args.client_cpus))
     counts = [int(x) for x in args.workers.split(",")]
     concs = [int(x) for x in args.concurrency.split(",")]
     print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; server: "
           f"{args.server_procs} procs, ttft {args.ttft_ms} ms, itl {args.itl_ms} ms, "
-          f"{args.tokens} tokens")
+          f"{args.tokens} tokens; server cpus {args.server_cpus or 'any'}, client cpus "
+          f"{args.client_cpus or 'any'}")
     rows = []
-    with fast_server(args.server_procs, args.ttft_ms, args.itl_ms) as url, \
+    with fast_server(args.server_procs, args.ttft_ms, args.itl_ms,
+                     cpu_list(args.server_cpus)) as (url, pids), \
             tempfile.TemporaryDirectory() as tmp:
         for c in concs:
             for w in counts:
                 if w > c:
                     continue
-                rows.append(one_point(url, w, c, args, Path(tmp)))
+                rows.append(one_point(url, w, c, args, Path(tmp), pids))
                 print_row(rows[-1], rows)
     print("\ncolumns: tok/s streamed; of ideal = share of the server schedule's bound; scaling "
           "= tok/s / (workers x tok/s of 1 worker); TTFT err = measured - nominal (ms); lag = "
-          "worst worker's event-loop lag p99 (ms)")
+          "worst worker's event-loop lag p99 (ms); server = the server processes' CPU in cores "
+          f"(of {args.server_procs} processes)")
 
 
 def print_row(r: dict, rows: list[dict]) -> None:
@@ -119,15 +162,17 @@ def print_row(r: dict, rows: list[dict]) -> None:
     scaling = (r["tok_s"] / (r["workers"] * base["tok_s"])) if base and r["workers"] else None
     if len(rows) == 1:
         print(f"{'workers':>7} {'conc':>5} {'done':>11} {'tok/s':>9} {'of ideal':>8} "
-              f"{'scaling':>7} {'TTFT err p50':>12} {'p99':>7} {'lag p99':>7}")
+              f"{'scaling':>7} {'TTFT err p50':>12} {'p99':>7} {'lag p99':>7} {'server':>6}")
 
     def f(x, spec):
         return "-" if x is None else format(x, spec)
 
     print(f"{r['workers']:>7} {r['concurrency']:>5} {r['completed']:>5}/{r['sent']:<5} "
-          f"{r['tok_s']:>9.0f} {r['tok_s'] / r['ideal_tok_s']:>8.0%} {f(scaling, '.0%'):>7} "
+          f"{r['tok_s']:>9.0f} "
+          f"{f(r['ideal_tok_s'] and r['tok_s'] / r['ideal_tok_s'], '.0%'):>8} "
+          f"{f(scaling, '.0%'):>7} "
           f"{f(r['ttft_err_p50'], '.2f'):>12} {f(r['ttft_err_p99'], '.2f'):>7} "
-          f"{r['lag_p99']:>7.2f}", flush=True)
+          f"{r['lag_p99']:>7.2f} {r['server_cores']:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -168,7 +168,9 @@ print(json.dumps({"tok_s": window_tokens / client["wall_s"],
 
 def run_latscope(src: str, url: str, concurrency: int, n: int, tokens: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": src}
+        # the build first, then whatever the caller's path held (a --target install's packages)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (src, os.environ.get("PYTHONPATH")) if p)}
         proc = subprocess.run([sys.executable, "-c", _LATSCOPE, url, str(concurrency), str(n),
                                str(tokens), str(Path(tmp) / "run")],
                               capture_output=True, text=True, env=env, timeout=600)

@@ -29,7 +29,13 @@ from latscope.gateway.limit import AimdLimit, FixedLimit
 from latscope.gateway.metrics import GatewayMetrics
 from latscope.gateway.queue import ServedRate, WaitQueue
 from latscope.gateway.relay import RawRelay, UpstreamBroke
-from latscope.gateway.tags import ServerPolicy, deadline_priority, policy_from_log, policy_from_server_info
+from latscope.gateway.tags import (
+    ServerPolicy,
+    deadline_priority,
+    policy_from_log,
+    policy_from_server_info,
+    tag_rate,
+)
 from latscope.load.cost import COST_HEADER, estimated_tokens, header_cost, priority_of, read_prompt
 from latscope.redact import redact_url_password
 
@@ -284,7 +290,7 @@ class Gateway:
         """tag: the request's sjf deadline (``tags.py``); else its cost's power-of-two bucket."""
         if not self.tagging:
             return priority_of(cost)
-        rate = self.admission.queue.current_rate(arrival_s)
+        rate = tag_rate(self.admission.queue.current_rate(arrival_s), self.admission.inflight)
         return deadline_priority(arrival_s, self.start_s, cost, rate, self.config.aging_factor)
 
     async def _cost(self, request: web.Request, body: dict[str, Any] | None, exact: bool

@@ -5,12 +5,20 @@ vLLM started with ``--scheduling-policy priority`` keeps its waiting requests in
 runs out of KV blocks preempts the running request with the largest pair. A tag that is the
 request's *sjf deadline*, in milliseconds since the gateway started,
 
-    priority = round(1000 x (arrival - start + K x cost / rate))
+    priority = round(1000 x (arrival - start + K x cost / per_request_rate))
 
-makes that heap the gateway's own earliest-deadline-first order (``queue.Waiter.deadline``), with
-its aging: a request of cost C is only ever passed by requests that arrived within ``K x C / rate``
-seconds after it, however short they are. Nothing is held back, so a finished request's slot is
-refilled in vLLM's next step, without the proxy hop a request held in the gateway pays.
+makes that heap earliest-deadline-first with aging: a request of cost C is only ever passed by
+requests that arrived within ``K x C / per_request_rate`` seconds after it, however short they
+are. ``per_request_rate`` is the served rate over the requests in flight (``tag_rate``): every
+request the gateway forwards is in the server at once, sharing its rate, so ``C /
+per_request_rate`` is about the request's own time in the server (Little's law), and the horizon
+is K of those whatever the batch size. The gateway's queue (``sjf``) drains at the whole served
+rate and ages by ``C / rate``; the same horizon here, a request's *share* of the server's time, is
+1/64 of its time in a 64-slot batch: on an H200 (--max-num-seqs 64, c=128) the tags left vLLM's
+queue in arrival order (short TTFT -5% where the client's cost buckets gave -69%), and on the
+2-core box K had to be 16 for them to matter (docs/gateway.md). Nothing is held back, so a
+finished request's slot is refilled in vLLM's next step, without the proxy hop a request held in
+the gateway pays.
 
 vLLM accepts the field under its default ``fcfs`` policy too and ignores it there, so tags alone
 prove nothing: ``server_policy`` reads the policy the server runs with, from its command line, its
@@ -35,6 +43,13 @@ def deadline_priority(arrival_s: float, start_s: float, cost: float, rate: float
     """vLLM's ``priority`` for a request: its deadline in ms since ``start_s`` (same clock as
     ``arrival_s``); lower runs first. ``rate`` is in cost units per second (> 0)."""
     return round(1000.0 * (arrival_s - start_s + aging_factor * cost / rate))
+
+
+def tag_rate(served_rate: float, inflight: int) -> float:
+    """The rate one request is served at when ``inflight`` share the server (all forwarded at
+    once, as ``tag`` does): the served rate over them, so that ``cost / tag_rate`` is about the
+    request's time in the server rather than its share of the server's time."""
+    return served_rate / max(1, inflight)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,14 @@ import pytest
 from aiohttp import web
 
 from latscope.gateway import running_gateway
-from latscope.gateway.tags import (ServerPolicy, deadline_priority, policy_from_argv,
-                                   policy_from_log, policy_from_server_info)
+from latscope.gateway.tags import (
+    ServerPolicy,
+    deadline_priority,
+    policy_from_argv,
+    policy_from_log,
+    policy_from_server_info,
+    tag_rate,
+)
 
 # --- the tag -----------------------------------------------------------------------------------
 
@@ -34,6 +40,17 @@ def test_aging_bounds_how_long_a_long_request_is_passed():
     just_after = deadline_priority(14.1, 0.0, cost=0, rate=1000, aging_factor=2)
     assert just_inside < long_ < just_after
     assert long_ == 14_000  # milliseconds since the gateway started
+
+
+def test_the_horizon_is_a_requests_time_in_a_full_batch_not_its_share_of_the_server():
+    # 64 requests in flight share 1000 cost units/s: a long one (C = 2000) spends ~128 s in the
+    # server, and is passed by short ones arriving within K of those, not within K x C / 1000
+    rate = tag_rate(1000.0, inflight=64)
+    assert rate == 1000.0 / 64
+    long_ = deadline_priority(10.0, 0.0, cost=2000, rate=rate, aging_factor=1)
+    assert deadline_priority(10.0 + 100.0, 0.0, cost=40, rate=rate, aging_factor=1) < long_
+    assert deadline_priority(10.0 + 130.0, 0.0, cost=40, rate=rate, aging_factor=1) > long_
+    assert tag_rate(1000.0, inflight=0) == 1000.0  # nothing in flight: the whole rate
 
 
 # --- the server's policy ------------------------------------------------------------------------
