@@ -178,6 +178,26 @@ async def test_tag_mode_forwards_everything_at_once_with_deadline_priorities():
     assert "latscope_gateway_upstream_priority_honoured 1.0" in page
 
 
+async def test_a_tag_ages_by_the_requests_in_flight_with_it():
+    # nine short requests held upstream, then a long one: its horizon is K x its cost over the
+    # rate it gets among the ten in flight (tags.tag_rate), ten times K x C / rate alone
+    with _recording_upstream(None, delay_s=2.0) as (upstream, seen):
+        with running_gateway(upstream, policy="tag", mode="thread", aging_rate=1000.0,
+                             server_policy="priority") as url:
+            shorts = [asyncio.ensure_future(_send(url, "word " * 8, 8)) for _ in range(9)]
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while sum(1 for b in seen if b.get("max_tokens") == 8) < 9:  # all nine upstream
+                assert loop.time() < deadline, "the short requests never reached the upstream"
+                await asyncio.sleep(0.01)
+            assert await _send(url, "word " * 2000, 256) == 200
+            assert await asyncio.gather(*shorts) == [200] * 9
+    tags = [b["priority"] for b in seen if b.get("max_tokens") in (8, 256)]
+    long_cost = len("word " * 2000) / 4 + 256  # the gateway's estimate: len(text) / 4 + max_tokens
+    # K = 4 at 1000 units/s: 11 s with the whole rate; >= 5 in flight counted gives > 55 s
+    assert tags[-1] - max(tags[:-1]) > 4 * long_cost * 5
+
+
 async def test_tag_mode_says_when_the_server_ignores_priorities(tmp_path, caplog):
     log = tmp_path / "vllm.log"  # a real vLLM 0.32 log's head: no --scheduling-policy in it
     log.write_text(Path(__file__).parent.joinpath("data", "vllm032-fcfs-head.log").read_text())
