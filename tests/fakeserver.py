@@ -228,6 +228,7 @@ def _accept(app: App, listener: socket.socket) -> None:
             sock, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        app.connections += 1
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -249,6 +250,7 @@ class App:
         self.truth: dict[str, Truth] = {}
         self.vocab: dict[str, int] = {}  # /tokenize: one token per whitespace-separated word
         self.count = 0
+        self.connections = 0  # accepted so far (GET /connections): keep-alive tests count them
         self.last_path = ""
         self.loop = asyncio.get_event_loop()
         self.profile_calls: list[tuple[str, int]] = []  # (path, perf_counter_ns)
@@ -260,6 +262,8 @@ class App:
         if method == "GET" and path == "/v1/models":
             conn.respond(200, json.dumps({"object": "list", "data": [
                 {"id": MODEL, "object": "model", "max_model_len": 4096}]}).encode())
+        elif method == "GET" and path == "/connections":
+            conn.respond(200, json.dumps(self.connections).encode())
         elif method == "GET" and path == "/truth":
             conn.respond(200, json.dumps({k: vars(v) for k, v in self.truth.items()}).encode())
         elif method == "POST" and path == "/truth/reset":

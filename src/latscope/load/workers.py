@@ -257,7 +257,9 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
     started: list[RunObserver] = []
     ctx = None
     try:
-        if config.warmup:  # once, by the driver, before any worker sends
+        if config.warmup and config.rate is not None:  # once, by the driver, at the rate
+            await run.open_loop(range(config.warmup), None, warm_below=config.warmup)
+        elif config.warmup:  # once, by the driver, before any worker sends
             await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
                                                              config.warmup), warmup=True)
         specs = [WorkerSpec(config, base_url, headers, model, workload, run.tag, s,

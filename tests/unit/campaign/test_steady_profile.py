@@ -88,7 +88,10 @@ def test_a_load_too_short_for_the_hold_stops_the_profile_when_its_last_request_i
     monkeypatch.setattr(profiling, "SETTLE_S", 0.0)
     monkeypatch.setattr(profiling, "PROFILE_LOAD_S", 30.0)  # far longer than the load
     trace_dir = tmp_path / "prof"
-    with FakeServer(ttft_ms=5, itl_ms=5, output_tokens=5, profile_dir=str(trace_dir)) as srv:
+    # 205 ms a request: between the last send and the stop reaching the server, a request ends
+    # every ~26 ms, so a client stalled for a while on a busy box still stops with the batch
+    # nearly full (at 25 ms a request, a 10 ms stall lost three: 5 of 8 in flight)
+    with FakeServer(ttft_ms=5, itl_ms=50, output_tokens=5, profile_dir=str(trace_dir)) as srv:
         state = _state(tmp_path, trace_dir, rps=None)  # unknown: 2 waves + 2 waves
         base = BenchConfig(url=srv.url, workload=WorkloadSpec(input_len=8, output_len=5))
         profiling.take_profile(state, base, None, Budget(120))

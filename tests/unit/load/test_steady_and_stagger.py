@@ -6,11 +6,12 @@ import random
 
 import numpy as np
 import pytest
-from fakeserver import FakeServer
 
-from latscope.stats import RunStats, summarize
+from fakeserver import FakeServer
 from latscope.load import BenchConfig, run_bench
+from latscope.load.arrival import arrival_offsets_ns
 from latscope.model import RequestRecord
+from latscope.stats import RunStats, summarize
 
 MS = 1_000_000
 
@@ -106,3 +107,32 @@ def test_a_steps_throughput_is_its_steady_window(server, tmp_path):
     # the overall figure counts the drain after the last send (3 requests, then 2, then 1)
     assert thr["overall"]["requests_per_s"] < 0.97 * thr["requests_per_s"]
     assert thr["overall"]["requests_per_s"] == pytest.approx(40 / result.summary["duration_s"])
+
+
+@pytest.mark.parametrize("duration", [None, 0.6])
+def test_an_open_loops_warm_up_is_its_first_arrivals_at_the_rate(server, tmp_path, duration):
+    # 20 warm-up requests at 100 req/s, each ~95 ms: one at a time (what an uncapped open loop
+    # did) they took ~2 s and never overlapped; as the first arrivals they span ~0.2 s
+    server.reset()
+    config = BenchConfig(url=server.url, rate=100.0, warmup=20, model="fake-model", seed=5,
+                         num_requests=None if duration else 30, duration_s=duration,
+                         output_dir=tmp_path / "run")
+    config.workload.output_len = "16"
+    result = run_bench(config)
+    records = sorted(result.records, key=lambda r: r.index)
+    warm = [r for r in records if r.warmup]
+    measured = [r for r in records if not r.warmup]
+    assert [r.index for r in warm] == list(range(20)) and all(r.open_loop for r in records)
+    # one arrival schedule from the first warm-up request to the last measured one: no gap
+    offsets = arrival_offsets_ns(100.0, len(records), seed=5)
+    scheduled = np.array([r.scheduled_ns for r in records])
+    assert np.array_equal(scheduled - scheduled[0], offsets[: len(records)])
+    assert any(b.sent_ns < a.end_ns for a, b in zip(warm, warm[1:]))  # in flight together
+    start_ns = result.manifest["start_ns"]
+    assert max(r.scheduled_ns for r in warm) <= start_ns <= measured[0].sent_ns
+    assert result.manifest["warmup_mode"].startswith("continuous: the first arrivals")
+    if duration:  # the measured --duration starts where the warm-up arrivals end
+        span = (max(r.scheduled_ns for r in measured) - measured[0].scheduled_ns) / 1e9
+        assert 0.4 < span < duration and len(measured) > 30
+    else:
+        assert len(measured) == 30

@@ -3,16 +3,21 @@ datasets, and clear errors for bad input."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
+import threading
+import urllib.request
 from collections import Counter
 
 import numpy as np
 import pytest
-from fakeserver import FakeServer
 
+from fakeserver import FakeServer
 from latscope.errors import ConfigError
-from latscope.load.config import (LengthDist, WorkloadSpec, load_workload_file, parse_mix,
-                                  parse_slo)
+from latscope.load import BenchConfig
+from latscope.load.config import LengthDist, WorkloadSpec, load_workload_file, parse_mix, parse_slo
+from latscope.load.prepare import pick_tokenizer
 from latscope.load.workload import LocalTokenizer, ServerTokenizer, WordTokenizer, build_workload
 
 
@@ -123,3 +128,103 @@ def test_workload_file_toml(tmp_path):
     path.write_text('mix = ["short"]\n')
     with pytest.raises(ConfigError, match="each mix entry needs"):
         load_workload_file(path)
+
+
+def _connections(url: str) -> int:
+    with urllib.request.urlopen(url + "/connections", timeout=30) as resp:
+        return int(json.loads(resp.read()))
+
+
+def test_the_server_tokenizer_builds_every_prompt_over_one_connection():
+    with FakeServer() as srv:
+        before = _connections(srv.url)
+        tok = ServerTokenizer(srv.url, "fake-model", {})
+        assert tok.works()
+        wl = build_workload(WorkloadSpec(input_len="5..40"), 200, tok, seed=1)
+        opened = _connections(srv.url) - before - 1  # the count's own GET is one
+    assert len(wl.prompts) == 200 and wl.exact
+    assert opened == tok.connections == 1
+
+
+def _one_answer_per_connection(listener: socket.socket, stop: threading.Event,
+                               dropped: threading.Semaphore) -> None:
+    """A server that answers one keep-alive request per connection, then drops it unannounced,
+    as a server with a short idle timeout does."""
+    listener.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            sock, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with sock:
+            sock.recv(65536)
+            body = b'{"tokens": [1, 2, 3]}'
+            sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        dropped.release()
+
+
+def test_the_server_tokenizer_reconnects_when_the_server_drops_a_kept_connection():
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop, dropped = threading.Event(), threading.Semaphore(0)
+    thread = threading.Thread(target=_one_answer_per_connection, args=(listener, stop, dropped))
+    thread.start()
+    try:
+        tok = ServerTokenizer(f"http://127.0.0.1:{listener.getsockname()[1]}", "m", {})
+        for _ in range(3):
+            assert tok.encode("a b c") == [1, 2, 3]
+            assert dropped.acquire(timeout=10)  # the kept connection is closed at the far end
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert tok.connections == 3
+
+
+class _ModelServer(http.server.BaseHTTPRequestHandler):
+    """/v1/models naming a model folder, and a /tokenize that is that folder's tokenizer
+    (``faithful``) or one token per word (a server with another model at the same path)."""
+
+    root = ""
+    faithful = True
+
+    def do_GET(self) -> None:
+        self._json({"data": [{"id": "m", "root": self.root, "max_model_len": 4096}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if self.path == "/tokenize" and self.faithful:
+            self._json({"tokens": LocalTokenizer(self.root).encode(body["prompt"])})
+        elif self.path == "/tokenize":
+            self._json({"tokens": list(range(len(body["prompt"].split())))})
+        else:
+            self._json({"prompt": " ".join("w" for _ in body["tokens"])})
+
+    def _json(self, obj: object) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("faithful", [True, False])
+def test_the_servers_own_model_folder_tokenizes_locally_when_it_matches(tokenizer_dir, faithful):
+    handler = type("H", (_ModelServer,), {"root": str(tokenizer_dir), "faithful": faithful})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        tok = pick_tokenizer(BenchConfig(url=url), url, "m", {})
+    finally:
+        server.shutdown()
+        thread.join()
+    if faithful:  # the folder is here and tokenizes as the server does: no /tokenize per prompt
+        assert isinstance(tok, LocalTokenizer) and str(tokenizer_dir) in tok.source
+        assert "matches its /tokenize" in tok.source
+    else:  # same path, other tokenizer: the server's counts are the truth
+        assert isinstance(tok, ServerTokenizer)
