@@ -370,7 +370,8 @@ class _Run:
                         begin: Callable[[], Any] | None = None,
                         t0_ns: int | None = None) -> None:
         """Arrivals at the rate from ``t0_ns`` (now by default). Indices below ``warm_below``
-        are warm-up requests, and ``begin`` runs as the first measured one is about to leave."""
+        are warm-up requests; ``begin`` runs before the first measured one, and where it runs
+        past that one's time the measured schedule starts that much later."""
         offsets = self.arrival_offsets(len(indices))
         cap = asyncio.Semaphore(self.config.concurrency) if self.config.concurrency else None
 
@@ -388,13 +389,17 @@ class _Run:
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
             body = self.body(index)  # built before its time comes, not inside its send lag
+            warm = index < warm_below
+            if begin is not None and not warm:
+                await begin()  # observers start (a first scrape, telemetry): it takes time
+                begin = None
+                late = time.perf_counter_ns() - scheduled
+                if late > 0:  # the rest of the schedule moves, not into anyone's latency
+                    t0, scheduled = t0 + late, scheduled + late
+                    deadline_ns = None if deadline_ns is None else deadline_ns + late
             delay = scheduled - time.perf_counter_ns()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
-            warm = index < warm_below
-            if begin is not None and not warm:
-                await begin()
-                begin = None
             task = asyncio.create_task(capped(index, scheduled, body, warm))
             tasks.add(task)  # finished tasks leave the set: memory stays with what is in flight
             task.add_done_callback(functools.partial(_forget, tasks, failures))

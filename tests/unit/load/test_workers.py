@@ -205,3 +205,17 @@ def test_workers_honour_duration_against_a_server_that_stalls(tmp_path):
     s = result.summary
     assert s["errors"] == {"cancelled": 4} and s["requests"]["completed"] == 0
     assert "after --duration ended" in s["error_examples"]["cancelled"]
+
+
+@pytest.mark.slow
+def test_an_open_loops_warm_up_before_the_workers_is_sent_at_the_rate(server, tmp_path):
+    # 20 warm-up requests at 100 req/s by the driver: in flight together, not one at a time
+    server.reset()
+    config = _config(server, tmp_path, num_requests=40, rate=100.0, seed=5, warmup=20)
+    result = run_workers(config, 2)
+    _check_merged(result, server.truth(), 40)
+    warm = sorted((r for r in result.records if r.warmup), key=lambda r: r.index)
+    assert len(warm) == 20 and all(r.open_loop for r in warm)
+    scheduled = [r.scheduled_ns - warm[0].scheduled_ns for r in warm]
+    assert scheduled == arrival_offsets_ns(100.0, 20, seed=5).tolist()
+    assert any(b.sent_ns < a.end_ns for a, b in zip(warm, warm[1:]))
