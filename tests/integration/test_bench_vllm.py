@@ -8,6 +8,9 @@ import pytest
 
 from latscope.cli.main import main
 from latscope.load import BenchConfig, read_run, run_bench
+from latscope.load.config import WorkloadSpec
+from latscope.load.prepare import discover_model
+from latscope.load.workload import ServerTokenizer, build_workload
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +52,16 @@ def test_cli_prints_table_and_writes_run(vllm_target, tmp_path, capsys):
     assert "TTFT" in text and "output tokens/s" in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"]["completed"] == 6
-    # no --tokenizer: the server's /tokenize gives exact counts
-    assert summary["workload"]["tokenizer"].startswith("server:")
+    # no --tokenizer: the server's own model folder, on this host and checked against its
+    # /tokenize, gives exact counts without a round trip per prompt
+    assert summary["workload"]["tokenizer"].startswith("local:")
+    assert "matches its /tokenize" in summary["workload"]["tokenizer"]
+    # where the folder is not here, the server's /tokenize does, over one connection
+    tok = ServerTokenizer(vllm_target.url, discover_model(vllm_target.url, {}), {})
+    workload = build_workload(WorkloadSpec(input_len="40"), 4, tok, seed=0)
+    assert tok.connections == 1
+    assert workload.exact and [p.prompt_tokens for p in workload.prompts] == [40] * 4
+    assert all(len(tok.encode(p.text)) == 40 for p in workload.prompts)
 
 
 def test_non_streaming(vllm_target, tmp_path):
