@@ -129,10 +129,12 @@ def test_an_open_loops_warm_up_is_its_first_arrivals_at_the_rate(server, tmp_pat
     scheduled = np.array([r.scheduled_ns for r in records])
     assert np.array_equal(scheduled[:20] - scheduled[0], offsets[:20])
     assert np.array_equal(scheduled[20:] - scheduled[20], offsets[20:] - offsets[20])
-    assert 0 <= (scheduled[20] - scheduled[0]) - offsets[20] < 50 * MS
+    assert 0 <= (scheduled[20] - scheduled[0]) - offsets[20] < 500 * MS  # not a 2 s c=1 warm-up
     assert any(b.sent_ns < a.end_ns for a, b in zip(warm, warm[1:]))  # in flight together
+    # the measurement starts once the warm-up arrivals are out (the loop's timers may wake a
+    # fraction of a millisecond early: 0.38 ms was seen) and before the first measured send
     start_ns = result.manifest["start_ns"]
-    assert max(r.scheduled_ns for r in warm) <= start_ns <= measured[0].sent_ns
+    assert max(r.scheduled_ns for r in warm) - 2 * MS <= start_ns <= measured[0].sent_ns
     assert result.manifest["warmup_mode"].startswith("continuous: the first arrivals")
     if duration:  # the measured --duration starts where the warm-up arrivals end
         span = (max(r.scheduled_ns for r in measured) - measured[0].scheduled_ns) / 1e9
