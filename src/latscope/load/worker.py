@@ -108,6 +108,9 @@ class WorkerRun:
             monitor.cancel()
             run.stop_clock()
             run.cancel_in_flight()
+            # closed here, on the loop that owns the connections: after run_loop returns the
+            # loop is closed and a transport's close() raises "Event loop is closed"
+            run.client.close()
             if flusher:
                 flusher.cancel()
         figures = run.summary()["client"]
