@@ -293,7 +293,8 @@ def ab(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         # --keep-gateway: one gateway per arm for all rounds, as diagnose's A/B keeps one
         kept = {arm: stack.enter_context(_gateway(servers, args, arm))
                 for arm in arms[1:] if arm != "prio"} if args.keep_gateway else {}
-        for rnd in range(args.rounds):
+        # --first-round: a later call continues the rounds (their rotation and fresh seeds)
+        for rnd in range(args.first_round, args.first_round + args.rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
             for arm in order:
                 seed = 1000 * (rnd + 1) + arms.index(arm)  # fresh prompts for every run
@@ -330,13 +331,14 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
     for arm in arms:
         vals = {k: interval([r[k] for r in runs if r["arm"] == arm]) for k in keys}
         table[arm] = vals
-        cells = [f"{fmt(*vals[k]):>18s}" for k in keys[:3]]
-        print(f"  {arm:7s}" + "".join(cells) + f"{fmt(*vals['throughput_rps'], digits=2):>14s}")
+        # a space before each cell: a wide interval must not run into the next column
+        cells = [f" {fmt(*vals[k]):>17s}" for k in keys[:3]]
+        print(f"  {arm:7s}" + "".join(cells) + f" {fmt(*vals['throughput_rps'], digits=2):>13s}")
     print("  change against direct: geometric mean of the per-round ratios [95% interval]")
     for arm in arms[1:]:
         changes = {}
         for k in keys:
-            logs = [np.log(by[(n, arm)][k] / by[(n, "direct")][k]) for n in range(args.rounds)
+            logs = [np.log(by[(n, arm)][k] / by[(n, "direct")][k]) for n in sorted({r["round"] for r in runs})
                     if by[(n, arm)][k] and by[(n, "direct")][k]]
             mean, half = interval(logs)
             changes[k] = (float(np.expm1(mean)), float(np.expm1(mean - half)),
@@ -419,6 +421,9 @@ def main() -> int:
     p.add_argument("--calib-s", type=float, default=20.0)
     p.add_argument("--duration", type=float, default=20.0, help="seconds per A/B run (20)")
     p.add_argument("--rounds", type=int, default=4, help="A/B rounds, each arm once (4)")
+    p.add_argument("--first-round", type=int, default=0,
+                   help="number the rounds from here (a later call's rounds get their own "
+                        "order and prompts)")
     p.add_argument("--arms", type=parse_arms, default=ARMS,
                    help="direct first, then fcfs / sjf / sjf@K (aging factor K), comma-"
                         "separated (direct,fcfs,sjf)")
