@@ -335,10 +335,11 @@ def ab_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
         cells = [f" {fmt(*vals[k]):>17s}" for k in keys[:3]]
         print(f"  {arm:7s}" + "".join(cells) + f" {fmt(*vals['throughput_rps'], digits=2):>13s}")
     print("  change against direct: geometric mean of the per-round ratios [95% interval]")
+    rounds = sorted({r["round"] for r in runs})  # with --first-round, not 0..--rounds-1
     for arm in arms[1:]:
         changes = {}
         for k in keys:
-            logs = [np.log(by[(n, arm)][k] / by[(n, "direct")][k]) for n in sorted({r["round"] for r in runs})
+            logs = [np.log(by[(n, arm)][k] / by[(n, "direct")][k]) for n in rounds
                     if by[(n, arm)][k] and by[(n, "direct")][k]]
             mean, half = interval(logs)
             changes[k] = (float(np.expm1(mean)), float(np.expm1(mean - half)),
