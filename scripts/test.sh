@@ -19,7 +19,9 @@ parallel=(-n "$workers")
 [ "$workers" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null || parallel=()
 
 "$PY" -m ruff check src  # lint first: a second, quiet and cheap
-"$PY" -m mypy  # then types: src/latscope, pyproject's [tool.mypy] (~20 s)
+# then types: src/latscope, pyproject's [tool.mypy]. Its cache is kept beside the tiny model's,
+# not in the checkout: 18 s cold, under 1 s for the next clone (mypy checks each file's hash)
+"$PY" -m mypy --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/latscope/mypy"
 start=$(date +%s)
 set +e
 "$PY" -m pytest -q "${parallel[@]}" -m "not serial" tests/unit

@@ -1,9 +1,12 @@
 """`latscope sweep` and `latscope tune` end to end on the real local vLLM (small and bounded).
 
 The sweep runs in-process against the session's ``vllm_target``. The tune starts its own servers
-(three full vLLM starts and one aborted one): it is interrupted with SIGINT while its second
+(two full vLLM starts and one aborted one): it is interrupted with SIGINT while its second
 server is starting, must stop that server's whole process group, and must resume from
-``tune.json`` without repeating the finished trial.
+``tune.json`` without repeating the finished trial. That the search needs fewer restarts than
+the grid is a property of the search, shown on a fake server whose timing is known
+(tests/unit/analysis/test_tune.py); a grid big enough to show it here cost a third vLLM start
+(~35 s, #22).
 """
 
 from __future__ import annotations
@@ -73,9 +76,9 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def test_tune_local_fewer_restarts_than_grid_and_resumes_after_interrupt(tmp_path):
+def test_tune_local_restarts_vllm_per_trial_and_resumes_after_interrupt(tmp_path):
     out = tmp_path / "tune"
-    cmd = [sys.executable, "-m", "latscope", "tune", "--local", "--param", "max_num_seqs=1..8",
+    cmd = [sys.executable, "-m", "latscope", "tune", "--local", "--param", "max_num_seqs=2,8",
            "--start", "max_num_seqs=2", "--concurrency", "8", "-n", "24", "--input-len", "32",
            "--output-len", "16", "--warmup", "4", "-o", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -114,9 +117,10 @@ def test_tune_local_fewer_restarts_than_grid_and_resumes_after_interrupt(tmp_pat
     configs = [t["config"]["max_num_seqs"] for t in done]
     assert len(configs) == len(set(configs))  # the finished trial was not repeated
     result = state["result"]
-    assert result["grid_size"] == 4 and result["restarts"] < 4
+    assert sorted(configs) == [2, 8]  # the interrupted trial was run again, to the end
+    assert result["grid_size"] == 2 and result["restarts"] == 2  # a vLLM start per trial
     assert result["baseline"] == {"max_num_seqs": 2}
-    # Eight clients against one sequence at a time cannot be the best configuration.
-    assert result["best"]["max_num_seqs"] >= 2
     for t in done:
         assert t["metrics"]["requests_total"] == 24
+        log = next((out / t["run_dir"]).glob("vllm-*.log")).read_text(errors="replace")
+        assert f"'max_num_seqs': {t['config']['max_num_seqs']}" in log  # the flag reached vLLM
