@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -57,6 +57,11 @@ class Knee:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Knee:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def kneedle_index(throughput: Sequence[float], latency: Sequence[float]) -> int | None:

@@ -245,6 +245,17 @@ class SweepAnalysis:
         data["knee"] = self.knee.to_dict() if self.knee else None
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SweepAnalysis:
+        """The analysis as recorded in sweep.json (with the sweep's SLO); none: nothing marked."""
+        data = data or {}
+        knee = data.get("knee")
+        return cls(knee=Knee.from_dict(knee) if knee else None,
+                   slo_load=data.get("slo_load"), slo_monotone=data.get("slo_monotone", True),
+                   recommended=data.get("recommended"), predicted=data.get("predicted"),
+                   grows_at_knee=data.get("grows_at_knee") or {},
+                   latency=data.get("latency", KNEE_LATENCY))
+
 
 def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0.10,
             integer: bool = True, latency: str = KNEE_LATENCY) -> SweepAnalysis:

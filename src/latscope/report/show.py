@@ -57,7 +57,7 @@ def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:
 
 
 def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:
-    from latscope.analysis.sweep import Step, analyse
+    from latscope.analysis.sweep import Step, SweepAnalysis
     from latscope.report.sweep import decomposition_table, sweep_table
 
     doc = run.read("sweep.json") or {}
@@ -65,7 +65,9 @@ def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:
     if steps:
         unit = "concurrency" if (doc.get("meta") or {}).get("mode", "concurrency") == \
             "concurrency" else "request rate"
-        analysis = analyse(steps, [])
+        # the analysis the sweep recorded, its SLO included: analysing again here without the
+        # SLO dropped the "SLO max" mark (#19)
+        analysis = SweepAnalysis.from_dict(doc.get("analysis"))
         console.print(sweep_table(steps, analysis, unit))
         table = decomposition_table(steps, unit)
         if table is not None:

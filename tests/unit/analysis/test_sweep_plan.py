@@ -169,3 +169,27 @@ def test_sweep_bad_flag_values_fail_before_any_step(tmp_path, capsys, extra, mes
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert not list((tmp_path / "s").glob("step-*"))
+
+
+def test_show_marks_the_steps_the_sweep_marked_its_slo_included(tmp_path, capsys):
+    import sys
+
+    from latscope.cli.main import main
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from fakeserver import FakeServer
+
+    out = tmp_path / "sweep"
+    with FakeServer(ttft_ms=5, itl_ms=1) as server:  # TTFT flat: the SLO holds at every step
+        assert main(["sweep", "--url", server.url, "--concurrency", "1,2,4", "-n", "8",
+                     "--input-len", "8", "--output-len", "4", "--slo", "ttft_p99_ms<=2000",
+                     "-o", str(out)]) == 0
+    live = capsys.readouterr().out
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+
+    def marked(text: str) -> list[str]:
+        return [line.split()[0] for line in text.splitlines() if "SLO max" in line]
+
+    assert marked(live) == ["4"]  # the highest load meeting the SLO
+    assert marked(shown) == marked(live)  # show renders what the sweep recorded
