@@ -221,8 +221,9 @@ def test_the_proposed_gateway_command_carries_the_flags_of_the_change():
 
 def _ab_with_stalls(tmp_path, monkeypatch, stalled: set[int]) -> tuple[list, dict]:
     """A 2-pair A/B against the fake server whose observe() calls numbered in ``stalled``
-    (1-based) report the client's timing unreliable: the stall is injected, it cannot be
-    planted."""
+    (1-based) report the client's timing unreliable, and every other call reliable: the stall
+    is injected, it cannot be planted, and the box's own load must not add one (4 xdist
+    workers on 2 cores once made a re-run read unreliable for real, #22)."""
     import latscope.campaign.experiment as experiment
 
     real, calls = experiment.observe, []
@@ -232,6 +233,8 @@ def _ab_with_stalls(tmp_path, monkeypatch, stalled: set[int]) -> tuple[list, dic
         calls.append(cfg.output_dir)
         if len(calls) in stalled:
             obs.client = dict(obs.client, reliable=False, why="event-loop lag p99 770 ms")
+        else:
+            obs.client = dict(obs.client, reliable=True)
         return obs
 
     monkeypatch.setattr(experiment, "observe", observe)
