@@ -458,6 +458,8 @@ def main() -> int:
     p.add_argument("--blocks", type=int, default=4, help="overhead: blocks per arm")
     p.add_argument("--output", type=Path, default=None)
     args = p.parse_args()
+    if args.rounds < 1 or args.first_round < 0:  # no round would run: no table, no interval
+        p.error("--rounds must be at least 1 and --first-round at least 0")
     out = args.output or Path("latscope-runs") / time.strftime("gateway-bench-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"host_cpus": os.cpu_count()}

@@ -122,5 +122,7 @@ def test_tune_local_restarts_vllm_per_trial_and_resumes_after_interrupt(tmp_path
     assert result["baseline"] == {"max_num_seqs": 2}
     for t in done:
         assert t["metrics"]["requests_total"] == 24
-        log = next((out / t["run_dir"]).glob("vllm-*.log")).read_text(errors="replace")
+        logs = list((out / t["run_dir"]).glob("vllm-*.log"))
+        assert len(logs) == 1, logs  # the trial's own server
+        log = logs[0].read_text(errors="replace")
         assert f"'max_num_seqs': {t['config']['max_num_seqs']}" in log  # the flag reached vLLM

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
+from latscope.errors import ConfigError
 from latscope.rundir import RunDir
 
 
@@ -61,13 +62,17 @@ def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.report.sweep import decomposition_table, sweep_table
 
     doc = run.read("sweep.json") or {}
-    steps = [Step.from_dict(s) for s in doc.get("steps", [])]
-    if steps:
-        unit = "concurrency" if (doc.get("meta") or {}).get("mode", "concurrency") == \
-            "concurrency" else "request rate"
+    try:
+        steps = [Step.from_dict(s) for s in doc.get("steps", [])]
         # the analysis the sweep recorded, its SLO included: analysing again here without the
         # SLO dropped the "SLO max" mark (#19)
         analysis = SweepAnalysis.from_dict(doc.get("analysis"))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{run.path / 'sweep.json'}: not a sweep latscope wrote "
+                          f"({type(exc).__name__}: {exc})") from exc
+    if steps:
+        unit = "concurrency" if (doc.get("meta") or {}).get("mode", "concurrency") == \
+            "concurrency" else "request rate"
         console.print(sweep_table(steps, analysis, unit))
         table = decomposition_table(steps, unit)
         if table is not None:

@@ -193,3 +193,14 @@ def test_show_marks_the_steps_the_sweep_marked_its_slo_included(tmp_path, capsys
 
     assert marked(live) == ["4"]  # the highest load meeting the SLO
     assert marked(shown) == marked(live)  # show renders what the sweep recorded
+
+    # a sweep.json this version did not write is refused in one line, not a traceback
+    import json
+
+    doc = json.loads((out / "sweep.json").read_text())
+    doc["analysis"]["knee"] = 5
+    (out / "sweep.json").write_text(json.dumps(doc))
+    assert main(["show", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "sweep.json: not a sweep latscope wrote" in err
+    assert "Traceback" not in err
