@@ -12,6 +12,7 @@ from latscope.env.facts import Facts
 from latscope.errors import HostCheckError
 from latscope.findings import envvars, gpu, hostsetup, serverconfig, servermetrics
 from latscope.findings.checkbase import Check
+from latscope.findings.rank import merge
 from latscope.model import Finding, Severity
 
 ALL_CHECKS: tuple[Check, ...] = (*hostsetup.HOST_CHECKS, envvars.check_env_rules, *gpu.GPU_CHECKS,
@@ -20,7 +21,7 @@ ALL_CHECKS: tuple[Check, ...] = (*hostsetup.HOST_CHECKS, envvars.check_env_rules
 
 def check_all(facts: Facts) -> list[Finding]:
     """Every check over ``facts``, merged to one finding per id."""
-    return merge_findings([f for check in ALL_CHECKS for f in _run_check(check, facts)])
+    return merge([f for check in ALL_CHECKS for f in _run_check(check, facts)])
 
 
 def _run_check(check: Check, facts: Facts) -> list[Finding]:
@@ -32,22 +33,3 @@ def _run_check(check: Check, facts: Facts) -> list[Finding]:
         return [Finding(f"doctor.{name}", Severity.SKIPPED,
                         f"skipped: {name} failed on its input: {type(exc).__name__}: {exc}",
                         reference="docs/findings.md#doctor")]
-
-
-def merge_findings(findings: list[Finding]) -> list[Finding]:
-    """One finding per id: the most severe that ran; others' evidence joins a bad one."""
-    by_id: dict[str, list[Finding]] = {}
-    for f in findings:
-        by_id.setdefault(f.id, []).append(f)
-    merged = []
-    for group in by_id.values():
-        ordered = sorted(group, key=lambda f: f.severity.rank)
-        best = ordered[0]
-        if best.severity not in (Severity.OK, Severity.SKIPPED, Severity.INFO):
-            for other in ordered[1:]:
-                if other.severity == best.severity or other.severity.rank < Severity.OK.rank:
-                    best.evidence.extend(e for e in other.evidence if e not in best.evidence)
-        merged.append(best)
-    return merged
-
-

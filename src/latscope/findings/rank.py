@@ -10,8 +10,12 @@ from latscope.model import Evidence, Finding, Severity
 
 
 def merge(findings: Iterable[Finding]) -> list[Finding]:
-    """One finding per id: the most severe version, with every distinct piece of evidence, and
-    the impact with the largest share on the most important target."""
+    """One finding per id, the one merge of every verb (doctor's checks, diagnose's stages): the
+    most severe version, with the evidence of every version that is as severe or found something
+    (a check that passed or was skipped adds nothing to one that failed: DEBUG logging seen in
+    the environment and in the log is one warning with both pieces of evidence, without the
+    "not seen" of a third source), and the impact with the largest share on the most important
+    target."""
     by_id: dict[str, Finding] = {}
     for f in findings:
         kept = by_id.get(f.id)
@@ -24,10 +28,16 @@ def merge(findings: Iterable[Finding]) -> list[Finding]:
         # mean client TTFT (23%) at c=64"; the severity is the most severe version's
         measured = min((best, other), key=lambda x: _impact_key(x.impact))
         rest = other if measured is best else best
-        joined = dataclasses.replace(measured, severity=best.severity,
-                                     evidence=_union(measured.evidence, rest.evidence))
-        by_id[f.id] = joined
+        evidence = (_union(measured.evidence, rest.evidence) if _adds_evidence(rest, best)
+                    else list(measured.evidence))
+        by_id[f.id] = dataclasses.replace(measured, severity=best.severity, evidence=evidence)
     return list(by_id.values())
+
+
+def _adds_evidence(version: Finding, best: Finding) -> bool:
+    """Whether a version's evidence joins the merged finding: it is as severe as the kept one,
+    or it found something (critical, warning or info), never a pass or a skip beside a fault."""
+    return version.severity == best.severity or version.severity.rank < Severity.OK.rank
 
 
 def _order(f: Finding) -> tuple[int, int, float]:

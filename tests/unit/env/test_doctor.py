@@ -10,7 +10,7 @@ from tooltexts import MI300X_BDFS, amd_smi_static, rocm_smi_showtopo, rocminfo
 
 from latscope.cli.main import main
 from latscope.campaign.doctor import run_doctor
-from latscope.findings.checks import merge_findings
+from latscope.findings.rank import merge
 from latscope.errors import ConfigError
 from latscope.model import Evidence, Finding, Severity
 
@@ -112,8 +112,10 @@ def test_merge_keeps_most_severe_and_joins_bad_evidence():
     a = Finding("x", Severity.WARNING, "a", [Evidence("env", "DEBUG", "environ")])
     b = Finding("x", Severity.WARNING, "b", [Evidence("log", "DEBUG", "log:3")])
     c = Finding("x", Severity.SKIPPED, "skipped: no log")
-    merged = merge_findings([c, a, b])
+    passed = Finding("x", Severity.OK, "not in the command line", [Evidence("cmdline", "-", "")])
+    merged = merge([c, a, passed, b])
     assert len(merged) == 1 and merged[0].title == "a"
+    # a check that passed adds nothing to one that failed (doctor's and diagnose's one merge)
     assert [e.name for e in merged[0].evidence] == ["env", "log"]
 
 
