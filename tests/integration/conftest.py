@@ -3,7 +3,13 @@
 - ``vllm_target``: the tiny model with latscope's default flags.
 - ``vllm_target_constrained``: ``--max-num-seqs 2 --enable-log-requests``,
   ``VLLM_LOGGING_LEVEL=DEBUG`` and ``VLLM_LOG_STATS_INTERVAL=2``, so that queueing appears under
-  light load and the log carries per-request and per-step lines.
+  light load and the log carries per-request and per-step lines; it also exports a span per
+  request to an OTLP endpoint on a loopback port chosen up front (``.otlp_endpoint``), where the OTLP
+  tests listen, each with its own receiver, the way a user points a remote server at latscope.
+  Nothing listens there in between: the exporter drops those spans after a few retries (its
+  warnings go to the server's log, not in vLLM's format, so no log rule reads them) and delivers
+  the next ones within a second of a receiver binding the port (measured: 0.6 s). One server
+  fewer than a traced one of its own, ~30 s a run (#22).
 
 Both are ``LocalTarget``s (``.url``, ``.model_name``, ``.log_path``, ``.tokenizer_dir``, ``.pid``),
 stopped (whole process group) at session end. If vLLM is not importable the test FAILS: CI installs
@@ -17,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from latscope.server.target import LocalTarget
+from latscope.server.target import LocalTarget, free_port
 
 CONSTRAINED_ARGS = ("--max-num-seqs", "2", "--enable-log-requests")
 # stats lines every 2 s, not 10: a log rule reads the batch at those instants, and the two or
@@ -43,8 +49,10 @@ def vllm_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTarge
 
 @pytest.fixture(scope="session")
 def vllm_target_constrained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTarget]:
+    port = free_port()
     target = _started(tmp_path_factory, "vllm_target_constrained",
-                      serve_args=CONSTRAINED_ARGS, env=CONSTRAINED_ENV)
+                      serve_args=CONSTRAINED_ARGS, env=CONSTRAINED_ENV,
+                      otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
     try:
         yield target
     finally:

@@ -1,9 +1,9 @@
 """Per-request spans from the real vLLM (CPU build, tiny model) joined to the client's records.
 
-One traced vLLM for the module, started with ``--max-num-seqs 2`` and its OTLP endpoint on a
-loopback port chosen up front: each test listens there with its own receiver (the API's
-``SpanCollector``, or ``latscope bench --otlp-listen`` in a subprocess), the way a user points a
-remote server at latscope. The last test uses the session's untraced ``vllm_target``.
+The session's ``vllm_target_constrained`` (``--max-num-seqs 2``) exports its spans to an OTLP
+endpoint on a loopback port chosen up front: each test listens there with its own receiver (the
+API's ``SpanCollector``, or ``latscope bench --otlp-listen`` in a subprocess), the way a user
+points a remote server at latscope. The last test uses the session's untraced ``vllm_target``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -22,22 +22,17 @@ from latscope.load import BenchConfig, run_bench
 from latscope.server.otlp import SpanCollector
 from latscope.server.otlp_record import SpanRecorder
 from latscope.server.scrape import MetricsScraper
-from latscope.server.target import LocalTarget, free_port
+from latscope.server.target import LocalTarget
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTarget, int]]:
-    port = free_port()
-    target = LocalTarget(serve_args=["--max-num-seqs", "2"],
-                         log_dir=tmp_path_factory.mktemp("traced_vllm"),
-                         otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
-    target.start()
-    try:
-        yield target, port
-    finally:
-        target.stop()
+@pytest.fixture()
+def traced(vllm_target_constrained: LocalTarget) -> tuple[LocalTarget, int]:
+    """The traced server and the port its spans go to."""
+    port = urlsplit(vllm_target_constrained.otlp_endpoint or "").port
+    assert port, "vllm_target_constrained exports no spans"
+    return vllm_target_constrained, port
 
 
 def _traced_run(target: LocalTarget, port: int, out: Path, n: int = 16,
