@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from latscope.report.schema import SCHEMA_VERSION
-
+SCHEMA_VERSION = 1  # report.json's; report.schema checks a file's against it
 T = TypeVar("T")
 # a number as its producer wrote it: an int stays an int (64, not 64.0, in report.json)
 Number = int | float
@@ -47,6 +46,11 @@ class Verdict(_Section, kw_only=True):
     measured_at: str | None | UnsetType = UNSET
     impact: str | None | UnsetType = UNSET  # the impact in words
     host_busy: bool | UnsetType = UNSET  # named before the verdict: the host was busy
+
+    def measured(self) -> dict[str, Any]:
+        """Its share, target and load, as ``findings.impact.describe`` reads an impact."""
+        return {k: v for k in ("target", "share", "measured_at")
+                if not isinstance(v := getattr(self, k), UnsetType)}
 
 
 class EvidenceItem(_Section):

@@ -80,3 +80,20 @@ def test_a_finding_in_the_report_has_the_keys_of_findings_schema_json():
     assert defs["finding"]["required"] == list(FindingEntry.__struct_fields__)
     assert list(defs["finding"]["properties"]) == list(FindingEntry.__struct_fields__)
     assert sorted(defs["evidence"]["properties"]) == sorted(EvidenceItem.__struct_fields__)
+
+
+def test_a_stored_report_renders_its_knee_confidence_as_the_word_it_is(tmp_path):
+    # the sweep analysis' confidence is "high" or "low"; report.md printed it as a share
+    # ("confidence n/a") and report.html left it out
+    from latscope.report.html import render_html
+    from latscope.report.markdown import render_markdown
+    from latscope.report.write import typed_report
+
+    with tarfile.open(MATRIX / "kv-small.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    report = typed_report(json.loads(next(tmp_path.glob("*/report.json")).read_text()))
+    assert report.sweep is not None and report.sweep.knee is not None
+    word = report.sweep.knee.confidence
+    assert word in ("high", "low")
+    assert f"({word} confidence)." in render_markdown(report)
+    assert f"({word} confidence)." in render_html(report)
