@@ -78,7 +78,8 @@ def _template():
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ms=units.ms, pct=units.pct, signed_pct=units.signed_pct,
+    env.filters.update(ms=units.ms, pct=units.pct, arm_share=units.arm_share,
+                       signed_pct=units.signed_pct,
                        interval=units.interval, num=units.number, value_unit=units.value_unit,
                        impact=describe, href=_safe_href)
     env.globals["load_label"] = units.load_label

@@ -183,7 +183,7 @@ def _experiments(r: Report) -> str:
         hits = e.get("prefix_cache_hit_rate") or {}
         if hits:
             detail.append("prefix-cache hit rate " + ", ".join(
-                f"{_text(arm)} {units.pct(v)}" for arm, v in hits.items()))
+                f"{_text(arm)} {units.arm_share(v)}" for arm, v in hits.items()))
         if e.get("finding_id"):
             detail.append(f"for {_code(e['finding_id'])}")
         if e.get("note"):

@@ -97,3 +97,20 @@ def test_a_stored_report_renders_its_knee_confidence_as_the_word_it_is(tmp_path)
     assert word in ("high", "low")
     assert f"({word} confidence)." in render_markdown(report)
     assert f"({word} confidence)." in render_html(report)
+
+
+def test_a_stored_experiment_renders_each_arms_prefix_cache_hit_rate_not_n_a(tmp_path):
+    # an A/B's prefix_cache_hit_rate holds one rate per run of each arm ({"A": [0.0, 0.0]});
+    # report.md and report.html formatted the list as one share and printed "A n/a, B n/a"
+    from latscope.report.html import render_html
+    from latscope.report.markdown import render_markdown
+    from latscope.report.write import typed_report
+
+    with tarfile.open(MATRIX / "eager-proven.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    data = json.loads(next(tmp_path.glob("*/report.json")).read_text())
+    assert data["experiments"][0]["prefix_cache_hit_rate"] == {"A": [0.0, 0.0], "B": [0.0, 0.0]}
+    data["experiments"][0]["prefix_cache_hit_rate"] = {"A": [0.5, None, 0.3], "B": [0.75]}
+    report = typed_report(data)
+    assert "prefix-cache hit rate A 40%, B 75%" in " ".join(render_markdown(report).split())
+    assert "prefix-cache hit rate A 40%, B 75%" in render_html(report)
