@@ -8,9 +8,11 @@ import sys
 import textwrap
 from typing import Any
 
+from msgspec import UnsetType
+
 from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
-from latscope.report.model import CrossRank, FindingEntry, Report
+from latscope.report.model import CrossRank, Experiment, FindingEntry, Guard, Report
 
 WIDTH = 80
 MAX_FINDINGS = 8
@@ -84,22 +86,23 @@ def _finding_lines(i: int, f: FindingEntry, width: int) -> list[str]:
     return out
 
 
-def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str]:
+def _experiment_lines(experiments: list[Experiment], width: int) -> list[str]:
     if not experiments:
         return []
     out = ["", "Fixes measured (A/B, alternating, warm-up excluded, fresh prompts per run):"]
     for e in experiments:
-        if e.get("change_pct") is None:
-            out += _wrap(f"{e['finding_id']}: {e['change']}: {e.get('note') or e.get('verdict')}",
+        if e.change_pct is None:
+            out += _wrap(f"{e.finding_id}: {e.change}: {e.note or e.verdict}",
                          "    ", "  - ", width)
             continue
-        ci = e.get("ci95_pct")
+        ci = e.ci95_pct
         interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
-        word = outcome(e)
-        out += _wrap(f"{e['finding_id']}: {e['change']} at c={e['load']:g}: {e['metric']} "
-                     f"{e['a_mean']:.1f} -> {e['b_mean']:.1f} ({e['change_pct']:+.1f}%)"
-                     f"{interval}: {word}" + _guard_text(e.get("guard"))
-                     + (f"; {e['note']}" if e.get("note") else ""),
+        word = outcome(e.to_dict())
+        out += _wrap(f"{e.finding_id}: {e.change} at c={e.load:g}: {e.metric} "
+                     f"{e.a_mean or 0.0:.1f} -> {e.b_mean or 0.0:.1f} ({e.change_pct:+.1f}%)"
+                     f"{interval}: {word}"
+                     + _guard_text(None if isinstance(e.guard, UnsetType) else e.guard)
+                     + (f"; {e.note}" if e.note else ""),
                      "    ", "  - ", width)
     return out
 
@@ -119,13 +122,13 @@ def _cross_rank_lines(section: CrossRank | None, width: int) -> list[str]:
     return out
 
 
-def _guard_text(guard: dict[str, Any] | None) -> str:
+def _guard_text(guard: Guard | None) -> str:
     """The metric the fix must not make much worse, e.g. long requests' E2E for the gateway."""
-    if not guard or guard.get("change_pct") is None:
+    if guard is None or guard.change_pct is None:
         return ""
-    ci = guard.get("ci95_pct")
+    ci = guard.ci95_pct
     interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
-    return f"; {guard['metric']} {guard['change_pct']:+.1f}%{interval}"
+    return f"; {guard.metric} {guard.change_pct:+.1f}%{interval}"
 
 
 def print_report(report: Report, file: Any = None) -> None:

@@ -160,34 +160,32 @@ def _findings(r: Report) -> str:
 
 
 def _experiments(r: Report) -> str:
-    exps = r.experiments  # open dicts: campaign.experiment's and campaign.priority's
+    exps = r.experiments
     out = ["## Experiments (A/B, alternating arms, 95% interval of the change)", ""]
     if not exps:
         out.append("No fix was tried in this run.")
     for n, e in enumerate(exps, 1):
-        result = f"**{outcome(e)}**"
-        out.append(_wrap(f"{n}. {_code(e.get('change'))}: {result}", "   "))
+        result = f"**{outcome(e.to_dict())}**"
+        out.append(_wrap(f"{n}. {_code(e.change)}: {result}", "   "))
         out.append(_wrap(
-            f"{_text(e.get('metric'))} {units.number(e.get('a_mean'))} -> "
-            f"{units.number(e.get('b_mean'))}: {units.signed_pct(e.get('change_pct'))}, "
-            f"95% interval {units.interval(e.get('ci95_pct'))}", "     ", "   - "))
-        guard = e.get("guard") or {}
-        if guard.get("change_pct") is not None:
+            f"{_text(e.metric)} {units.number(e.a_mean)} -> "
+            f"{units.number(e.b_mean)}: {units.signed_pct(e.change_pct)}, "
+            f"95% interval {units.interval(e.ci95_pct)}", "     ", "   - "))
+        guard = _known(e.guard)
+        if guard is not None and guard.change_pct is not None:
             out.append(_wrap(
-                f"guard {_text(guard.get('metric'))}: {units.signed_pct(guard.get('change_pct'))}"
-                f", 95% interval {units.interval(guard.get('ci95_pct'))}", "     ", "   - "))
-        detail = [f"arms {' '.join(map(str, e.get('arms') or []))}",
-                  f"{len(e.get('a_values') or [])}+{len(e.get('b_values') or [])} runs"]
-        if e.get("warmup_excluded"):
+                f"guard {_text(guard.metric)}: {units.signed_pct(guard.change_pct)}"
+                f", 95% interval {units.interval(guard.ci95_pct)}", "     ", "   - "))
+        detail = [f"arms {' '.join(map(str, e.arms))}", f"{len(e.a_values)}+{len(e.b_values)} runs"]
+        if e.warmup_excluded:
             detail.append("warm-up excluded")
-        hits = e.get("prefix_cache_hit_rate") or {}
-        if hits:
+        if e.prefix_cache_hit_rate:
             detail.append("prefix-cache hit rate " + ", ".join(
-                f"{_text(arm)} {units.arm_share(v)}" for arm, v in hits.items()))
-        if e.get("finding_id"):
-            detail.append(f"for {_code(e['finding_id'])}")
-        if e.get("note"):
-            detail.append(_text(e["note"]))
+                f"{_text(arm)} {units.arm_share(v)}" for arm, v in e.prefix_cache_hit_rate.items()))
+        if e.finding_id:
+            detail.append(f"for {_code(e.finding_id)}")
+        if e.note:
+            detail.append(_text(e.note))
         out.append(_wrap("; ".join(detail), "     ", "   - "))
     if r.proposals:
         out += ["", "Proposed, not proven here (each is a hypothesis until its command shows it):",

@@ -3,16 +3,18 @@ produces and docs/report.md describes; ``Report.to_dict()`` is the JSON's dict, 
 field order, and ``report_schema()`` the JSON Schema generated from the model.
 
 The verdict (``findings.verdict``), each finding with its evidence (``Finding.to_dict``), the
-stages, the client's reliability (``campaign.observe.client_reliability``) and the proposals are
-Structs too, converted from the dicts their producers make (``section``, in ``campaign.document``): a key a
-producer adds that the model lacks is refused there, never dropped from report.json. A key only
-some verdicts (or older report.json files) have is ``UNSET`` when absent and left out of the
-dict, so ``to_dict`` gives back the keys it was given, in field order.
+stages, the client's reliability (``campaign.observe.client_reliability``), the experiments and
+the proposals are Structs too, converted from the dicts their producers make (``section``, in
+``campaign.document``): a key a producer adds that the model lacks is refused there, never
+dropped from report.json. A key only some verdicts (or older report.json files) have is
+``UNSET`` when absent and left out of the dict, so ``to_dict`` gives back the keys it was given,
+in field order.
 
+The experiments (A/B proofs, with their guards) are Structs too, one for both producers
+(``campaign.experiment``, and ``campaign.priority``'s four keys more as UNSET-able fields).
 Open-ended leaves, documented where they are: the target (server_args, log: whatever was known
 about the server), a finding's impact (``findings.impact``: target, share and what measured it),
-the experiments (two producers, ``campaign.experiment`` and ``campaign.priority``, whose shapes
-differ), telemetry (``telemetry.facts``) and a rank's collective ``kinds``. ``load_report``
+an A/B's reruns, telemetry (``telemetry.facts``) and a rank's collective ``kinds``. ``load_report``
 checks a report.json dict against the model (types included) and gives it back typed.
 """
 
@@ -109,6 +111,54 @@ class Proposal(_Section):
     why: str
     note: str
     command: str
+
+
+class Guard(_Section):
+    """A metric an A/B's fix must not make much worse, measured on the same runs."""
+
+    metric: str
+    a_values: list[Number | None]
+    b_values: list[Number | None]
+    change_pct: Number | None
+    ci95_pct: list[Number] | None
+    verdict: str | None
+
+
+class Experiment(_Section, kw_only=True):
+    """One A/B proof (``campaign.experiment.Experiment.to_dict``; ``campaign.priority`` adds
+    measured, server_policy, outcome and proposal). Keys absent from older report.json files,
+    or written by only one producer, are ``UNSET`` when absent."""
+
+    finding_id: str
+    change: str
+    metric: str
+    load: Number
+    arms: list[str]
+    a_values: list[Number | None]
+    b_values: list[Number | None]
+    a_mean: Number | None
+    b_mean: Number | None
+    change_pct: Number | None
+    ci95_pct: list[Number] | None
+    helped: bool
+    verdict: str | None
+    warmup_excluded: bool
+    prefix_cache_hit_rate: dict[str, list[Number | None]]  # one rate a run, per arm
+    run_dirs: list[str]
+    reruns: list[dict[str, Any]] | UnsetType = UNSET  # {run, why}: measured again
+    client_unreliable_runs: list[str] | UnsetType = UNSET
+    note: str
+    guard: Guard | UnsetType = UNSET
+    guards: list[Guard] | UnsetType = UNSET
+    measured: bool | UnsetType = UNSET
+    server_policy: dict[str, str] | UnsetType = UNSET
+    outcome: str | UnsetType = UNSET
+    proposal: str | UnsetType = UNSET
+
+    def to_dict(self) -> dict[str, Any]:
+        """As report.json holds it (what ``analysis.tune.outcome`` reads)."""
+        out: dict[str, Any] = _plain(self)
+        return out
 
 
 class SweepPoint(msgspec.Struct):
@@ -247,7 +297,7 @@ class Report(msgspec.Struct, kw_only=True):
     trace: TraceSection | None
     cross_rank: CrossRank | None = None  # absent from report.json files before it was added
     telemetry: Any = None  # telemetry.facts' section, open (absent from older report.json)
-    experiments: list[dict[str, Any]]  # A/B proofs, campaign.experiment's or .priority's: open
+    experiments: list[Experiment]
     proposals: list[Proposal]
     notes: list[str]
     elapsed_s: float

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from latscope.report.model import DecompositionView, Sweep, SweepPoint, TimeSeries, TraceSection
+from latscope.report.model import (
+    DecompositionView,
+    Experiment,
+    Sweep,
+    SweepPoint,
+    TimeSeries,
+    TraceSection,
+)
 from latscope.report.schema import ttft_leaves
 from latscope.report.units import load_label
 
@@ -340,15 +347,15 @@ def trace_spec(trace: TraceSection | None) -> dict[str, Any] | None:
     return {"vconcat": charts, "resolve": {"scale": {"color": "independent"}}}
 
 
-def experiments_spec(experiments: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+def experiments_spec(experiments: list[Experiment] | None) -> dict[str, Any] | None:
     """Each fix tried: change of its metric with the 95% interval, and the values of both arms."""
-    exps = [e for e in experiments or [] if _num(e.get("change_pct"))]
+    exps = [e for e in experiments or [] if _num(e.change_pct)]
     if not exps:
         return None
-    forest = [{"change": f"{i}. {_short(e.get('change'))}", "pct": e["change_pct"],
-               "lo": (e.get("ci95_pct") or [e["change_pct"]] * 2)[0],
-               "hi": (e.get("ci95_pct") or [e["change_pct"]] * 2)[1],
-               "verdict": "helped" if e.get("helped") else "did not help"}
+    forest = [{"change": f"{i}. {_short(e.change)}", "pct": e.change_pct,
+               "lo": e.ci95_pct[0] if e.ci95_pct else e.change_pct,
+               "hi": e.ci95_pct[1] if e.ci95_pct else e.change_pct,
+               "verdict": "helped" if e.helped else "did not help"}
               for i, e in enumerate(exps, 1)]
     y = {"field": "change", "type": "nominal", "title": None, "sort": None,
          "axis": {"labelLimit": 220}}
@@ -370,18 +377,18 @@ def experiments_spec(experiments: list[dict[str, Any]] | None) -> dict[str, Any]
         ],
     }]
     for i, e in enumerate(exps, 1):
-        values = ([{"arm": "A (before)", "v": v} for v in e.get("a_values") or [] if _num(v)]
-                  + [{"arm": "B (after)", "v": v} for v in e.get("b_values") or [] if _num(v)])
+        values = ([{"arm": "A (before)", "v": v} for v in e.a_values if _num(v)]
+                  + [{"arm": "B (after)", "v": v} for v in e.b_values if _num(v)])
         if values:
             charts.append(_arms_panel(i, e, values))
     return {"vconcat": charts, "resolve": {"scale": {"color": "independent"}}}
 
 
-def _arms_panel(i: int, e: dict[str, Any], values: list[dict[str, Any]]) -> dict[str, Any]:
-    arms = (("A (before)", "a_mean"), ("B (after)", "b_mean"))
-    means = [{"arm": arm, "v": e[key]} for arm, key in arms if _num(e.get(key))]
+def _arms_panel(i: int, e: Experiment, values: list[dict[str, Any]]) -> dict[str, Any]:
+    arms = (("A (before)", e.a_mean), ("B (after)", e.b_mean))
+    means = [{"arm": arm, "v": mean} for arm, mean in arms if _num(mean)]
     y = {"field": "arm", "type": "nominal", "title": None, "sort": ["A (before)", "B (after)"]}
-    x = {"field": "v", "type": "quantitative", "title": str(e.get("metric") or "value"),
+    x = {"field": "v", "type": "quantitative", "title": str(e.metric or "value"),
          "scale": {"zero": False}}
     layers: list[dict[str, Any]] = [
         {"data": {"values": values}, "mark": {"type": "point", "opacity": 0.7},
@@ -391,7 +398,7 @@ def _arms_panel(i: int, e: dict[str, Any], values: list[dict[str, Any]]) -> dict
         layers.append({"data": {"values": means},
                        "mark": {"type": "tick", "thickness": 3, "color": "#333"},
                        "encoding": {"y": y, "x": x}})
-    return {"title": {"text": f"{i}. {_short(e.get('change'))}", "fontSize": 12},
+    return {"title": {"text": f"{i}. {_short(e.change)}", "fontSize": 12},
             "width": WIDTH - 240, "height": 50, "layer": layers}
 
 

@@ -110,7 +110,8 @@ def test_a_gain_bought_with_the_guards_loss_is_said_so():
     assert "helped, at a cost" in render_html(typed_report(report))
     assert "helped, at a cost" in _experiment_text(result)
     assert "long_e2e_mean_ms +" in _experiment_text(result)
-    assert any("helped, at a cost" in line for line in _experiment_lines([result], 80))
+    typed = typed_report(report).experiments
+    assert any("helped, at a cost" in line for line in _experiment_lines(typed, 80))
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -68,7 +68,7 @@ def test_nothing_to_draw_gives_none(fn):
 
 
 def test_experiments_forest_has_interval_and_verdict():
-    spec = plots.experiments_spec(full_report()["experiments"])
+    spec = plots.experiments_spec(typed(full_report()).experiments)
     forest = spec["vconcat"][0]["layer"][1]["data"]["values"]
     assert [(f["lo"], f["hi"], f["verdict"]) for f in forest] == [
         (-90.1, -86.0, "helped"), (-4.2, 7.5, "did not help")]

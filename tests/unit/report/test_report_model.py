@@ -114,3 +114,26 @@ def test_a_stored_experiment_renders_each_arms_prefix_cache_hit_rate_not_n_a(tmp
     report = typed_report(data)
     assert "prefix-cache hit rate A 40%, B 75%" in " ".join(render_markdown(report).split())
     assert "prefix-cache hit rate A 40%, B 75%" in render_html(report)
+
+
+@pytest.mark.parametrize("priority", [False, True])
+def test_an_ab_of_either_producer_converts_with_every_key_in_its_place(priority):
+    # campaign.experiment's dict, and campaign.priority's (the same plus four keys): the report
+    # model forbids unknown keys, so a key a producer adds fails here instead of vanishing
+    from latscope.analysis.tune import paired_change
+    from latscope.campaign.experiment import Experiment as Run
+    from latscope.campaign.proposals import Proposal
+    from latscope.campaign.servers import Change
+    from latscope.report.model import Experiment, section
+
+    proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
+                        guard="long_e2e_mean_ms", more_guards=["e2e_mean_ms"])
+    run = Run(proposal, 16, a_values=[900.0, 1000.0], b_values=[210.0, 250.0], arms=["A", "B"] * 2,
+              guard_values={"A": [2000.0, 2100.0], "B": [4300.0, 4400.0]})
+    run.result = paired_change(run.a_values, run.b_values, higher_better=False)
+    data = run.to_dict()
+    if priority:
+        data.update(measured=True, server_policy={"A": "fcfs", "B": "priority"},
+                    outcome="helped", proposal="restart the server with ...")
+    typed = section(data, Experiment)
+    assert orjson.dumps(typed.to_dict()) == orjson.dumps(data)
