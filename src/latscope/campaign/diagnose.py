@@ -180,8 +180,8 @@ def _conclude_recorded(state: Diagnosis) -> str | None:
         cause = f"the findings could not be ranked: {type(exc).__name__}: {exc}"
         state.stages.append(StageRecord("conclude", status="failed", note=cause))
         state.progress(f"    conclude failed: {cause}")
-        state.verdict = {"text": f"No verdict: {cause}", "kind": "none", "healthy": False,
-                         "finding_id": None}
+        state.verdict = {"text": f"No verdict: {cause}", "kind": "none", "finding_id": None,
+                         "healthy": False}
         return cause
 
 

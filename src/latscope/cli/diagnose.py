@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     from latscope.campaign.diagnose import diagnose
     from latscope.report.diagnose import print_report
+    from latscope.report.write import typed_report
 
     if args.replay:
         return _replay(args)
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    print_report(report)
+    print_report(typed_report(report))
     return 0
 
 
@@ -168,6 +169,7 @@ def _replay(args: argparse.Namespace) -> int:
     from latscope.campaign.replay import replay
     from latscope.errors import ConfigError
     from latscope.report.diagnose import print_report
+    from latscope.report.write import typed_report
 
     if args.url or args.serve_cmd or args.server_args or args.env or args.trace or args.profile:
         raise ConfigError("--replay reads a run directory: no --url, --serve-cmd, --trace, "
@@ -178,5 +180,5 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    print_report(report)
+    print_report(typed_report(report))
     return 0

@@ -181,10 +181,11 @@ def _untried_fix(top: Finding, inputs: VerdictInputs, proof: dict[str, Any] | No
 def healthy_verdict(healthy: dict[str, Any] | None) -> dict[str, Any]:
     if not healthy:
         return {"text": "No verdict: no load was measured (see the stages for why)",
-                "kind": "none", "healthy": False, "finding_id": None}
+                "kind": "none", "finding_id": None, "healthy": False}
     text = (f"No configuration fault found. At {healthy['where']}: {healthy['rps']:.2f} req/s, "
             f"mean TTFT {healthy['ttft_ms']:.0f} ms ({healthy['split']})")
-    return {"text": text, "kind": "healthy", "healthy": True, "finding_id": None,
+    # keys in the order of every verdict (report.model.Verdict's fields)
+    return {"text": text, "kind": "healthy", "finding_id": None, "healthy": True,
             "measured_at": healthy["where"]}
 
 

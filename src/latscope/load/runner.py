@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import random
 import signal
 import time
 from array import array
@@ -34,6 +33,7 @@ import numpy as np
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
+from latscope.load.inflight import RequestFlow
 from latscope.load.offcpu import RunQueueClock
 from latscope.load.prepare import (
     check_lengths,
@@ -41,29 +41,17 @@ from latscope.load.prepare import (
     make_manifest,
     pick_tokenizer,
     prompt_count,
-    request_body,
     request_headers,
     split_url,
 )
-from latscope.load.response import finalize
 from latscope.load.stagger import Stagger
 from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
 from latscope.load.workload import Workload, build_workload
-from latscope.model import ErrorKind, RequestRecord, RunContext, RunObserver
+from latscope.model import RequestRecord, RunContext, RunObserver
 from latscope.rundir import RunWriter, default_run_dir, read_run
 from latscope.stats import RunStats, distribution
 
 _LAG_INTERVAL_S = 0.01
-# Finished responses wait to be parsed, at most _FINALIZE_SLICE_NS of parsing per loop turn (and
-# at least one response), so a burst of them never delays the timestamps of the others by more
-# than that. When responses end faster than the client parses them (a zero-delay server) the
-# queue must not grow without bound (it once held 10,000 bodies, 22 MB, at concurrency 64); it
-# was then parsed all at once past 16 MiB, which blocked the loop for ~150 ms at c=256 (event-loop
-# lag p99 357 ms). Now past _FINALIZE_BACKLOG_BYTES a closed-loop slot waits before its next send
-# until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
-# so); only past 4x that (open loops, whose sends follow a schedule) is the queue parsed at once.
-_FINALIZE_SLICE_NS = 1_000_000
-_FINALIZE_BACKLOG_BYTES = 16 << 20
 _DURATION_GRACE_MAX_S = 30.0  # in-flight requests may finish this long after --duration (k6's)
 OnRecord = Callable[[RequestRecord], None]
 
@@ -216,7 +204,7 @@ class _Once:
         await asyncio.shield(self.task)
 
 
-class _Run:
+class _Run(RequestFlow):
     """The mutable state of one run."""
 
     def __init__(self, config: BenchConfig, base_url: str, headers: dict[str, str], model: str,
@@ -249,80 +237,6 @@ class _Run:
         self.staggers: list[dict[str, Any]] = []  # what each closed loop drew, for the summary
         self.cpu0 = self.wall0 = self.cpu_s = self.wall_s = 0.0
         self.off_cpu = RunQueueClock()  # the loop ready to run while another process ran
-
-    def body(self, index: int) -> bytes:
-        prompts = self.workload.prompts
-        return request_body(self.config, self.model, prompts[index % len(prompts)])
-
-    async def one(self, index: int, scheduled_ns: int, warmup: bool,
-                  body: bytes | None = None, open_loop: bool = False) -> None:
-        prompt = self.workload.prompts[index % len(self.workload.prompts)]
-        record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
-                               scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
-                               prompt_tokens=prompt.prompt_tokens,
-                               expected_output_tokens=prompt.output_tokens, group=prompt.group,
-                               trace_id=self._trace_id(index))
-        self.in_flight[index] = record
-        exchange = await self.client.execute(body or self.body(index), record)
-        del self.in_flight[index]
-        self.to_finalize.append((record, exchange))
-        self.backlog_bytes += exchange.size
-        self.backlog_peak = max(self.backlog_peak, self.backlog_bytes)
-        while self.backlog_bytes > 4 * _FINALIZE_BACKLOG_BYTES:
-            self._finalize_next()
-        if not self.finalizing:
-            self.finalizing = True
-            asyncio.get_running_loop().call_soon(self._finalize_one)
-        if self.backlog_bytes > _FINALIZE_BACKLOG_BYTES and not open_loop:
-            self.backpressure_waits += 1
-            self.drained.clear()
-            await self.drained.wait()
-
-    def _trace_id(self, index: int) -> str | None:
-        if not self.trace_ids:
-            return None
-        if index < len(self.trace_ids):
-            return self.trace_ids[index]
-        return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
-
-    def _finalize_one(self) -> None:
-        """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
-        so that parsing a burst of them never holds back the receive timestamps of the requests
-        still streaming by more than that."""
-        stop = time.perf_counter_ns() + _FINALIZE_SLICE_NS
-        while self.to_finalize:  # (finalize_all may have emptied it meanwhile)
-            self._finalize_next()
-            if time.perf_counter_ns() >= stop:
-                break
-        if self.backlog_bytes <= _FINALIZE_BACKLOG_BYTES // 2:
-            self.drained.set()
-        if self.to_finalize:
-            asyncio.get_running_loop().call_soon(self._finalize_one)
-        else:
-            self.finalizing = False
-
-    def _finalize_next(self) -> None:
-        record, exchange = self.to_finalize.popleft()
-        self.backlog_bytes -= exchange.size
-        finalize(record, exchange, self.config.stream)
-        self._finished(record)
-
-    def finalize_all(self) -> None:
-        while self.to_finalize:
-            self._finalize_next()
-        self.drained.set()
-
-    def _finished(self, record: RequestRecord) -> None:
-        self.stats.add(record)
-        if self.groups is not None:
-            prompts = self.workload.prompts
-            group = prompts[record.index % len(prompts)].group
-            if group not in self.groups:
-                self.groups[group] = RunStats(self.config.percentiles)
-            self.groups[group].add(record)
-        self.writer.append(record)
-        if self.on_record is not None:
-            self.on_record(record)
 
     async def closed_loop(self, indices: Iterable[int], concurrency: int, warmup: bool,
                           deadline_ns: int | None = None, *, warm_below: int = 0,
@@ -492,15 +406,6 @@ class _Run:
             t = time.perf_counter_ns()
             await asyncio.sleep(_LAG_INTERVAL_S)
             self.lag_ms.append((time.perf_counter_ns() - t) / 1e6 - _LAG_INTERVAL_S * 1e3)
-
-    def cancel_in_flight(self) -> None:
-        """Requests still in flight when the run stops are written as cancelled, not dropped."""
-        self.finalize_all()
-        for record in list(self.in_flight.values()):
-            record.error_kind = ErrorKind.CANCELLED.value
-            record.error = record.error or "run stopped while the request was in flight"
-            self._finished(record)
-        self.in_flight.clear()
 
     def summary(self) -> dict[str, Any]:
         summary = self.stats.summary()

@@ -8,8 +8,11 @@ import sys
 import textwrap
 from typing import Any
 
+from msgspec import UnsetType
+
 from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
+from latscope.report.model import CrossRank, Experiment, FindingEntry, Guard, Report
 
 WIDTH = 80
 MAX_FINDINGS = 8
@@ -21,88 +24,90 @@ def _wrap(text: str, indent: str = "", first: str | None = None, width: int = WI
                          break_on_hyphens=False) or [first or indent]
 
 
-def render_text(report: dict[str, Any], width: int = WIDTH) -> str:
+def render_text(report: Report, width: int = WIDTH) -> str:
     lines: list[str] = []
-    verdict = report.get("verdict") or {}
-    head = "HEALTHY" if verdict.get("healthy") else "VERDICT"
-    lines += _wrap(verdict.get("text", "no verdict"), "  ", f"{head}: ", width)
+    verdict = report.verdict
+    head = "HEALTHY" if verdict is not None and verdict.healthy else "VERDICT"
+    lines += _wrap(verdict.text if verdict is not None else "no verdict", "  ", f"{head}: ",
+                   width)
     lines.append("")
-    client = report.get("client") or {}
-    if client and not client.get("reliable", True):
-        lines += _wrap(f"client-side timing unreliable at c={client.get('load', '?'):g}: "
-                       f"{client.get('why')}; network and frontend are not blamed. "
-                       f"Fix: {client.get('fix')}", "  ", "! ", width)
-    if client.get("same_host"):
+    client = report.client
+    if client is not None and client.reliable is False:
+        load = f"{client.load:g}" if isinstance(client.load, (int, float)) else "?"
+        lines += _wrap(f"client-side timing unreliable at c={load}: "
+                       f"{client.why}; network and frontend are not blamed. "
+                       f"Fix: {client.fix}", "  ", "! ", width)
+    if client is not None and client.same_host:
         lines += _wrap("client and server share this host (loopback): no network distance "
                        "between them", "  ", "i ", width)
-    findings = _shown(report.get("findings", []))
+    findings = _shown(report.findings)
     if findings:
         lines += ["", "Findings (ranked):"]
     for i, f in enumerate(findings[:MAX_FINDINGS], 1):
         lines += _finding_lines(i, f, width)
     if len(findings) > MAX_FINDINGS:
         lines.append(f"  ... {len(findings) - MAX_FINDINGS} more in report.md")
-    rest = len(report.get("findings", [])) - min(len(findings), MAX_FINDINGS)
+    rest = len(report.findings) - min(len(findings), MAX_FINDINGS)
     if rest > 0:
         lines.append(f"  ({rest} more: information and passed checks, in report.md)")
-    lines += _experiment_lines(report.get("experiments") or [], width)
-    lines += _cross_rank_lines(report.get("cross_rank"), width)
-    for p in report.get("proposals") or []:
-        lines += _wrap(f"to prove {p['finding_id']} ({p['change']}): {p['command']}", "    ",
+    lines += _experiment_lines(report.experiments, width)
+    lines += _cross_rank_lines(report.cross_rank, width)
+    for p in report.proposals:
+        lines += _wrap(f"to prove {p.finding_id} ({p.change}): {p.command}", "    ",
                        "  - ", width)
-    if report.get("notes"):
+    if report.notes:
         lines.append("")
-        for note in report["notes"]:
+        for note in report.notes:
             lines += _wrap(note, "    ", "  note: ", width)
     return "\n".join(lines)
 
 
-def _shown(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _shown(findings: list[FindingEntry]) -> list[FindingEntry]:
     """What to act on (critical, warning), then information with a measured impact (where the
     time goes); plain information and passed checks stay in the report files."""
-    act = [f for f in findings if f.get("severity") in ("critical", "warning")]
-    where = [f for f in findings if f.get("severity") == "info"
-             and ((f.get("impact") or {}).get("share") or 0.0) >= 0.05]
+    act = [f for f in findings if f.severity in ("critical", "warning")]
+    where = [f for f in findings if f.severity == "info"
+             and ((f.impact or {}).get("share") or 0.0) >= 0.05]
     return act + where
 
 
-def _finding_lines(i: int, f: dict[str, Any], width: int) -> list[str]:
-    out = _wrap(f"{f['severity'].upper()} {f['title']}", "     ", f"{i:>2}. ", width)
-    impact = describe(f.get("impact"))
+def _finding_lines(i: int, f: FindingEntry, width: int) -> list[str]:
+    out = _wrap(f"{f.severity.upper()} {f.title}", "     ", f"{i:>2}. ", width)
+    impact = describe(f.impact)
     if impact:
         out += _wrap(f"impact: {impact}", "       ", "     ", width)
-    for e in (f.get("evidence") or [])[:4]:
-        value = e.get("value")
-        value = f"{value:.4g}" if isinstance(value, float) else str(value)
-        unit = f" {e['unit']}" if e.get("unit") else ""
-        src = f" ({e['source']})" if e.get("source") else ""
-        out += _wrap(f"{e['name']} = {value}{unit}{src}", "         ", "     - ", width)
-    if f.get("fix"):
-        out += _wrap(f"fix: {f['fix']}", "       ", "     ", width)
+    for e in f.evidence[:4]:
+        value = f"{e.value:.4g}" if isinstance(e.value, float) else str(e.value)
+        unit = f" {e.unit}" if e.unit else ""
+        src = f" ({e.source})" if e.source else ""
+        out += _wrap(f"{e.name} = {value}{unit}{src}", "         ", "     - ", width)
+    if f.fix:
+        out += _wrap(f"fix: {f.fix}", "       ", "     ", width)
     return out
 
 
-def _experiment_lines(experiments: list[dict[str, Any]], width: int) -> list[str]:
+def _experiment_lines(experiments: list[Experiment], width: int) -> list[str]:
     if not experiments:
         return []
     out = ["", "Fixes measured (A/B, alternating, warm-up excluded, fresh prompts per run):"]
     for e in experiments:
-        if e.get("change_pct") is None:
-            out += _wrap(f"{e['finding_id']}: {e['change']}: {e.get('note') or e.get('verdict')}",
+        if e.change_pct is None:
+            out += _wrap(f"{e.finding_id}: {e.change}: {e.note or e.verdict}",
                          "    ", "  - ", width)
             continue
-        ci = e.get("ci95_pct")
+        ci = e.ci95_pct
         interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
-        word = outcome(e)
-        out += _wrap(f"{e['finding_id']}: {e['change']} at c={e['load']:g}: {e['metric']} "
-                     f"{e['a_mean']:.1f} -> {e['b_mean']:.1f} ({e['change_pct']:+.1f}%)"
-                     f"{interval}: {word}" + _guard_text(e.get("guard"))
-                     + (f"; {e['note']}" if e.get("note") else ""),
+        word = outcome(e.to_dict())
+        out += _wrap(f"{e.finding_id}: {e.change} at c={e.load:g}: {e.metric} "
+                     f"{e.a_mean or 0.0:.1f} -> {e.b_mean or 0.0:.1f} ({e.change_pct:+.1f}%)"
+                     f"{interval}: {word}"
+                     + _guard_text(None if isinstance(e.guard, UnsetType) else e.guard)
+                     + (f"; {e.note}" if e.note else ""),
                      "    ", "  - ", width)
     return out
 
 
-def _cross_rank_lines(section: dict[str, Any] | None, width: int) -> list[str]:
+def _cross_rank_lines(section: CrossRank | None, width: int) -> list[str]:
     """One line per rank (the table is in report.md / report.html), then the sentences."""
     from latscope.report.ranks import RANK_COLUMNS, cross_rank_sentences, rank_rows
 
@@ -117,21 +122,21 @@ def _cross_rank_lines(section: dict[str, Any] | None, width: int) -> list[str]:
     return out
 
 
-def _guard_text(guard: dict[str, Any] | None) -> str:
+def _guard_text(guard: Guard | None) -> str:
     """The metric the fix must not make much worse, e.g. long requests' E2E for the gateway."""
-    if not guard or guard.get("change_pct") is None:
+    if guard is None or guard.change_pct is None:
         return ""
-    ci = guard.get("ci95_pct")
+    ci = guard.ci95_pct
     interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
-    return f"; {guard['metric']} {guard['change_pct']:+.1f}%{interval}"
+    return f"; {guard.metric} {guard.change_pct:+.1f}%{interval}"
 
 
-def print_report(report: dict[str, Any], file: Any = None) -> None:
+def print_report(report: Report, file: Any = None) -> None:
     file = file or sys.stdout
     width = WIDTH
     if file.isatty():
         width = max(WIDTH, min(120, shutil.get_terminal_size((WIDTH, 24)).columns))
     print(render_text(report, width), file=file)
-    where = report.get("run_dir")
+    where = report.run_dir
     if where:
         print(f"\nreport: {where}/report.html (also report.md, report.json)", file=file)

@@ -1,4 +1,4 @@
-"""report.html: one self-contained page rendered from a report.json dict.
+"""report.html: one self-contained page rendered from the typed report (``report.model``).
 
 No JavaScript and no external asset: the CSS is inlined, the charts are inline SVG (see
 ``latscope.report.plots``), and a Content-Security-Policy of ``default-src 'none'`` makes the
@@ -15,12 +15,13 @@ from typing import Any
 from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
 from latscope.report import plots, units
+from latscope.report.model import CrossRank, DecompositionView, Report
 from latscope.report.schema import actionable, check_report, checks, component_tree, ttft_leaves
 
 _ASSETS = "latscope.report.assets"
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: Report) -> str:
     """The whole page as a string; raises ReportError for a report it cannot render honestly."""
     check_report(report)
     from markupsafe import Markup
@@ -29,41 +30,40 @@ def render_html(report: dict[str, Any]) -> str:
               for name, spec in _chart_specs(report).items()}
     return _template().render(
         r=report, charts=charts, css=Markup(_asset("report.css")),
-        findings=actionable(report.get("findings") or []),
-        checks=checks(report.get("findings") or []),
-        decompositions=[_decomposition_rows(d) for d in report.get("decompositions") or []],
-        load_kind=(report.get("sweep") or {}).get("load_kind", "concurrency"),
-        ranks=_cross_rank(report.get("cross_rank")))
+        findings=actionable(report.findings),
+        checks=checks(report.findings),
+        decompositions=[_decomposition_rows(d) for d in report.decompositions],
+        load_kind=report.sweep.load_kind if report.sweep is not None else "concurrency",
+        ranks=_cross_rank(report.cross_rank))
 
 
-def _cross_rank(section: dict[str, Any] | None) -> dict[str, Any] | None:
+def _cross_rank(section: CrossRank | None) -> dict[str, Any] | None:
     from latscope.report.ranks import RANK_COLUMNS, cross_rank_sentences, rank_rows
 
-    if not section:
+    if section is None:
         return None
     return {"columns": RANK_COLUMNS, "rows": rank_rows(section),
             "sentences": cross_rank_sentences(section)}
 
 
-def _chart_specs(report: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
-    return {"sweep": plots.sweep_spec(report.get("sweep")),
-            "decomposition": plots.decomposition_spec(report.get("decompositions")),
-            "timeseries": plots.timeseries_spec(report.get("timeseries"),
-                                                 _telemetry(report)),
-            "trace": plots.trace_spec(report.get("trace")),
-            "experiments": plots.experiments_spec(report.get("experiments"))}
+def _chart_specs(report: Report) -> dict[str, dict[str, Any] | None]:
+    return {"sweep": plots.sweep_spec(report.sweep),
+            "decomposition": plots.decomposition_spec(report.decompositions),
+            "timeseries": plots.timeseries_spec(report.timeseries, _telemetry(report)),
+            "trace": plots.trace_spec(report.trace),
+            "experiments": plots.experiments_spec(report.experiments)}
 
 
-def _telemetry(report: dict[str, Any]) -> dict[str, Any] | None:
-    tel = report.get("telemetry")
+def _telemetry(report: Report) -> dict[str, Any] | None:
+    tel = report.telemetry  # telemetry.facts' section: an open dict
     return tel if isinstance(tel, dict) and tel.get("status") == "ok" else None
 
 
-def _decomposition_rows(d: dict[str, Any]) -> dict[str, Any]:
-    leaves = {c.get("key") for c in ttft_leaves(d)}
-    return {"label": d.get("label"), "load": d.get("load"),
-            "rows": [{"depth": depth, "leaf": c.get("key") in leaves, **c}
-                     for depth, c in component_tree(d.get("components") or [])]}
+def _decomposition_rows(d: DecompositionView) -> dict[str, Any]:
+    """The table of one load: (depth, is a TTFT leaf, component) in tree order."""
+    leaves = {c.key for c in ttft_leaves(d)}
+    return {"label": d.label, "load": d.load,
+            "rows": [(depth, c.key in leaves, c) for depth, c in component_tree(d.components)]}
 
 
 def _safe_href(ref: Any) -> str | None:
@@ -78,7 +78,8 @@ def _template():
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ms=units.ms, pct=units.pct, signed_pct=units.signed_pct,
+    env.filters.update(ms=units.ms, pct=units.pct, arm_share=units.arm_share,
+                       signed_pct=units.signed_pct,
                        interval=units.interval, num=units.number, value_unit=units.value_unit,
                        impact=describe, href=_safe_href)
     env.globals["load_label"] = units.load_label

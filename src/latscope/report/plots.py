@@ -14,6 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from latscope.report.model import (
+    DecompositionView,
+    Experiment,
+    Sweep,
+    SweepPoint,
+    TimeSeries,
+    TraceSection,
+)
 from latscope.report.schema import ttft_leaves
 from latscope.report.units import load_label
 
@@ -48,46 +56,44 @@ def _num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _at_load(points: list[dict[str, Any]], load: Any, key: str) -> float | None:
+def _at_load(points: list[SweepPoint], load: Any, key: str) -> float | None:
     """``key`` at ``load``: the measured point, else linear between its neighbours by load."""
-    pts = sorted((p for p in points if _num(p.get("load")) and _num(p.get(key))),
-                 key=lambda p: p["load"])
+    pts = sorted(((p.load, v) for p in points if _num(p.load) and _num(v := getattr(p, key))),
+                 key=lambda lv: lv[0])
     if not _num(load) or not pts:
         return None
-    for lo, hi in zip(pts, pts[1:]):
-        if lo["load"] <= load <= hi["load"]:
-            if hi["load"] == lo["load"]:
-                return lo[key]
-            frac = (load - lo["load"]) / (hi["load"] - lo["load"])
-            return lo[key] + frac * (hi[key] - lo[key])
-    return next((p[key] for p in pts if p["load"] == load), None)
+    for (lo, lo_v), (hi, hi_v) in zip(pts, pts[1:]):
+        if lo <= load <= hi:
+            if hi == lo:
+                return lo_v
+            return lo_v + (load - lo) / (hi - lo) * (hi_v - lo_v)
+    return next((v for at, v in pts if at == load), None)
 
 
-def sweep_spec(sweep: dict[str, Any] | None) -> dict[str, Any] | None:
+def sweep_spec(sweep: Sweep | None) -> dict[str, Any] | None:
     """The throughput-latency curve, and throughput, TTFT and E2E against the load offered,
     with the knee and the recommended load marked on each."""
-    sweep = sweep or {}
-    points = sorted((p for p in sweep.get("points") or [] if _num(p.get("load"))),
-                    key=lambda p: p["load"])
+    if sweep is None:
+        return None
+    points = sorted((p for p in sweep.points if _num(p.load)), key=lambda p: p.load)
     if not points:
         return None
-    kind = sweep.get("load_kind", "concurrency")
+    kind = sweep.load_kind
     unit = "req/s offered" if kind == "rate" else "concurrency"
-    marks = [{"load": m["load"], "label": f"{name} {load_label(kind, m['load'])}",
-              "rps": _at_load(points, m["load"], "throughput_rps"),
-              "ttft": _at_load(points, m["load"], "ttft_p99_ms")}
-             for name, m in (("knee", sweep.get("knee")),
-                             ("recommended", sweep.get("recommended")))
-             if isinstance(m, dict) and _num(m.get("load"))]
-    loads = [p["load"] for p in points]
+    marks = [{"load": m.load, "label": f"{name} {load_label(kind, m.load)}",
+              "rps": _at_load(points, m.load, "throughput_rps"),
+              "ttft": _at_load(points, m.load, "ttft_p99_ms")}
+             for name, m in (("knee", sweep.knee), ("recommended", sweep.recommended))
+             if m is not None and _num(m.load)]
+    loads = [p.load for p in points]
     log_x = min(loads) > 0 and max(loads) / min(loads) >= 8  # doubling steps read best on log2
     x_load = {"field": "load", "type": "quantitative", "title": unit,
               "scale": {"type": "log", "base": 2} if log_x else {"zero": False}}
 
     def rows(keys: tuple[str, ...]) -> list[dict[str, Any]]:
-        return [{"load": p["load"], "rps": p.get("throughput_rps"), "v": p[k],
-                 "series": _SWEEP_SERIES[k], "at": load_label(kind, p["load"])}
-                for p in points for k in keys if _num(p.get(k))]
+        return [{"load": p.load, "rps": p.throughput_rps, "v": getattr(p, k),
+                 "series": _SWEEP_SERIES[k], "at": load_label(kind, p.load)}
+                for p in points for k in keys if _num(getattr(p, k))]
 
     panels = [p for p in (
         _curve_panel(rows(("ttft_p50_ms", "ttft_p99_ms")), marks),
@@ -160,22 +166,22 @@ def _load_panel(title: str, rows: list[dict[str, Any]], x: dict[str, Any],
             "resolve": {"scale": {"color": "independent"}}}
 
 
-def decomposition_spec(decompositions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+def decomposition_spec(decompositions: list[DecompositionView]) -> dict[str, Any] | None:
     """Client TTFT of each load level as one stacked bar of its parts (mean ms)."""
     rows: list[dict[str, Any]] = []
     levels: list[str] = []
     parts: dict[str, Any] = {}
-    for d in decompositions or []:
-        leaves = [c for c in ttft_leaves(d) if _num(c.get("mean_ms"))]
+    for d in decompositions:
+        leaves = [c for c in ttft_leaves(d) if _num(c.mean_ms)]
         if not leaves:
             continue
-        levels.append(str(d.get("label")))
+        levels.append(str(d.label))
         for c in leaves:
-            parts.setdefault(c["key"], str(c.get("label") or c["key"]))
+            parts.setdefault(c.key, str(c.label or c.key))
             # a difference of means can come out slightly negative (noise): drawn as 0, the
             # table beside the chart prints the value
-            rows.append({"level": str(d.get("label")), "part": parts[c["key"]],
-                         "ms": max(0.0, float(c["mean_ms"])), "order": _part_rank(c["key"])})
+            rows.append({"level": str(d.label), "part": parts[c.key],
+                         "ms": max(0.0, float(c.mean_ms or 0.0)), "order": _part_rank(c.key)})
     if not rows:
         return None
     domain = [parts[k] for k in sorted(parts, key=_part_rank)]
@@ -209,18 +215,17 @@ _SERIES = (  # (key in timeseries, legend label, panel)
 )
 
 
-def timeseries_spec(ts: dict[str, Any] | None,
+def timeseries_spec(ts: TimeSeries | None,
                     telemetry: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Server state over the run, aligned with the client's load on one time axis; the GPUs'
-    telemetry (``report.json``'s ``telemetry``) under it, on the same axis."""
-    t = [x for x in ((ts or {}).get("t_s") or []) + ((telemetry or {}).get("t_s") or [])
+    telemetry (``report.json``'s ``telemetry``, an open dict) under it, on the same axis."""
+    t = [x for x in (ts.t_s if ts is not None else []) + ((telemetry or {}).get("t_s") or [])
          if _num(x)]
     if not t:
         return None
-    ts = ts or {}
     panels: dict[str, list[dict[str, Any]]] = {"requests": [], "kv": [], "preemptions": []}
     for key, label, panel in _SERIES:
-        for when, value in zip(t, ts.get(key) or []):
+        for when, value in zip(t, getattr(ts, key) if ts is not None else []):
             if _num(when) and _num(value):
                 v = value * 100 if key == "kv_usage" else value
                 panels[panel].append({"t": when, "v": v, "series": label,
@@ -303,13 +308,13 @@ def telemetry_panels(telemetry: dict[str, Any] | None, x_dom: list[float]
     return panels
 
 
-def trace_spec(trace: dict[str, Any] | None) -> dict[str, Any] | None:
+def trace_spec(trace: TraceSection | None) -> dict[str, Any] | None:
     """Where the trace window went (compute, exposed copy/comm, idle) and time per category."""
-    if not trace:
+    if trace is None:
         return None
     charts = []
-    breakdown = [{"kind": k, "share": v, "order": i}
-                 for i, (k, v) in enumerate((trace.get("breakdown") or {}).items()) if _num(v)]
+    breakdown: list[dict[str, Any]] = [{"kind": k, "share": v, "order": i}
+                 for i, (k, v) in enumerate(trace.breakdown.items()) if _num(v)]
     if breakdown:
         charts.append({
             "title": "GPU time in the trace window", "width": WIDTH, "height": 36,
@@ -326,8 +331,7 @@ def trace_spec(trace: dict[str, Any] | None) -> dict[str, Any] | None:
                 "order": {"field": "order", "type": "quantitative"},
             },
         })
-    cats = [{"name": str(c.get("name")), "ms": c["ms"]} for c in trace.get("categories") or []
-            if _num(c.get("ms"))]
+    cats = [{"name": str(c.name), "ms": c.ms} for c in trace.categories if _num(c.ms)]
     if cats:
         charts.append({
             "title": "Kernel time by category", "width": WIDTH - 160,
@@ -343,15 +347,15 @@ def trace_spec(trace: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"vconcat": charts, "resolve": {"scale": {"color": "independent"}}}
 
 
-def experiments_spec(experiments: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+def experiments_spec(experiments: list[Experiment] | None) -> dict[str, Any] | None:
     """Each fix tried: change of its metric with the 95% interval, and the values of both arms."""
-    exps = [e for e in experiments or [] if _num(e.get("change_pct"))]
+    exps = [e for e in experiments or [] if _num(e.change_pct)]
     if not exps:
         return None
-    forest = [{"change": f"{i}. {_short(e.get('change'))}", "pct": e["change_pct"],
-               "lo": (e.get("ci95_pct") or [e["change_pct"]] * 2)[0],
-               "hi": (e.get("ci95_pct") or [e["change_pct"]] * 2)[1],
-               "verdict": "helped" if e.get("helped") else "did not help"}
+    forest = [{"change": f"{i}. {_short(e.change)}", "pct": e.change_pct,
+               "lo": e.ci95_pct[0] if e.ci95_pct else e.change_pct,
+               "hi": e.ci95_pct[1] if e.ci95_pct else e.change_pct,
+               "verdict": "helped" if e.helped else "did not help"}
               for i, e in enumerate(exps, 1)]
     y = {"field": "change", "type": "nominal", "title": None, "sort": None,
          "axis": {"labelLimit": 220}}
@@ -373,18 +377,18 @@ def experiments_spec(experiments: list[dict[str, Any]] | None) -> dict[str, Any]
         ],
     }]
     for i, e in enumerate(exps, 1):
-        values = ([{"arm": "A (before)", "v": v} for v in e.get("a_values") or [] if _num(v)]
-                  + [{"arm": "B (after)", "v": v} for v in e.get("b_values") or [] if _num(v)])
+        values = ([{"arm": "A (before)", "v": v} for v in e.a_values if _num(v)]
+                  + [{"arm": "B (after)", "v": v} for v in e.b_values if _num(v)])
         if values:
             charts.append(_arms_panel(i, e, values))
     return {"vconcat": charts, "resolve": {"scale": {"color": "independent"}}}
 
 
-def _arms_panel(i: int, e: dict[str, Any], values: list[dict[str, Any]]) -> dict[str, Any]:
-    arms = (("A (before)", "a_mean"), ("B (after)", "b_mean"))
-    means = [{"arm": arm, "v": e[key]} for arm, key in arms if _num(e.get(key))]
+def _arms_panel(i: int, e: Experiment, values: list[dict[str, Any]]) -> dict[str, Any]:
+    arms = (("A (before)", e.a_mean), ("B (after)", e.b_mean))
+    means = [{"arm": arm, "v": mean} for arm, mean in arms if _num(mean)]
     y = {"field": "arm", "type": "nominal", "title": None, "sort": ["A (before)", "B (after)"]}
-    x = {"field": "v", "type": "quantitative", "title": str(e.get("metric") or "value"),
+    x = {"field": "v", "type": "quantitative", "title": str(e.metric or "value"),
          "scale": {"zero": False}}
     layers: list[dict[str, Any]] = [
         {"data": {"values": values}, "mark": {"type": "point", "opacity": 0.7},
@@ -394,7 +398,7 @@ def _arms_panel(i: int, e: dict[str, Any], values: list[dict[str, Any]]) -> dict
         layers.append({"data": {"values": means},
                        "mark": {"type": "tick", "thickness": 3, "color": "#333"},
                        "encoding": {"y": y, "x": x}})
-    return {"title": {"text": f"{i}. {_short(e.get('change'))}", "fontSize": 12},
+    return {"title": {"text": f"{i}. {_short(e.change)}", "fontSize": 12},
             "width": WIDTH - 240, "height": 50, "layer": layers}
 
 

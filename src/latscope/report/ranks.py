@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from latscope.report.model import CrossRank, RankRef, RankRow
 from latscope.report.trace import _ms, _pct
 
 
@@ -50,50 +51,49 @@ def _name(r: dict[str, Any]) -> str:
     return f"{r['path'].rsplit('/', 1)[-1]}{rank} device {r['device']}"
 
 
-# --- the cross-rank section of a diagnose report (report.json "cross_rank") ---------------------
+# --- the cross-rank section of a diagnose report (report.model.CrossRank) -----------------------
 
 RANK_COLUMNS = ("rank", "busy ms", "idle", "comm", "exposed", "collective ms", "waiting",
                 "collectives by kind")
 
 
-def rank_rows(section: dict[str, Any]) -> list[list[str]]:
+def rank_rows(section: CrossRank) -> list[list[str]]:
     """One row of cells per rank, in ``RANK_COLUMNS`` order (formatting only)."""
     from latscope.report import units
 
     rows = []
-    for r in section.get("ranks") or []:
+    for r in section.ranks:
         kinds = ", ".join(f"{k['kind']} {k['count']}x {units.ms(k.get('total_ms'))}"
-                          for k in r.get("kinds") or [])
-        rows.append([rank_label(r), units.number(r.get("busy_ms")), units.pct(r.get("idle_share")),
-                     units.pct(r.get("comm_share")), units.pct(r.get("exposed_comm_share")),
-                     units.number(r.get("collective_ms")), units.pct(r.get("wait_share")),
-                     kinds or "-"])
+                          for k in r.kinds)
+        rows.append([rank_label(r), units.number(r.busy_ms), units.pct(r.idle_share),
+                     units.pct(r.comm_share), units.pct(r.exposed_comm_share),
+                     units.number(r.collective_ms), units.pct(r.wait_share), kinds or "-"])
     return rows
 
 
-def rank_label(r: dict[str, Any] | None) -> str:
-    if not r:
+def rank_label(r: RankRef | RankRow | None) -> str:
+    if r is None:
         return "?"
-    rank = f"rank {r['rank']}" if r.get("rank") is not None else r.get("file", "?")
-    return f"{rank} (GPU {r.get('device')})"
+    rank = f"rank {r.rank}" if r.rank is not None else r.file
+    return f"{rank} (GPU {r.device})"
 
 
-def cross_rank_sentences(section: dict[str, Any]) -> list[str]:
+def cross_rank_sentences(section: CrossRank) -> list[str]:
     """The slowest rank, the straggler and the skew, then notes: one sentence each."""
     from latscope.report import units
 
     out = []
-    if section.get("slowest"):
+    if section.slowest is not None:
         out.append(f"Slowest rank by GPU busy time outside exposed communication: "
-                   f"{rank_label(section['slowest'])}, {units.ms(section.get('slowest_busy_ms'))}.")
-    if section.get("matched"):
-        out.append(f"{section['matched']} collectives matched across ranks; skew (max - min "
-                   f"duration) p50 {units.ms(section.get('skew_p50_ms'))}, p99 "
-                   f"{units.ms(section.get('skew_p99_ms'))}, max "
-                   f"{units.ms(section.get('skew_max_ms'))}; the others wait for "
-                   f"{rank_label(section.get('straggler'))} (it waits least).")
+                   f"{rank_label(section.slowest)}, {units.ms(section.slowest_busy_ms)}.")
+    if section.matched:
+        out.append(f"{section.matched} collectives matched across ranks; skew (max - min "
+                   f"duration) p50 {units.ms(section.skew_p50_ms)}, p99 "
+                   f"{units.ms(section.skew_p99_ms)}, max "
+                   f"{units.ms(section.skew_max_ms)}; the others wait for "
+                   f"{rank_label(section.straggler)} (it waits least).")
     else:
         out.append("No collective kernels matched across ranks: no skew to measure.")
-    out += [f"Note: {n}." for n in section.get("notes") or []]
-    out += [f"Not analysed: {e}." for e in section.get("errors") or []]
+    out += [f"Note: {n}." for n in section.notes]
+    out += [f"Not analysed: {e}." for e in section.errors]
     return out

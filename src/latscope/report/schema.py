@@ -1,6 +1,7 @@
-"""What every report renderer needs from a ``report.json`` dict (schema in docs/report.md):
-the version check, the refusal of impossible numbers, and the two shapes derived from it
-(TTFT leaves for the stacked bars, the component tree for tables).
+"""What every report renderer needs from a report (``latscope.report.model.Report``, schema in
+docs/report.md): the version check of a report.json dict, the refusal of impossible numbers,
+and the two shapes derived from it (TTFT leaves for the stacked bars, the component tree for
+tables).
 
 Renderers call ``check_report`` first, so an impossible share is refused, never printed.
 """
@@ -10,9 +11,17 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from latscope.errors import LatscopeError
+from msgspec import UnsetType
 
-SCHEMA_VERSION = 1
+from latscope.errors import LatscopeError
+from latscope.report.model import (
+    SCHEMA_VERSION,
+    ComponentRow,
+    DecompositionView,
+    FindingEntry,
+    Report,
+)
+
 SEVERITIES = ("critical", "warning", "info", "ok", "skipped")
 # Findings shown in the main, ranked list; "ok" and "skipped" are the checks that ran or could not.
 ACTIONABLE = ("critical", "warning", "info")
@@ -33,10 +42,12 @@ def check_version(report: Any) -> None:
                           f"(this latscope reads version {SCHEMA_VERSION})")
 
 
-def check_report(report: dict[str, Any]) -> None:
+def check_report(report: Report) -> None:
     """Raise ReportError unless ``report`` is a schema-1 report whose numbers are possible."""
-    check_version(report)
-    if not isinstance(report.get("verdict"), dict) or "text" not in report["verdict"]:
+    if report.schema_version != SCHEMA_VERSION:
+        raise ReportError(f"report.json schema_version {report.schema_version!r} is not "
+                          f"supported (this latscope reads version {SCHEMA_VERSION})")
+    if report.verdict is None:
         raise ReportError("report.json: verdict.text is missing")
     for where, share in _shares(report):
         if share is None:
@@ -45,61 +56,64 @@ def check_report(report: dict[str, Any]) -> None:
             raise ReportError(f"report.json: {where} share {share!r} is not a number")
         if share > 1 + _SHARE_TOLERANCE:
             raise ReportError(f"report.json: {where} share {share:.1%} is above 100%: refused")
-    for f in report.get("findings") or []:
-        if f.get("severity") not in SEVERITIES:
-            raise ReportError(f"report.json: finding {f.get('id')!r} has severity "
-                              f"{f.get('severity')!r}")
+    for f in report.findings:
+        if f.severity not in SEVERITIES:
+            raise ReportError(f"report.json: finding {f.id!r} has severity {f.severity!r}")
 
 
-def _shares(report: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    yield "verdict", report["verdict"].get("share")
-    for f in report.get("findings") or []:
-        yield f"finding {f.get('id')}", (f.get("impact") or {}).get("share")
-    for d in report.get("decompositions") or []:
-        for c in d.get("components") or []:
-            yield f"decomposition {d.get('label')} {c.get('key')}", c.get("share")
-    trace = report.get("trace") or {}
-    for name, share in (trace.get("breakdown") or {}).items():
-        yield f"trace breakdown {name}", share
-    for c in trace.get("categories") or []:
-        yield f"trace category {c.get('name')}", c.get("share")
-    for r in (report.get("cross_rank") or {}).get("ranks") or []:
-        for key in ("idle_share", "comm_share", "exposed_comm_share", "wait_share"):
-            yield f"cross-rank rank {r.get('rank')} {key}", r.get(key)
+def _shares(report: Report) -> Iterator[tuple[str, Any]]:
+    if report.verdict is not None:
+        share = report.verdict.share
+        yield "verdict", None if isinstance(share, UnsetType) else share
+    for f in report.findings:
+        yield f"finding {f.id}", (f.impact or {}).get("share")
+    for d in report.decompositions:
+        for c in d.components:
+            yield f"decomposition {d.label} {c.key}", c.share
+    if report.trace is not None:
+        for name, share in report.trace.breakdown.items():
+            yield f"trace breakdown {name}", share
+        for cat in report.trace.categories:
+            yield f"trace category {cat.name}", cat.share
+    for r in report.cross_rank.ranks if report.cross_rank is not None else []:
+        yield f"cross-rank rank {r.rank} idle_share", r.idle_share
+        yield f"cross-rank rank {r.rank} comm_share", r.comm_share
+        yield f"cross-rank rank {r.rank} exposed_comm_share", r.exposed_comm_share
+        yield f"cross-rank rank {r.rank} wait_share", r.wait_share
 
 
-def ttft_leaves(decomposition: dict[str, Any]) -> list[dict[str, Any]]:
+def ttft_leaves(decomposition: DecompositionView) -> list[ComponentRow]:
     """The parts of client TTFT that add up to it: children of "ttft" and of "ttft.server",
     without "ttft.server" itself (it is the sum of its own children)."""
-    return [c for c in decomposition.get("components") or []
-            if c.get("parent") in ("ttft", "ttft.server") and c.get("key") != "ttft.server"]
+    return [c for c in decomposition.components
+            if c.parent in ("ttft", "ttft.server") and c.key != "ttft.server"]
 
 
-def component_tree(components: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+def component_tree(components: list[ComponentRow]) -> list[tuple[int, ComponentRow]]:
     """(depth, component) in depth-first order; roots are components whose parent is absent."""
-    keys = {c.get("key") for c in components}
-    children: dict[Any, list[dict[str, Any]]] = {}
+    keys = {c.key for c in components}
+    children: dict[str | None, list[ComponentRow]] = {}
     for c in components:
-        parent = c.get("parent") if c.get("parent") in keys else None
+        parent = c.parent if c.parent in keys else None
         children.setdefault(parent, []).append(c)
-    out: list[tuple[int, dict[str, Any]]] = []
+    out: list[tuple[int, ComponentRow]] = []
     seen: set[int] = set()  # a parent cycle in bad input must not loop forever
 
-    def walk(parent: Any, depth: int) -> None:
+    def walk(parent: str | None, depth: int) -> None:
         for c in children.get(parent, []):
             if id(c) in seen:
                 continue
             seen.add(id(c))
             out.append((depth, c))
-            walk(c.get("key"), depth + 1)
+            walk(c.key, depth + 1)
 
     walk(None, 0)
     return out
 
 
-def actionable(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in findings if f.get("severity") in ACTIONABLE]
+def actionable(findings: list[FindingEntry]) -> list[FindingEntry]:
+    return [f for f in findings if f.severity in ACTIONABLE]
 
 
-def checks(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in findings if f.get("severity") not in ACTIONABLE]
+def checks(findings: list[FindingEntry]) -> list[FindingEntry]:
+    return [f for f in findings if f.severity not in ACTIONABLE]

@@ -48,13 +48,14 @@ def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) 
 
 def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.report.diagnose import render_text
+    from latscope.report.write import typed_report
 
     report = run.read("report.json")
     if report is None:
         console.print("no report.json yet (interrupted before the end): findings so far")
         _findings_only(run, console, show_ok)
         return
-    console.print(render_text(report), markup=False, highlight=False)
+    console.print(render_text(typed_report(report)), markup=False, highlight=False)
 
 
 def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:

@@ -14,6 +14,16 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def arm_share(value: Any) -> str:
+    """An A/B arm's share over its runs (``prefix_cache_hit_rate``'s per-arm list, one value a
+    run, None where a run had no figure) as the mean of the runs measured; a single share (an
+    older report) as it is."""
+    if isinstance(value, list):
+        known = [v for v in map(_num, value) if v is not None]
+        return pct(sum(known) / len(known)) if known else NA
+    return pct(value)
+
+
 def ms(value: Any) -> str:
     """'512 ms', '51.2 ms', '0.12 ms', '2.35 s'; n/a when not measured."""
     v = _num(value)

@@ -1,5 +1,9 @@
 """Writes a run's three reports: report.json (the data), report.html and report.md (renderings).
 
+The renderers take the typed report (``report.model.Report``): a report.json dict is converted
+once, here (``typed_report``), and one that does not fit the model (an older or corrupt file
+given to ``latscope report DIR``) is refused in one line naming the field.
+
 report.json goes first, so the results survive a renderer that refuses them (an impossible
 share) or fails; every file is written to a temporary name and renamed, so a reader (or a
 Ctrl-C) never sees half a report.
@@ -10,10 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from latscope.errors import ConfigError
-from latscope.report.schema import check_version
+from latscope.report.model import Report, load_report
+from latscope.report.schema import ReportError, check_version
 from latscope.rundir import write_bytes
 
 REPORT_JSON, REPORT_HTML, REPORT_MD = "report.json", "report.html", "report.md"
@@ -34,15 +40,24 @@ def write_reports(run_dir: str | Path, report: dict[str, Any]) -> dict[str, Path
              "md": run_dir / REPORT_MD}
     write_bytes(paths["json"], orjson.dumps(report, option=orjson.OPT_INDENT_2
                                               | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-    write_bytes(paths["html"], render_html(report).encode())
-    write_bytes(paths["md"], render_markdown(report).encode())
+    typed = typed_report(report)  # after report.json: the results survive a misfit too
+    write_bytes(paths["html"], render_html(typed).encode())
+    write_bytes(paths["md"], render_markdown(typed).encode())
     return paths
+
+
+def typed_report(report: dict[str, Any]) -> Report:
+    """A report.json dict as the model the renderers take; ReportError in one line (the field
+    msgspec names) for one of another version or that does not fit."""
+    check_version(report)
+    try:
+        return load_report(report)
+    except msgspec.ValidationError as exc:
+        raise ReportError(f"report.json does not fit this latscope's report model: {exc}") from None
 
 
 def read_report(run_dir: str | Path) -> dict[str, Any]:
     """The report.json of ``run_dir``, version-checked; ConfigError/ReportError in one line."""
-    from latscope.report.schema import ReportError
-
     path = Path(run_dir) / REPORT_JSON
     if not Path(run_dir).is_dir():
         raise ConfigError(f"{run_dir}: no such run directory")

@@ -101,15 +101,17 @@ def test_a_gain_bought_with_the_guards_loss_is_said_so():
     assert result["helped"] and result["guard"]["verdict"] == "worse"
     from latscope.report.html import render_html
     from latscope.report.markdown import render_markdown
+    from latscope.report.write import typed_report
 
     from report_samples import bare_report  # tests/, on the path above
 
     report = {**bare_report(), "experiments": [result]}
-    assert "helped, at a cost" in render_markdown(report)
-    assert "helped, at a cost" in render_html(report)
+    assert "helped, at a cost" in render_markdown(typed_report(report))
+    assert "helped, at a cost" in render_html(typed_report(report))
     assert "helped, at a cost" in _experiment_text(result)
     assert "long_e2e_mean_ms +" in _experiment_text(result)
-    assert any("helped, at a cost" in line for line in _experiment_lines([result], 80))
+    typed = typed_report(report).experiments
+    assert any("helped, at a cost" in line for line in _experiment_lines(typed, 80))
 
 
 @pytest.mark.parametrize("argv, message", [

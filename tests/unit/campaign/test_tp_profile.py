@@ -28,6 +28,7 @@ from latscope.model import Finding, Severity
 from latscope.report.diagnose import render_text
 from latscope.report.html import render_html
 from latscope.report.markdown import render_markdown
+from latscope.report.write import typed_report
 from latscope.rundir import RunDir
 from latscope.trace.analyze import AnalysisOptions
 from latscope.trace.parallel import analyze_files, cross_rank
@@ -184,7 +185,7 @@ def test_the_trace_stage_stores_every_rank_and_replay_reports_the_cross_rank_vie
     assert ranks[0]["kinds"][0]["kind"] in ("all-reduce", "all-gather")
     straggler = next(f for f in report["findings"] if f["id"] == "trace.rank_straggler")
     assert straggler["impact"]["measured_at"].startswith("c=")  # where the profile was taken
-    text = render_text(report)
+    text = render_text(typed_report(report))
     assert "Ranks (one profile trace per rank):" in text
     assert "the others wait for rank 1 (GPU 0) (it waits least)" in " ".join(text.split())
     assert max(len(line) for line in text.splitlines()) <= 80
@@ -204,9 +205,9 @@ def test_two_real_ranks_render_in_every_report_and_an_impossible_share_is_refuse
     assert rows[0]["wait_share"] == pytest.approx(0.1008, abs=1e-3)
     assert rows[1]["comm_share"] == pytest.approx(0.3079, abs=1e-3)
     assert [k["kind"] for k in rows[0]["kinds"]] == ["send/recv"]
-    md = render_markdown(report)
+    md = render_markdown(typed_report(report))
     assert "| rank 1 (GPU 1) |" in md and "send/recv 10x" in md
-    assert "rank 0 (GPU 0)" in render_html(report)
+    assert "rank 0 (GPU 0)" in render_html(typed_report(report))
     rows[0]["comm_share"] = 1.5
     with pytest.raises(ReportError, match="above 100%"):
-        render_markdown(report)
+        render_markdown(typed_report(report))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fakeserver import FakeServer
 
+import latscope.load.inflight as inflight
 import latscope.load.runner as runner
 from latscope.load import BenchConfig, run_bench
 
 
 def test_a_zero_delay_stream_keeps_the_unparsed_backlog_bounded(tmp_path, monkeypatch):
     bound = 256 << 10  # small, so that a 2-core box's client surely falls behind the server
-    monkeypatch.setattr(runner, "_FINALIZE_BACKLOG_BYTES", bound)
+    monkeypatch.setattr(inflight, "_FINALIZE_BACKLOG_BYTES", bound)
     with FakeServer(ttft_ms=0, itl_ms=0) as srv:
         config = BenchConfig(url=srv.url, model="fake-model", num_requests=640, concurrency=32,
                              warmup=32, output_dir=tmp_path / "run")
@@ -51,7 +52,7 @@ def _stub_run(tmp_path, monkeypatch, log: list[tuple[str, int]]):
         record.error_kind = "cancelled"  # any outcome: only the order is under test
 
     monkeypatch.setattr(run.client, "execute", execute)
-    monkeypatch.setattr(runner, "finalize", parse)
+    monkeypatch.setattr(inflight, "finalize", parse)
     return run
 
 
@@ -76,7 +77,7 @@ def test_a_deep_backlog_is_parsed_a_slice_per_loop_turn_at_least_one_response_ea
 
     log: list[tuple[str, int]] = []
     run = _stub_run(tmp_path, monkeypatch, log)
-    monkeypatch.setattr(runner, "_FINALIZE_SLICE_NS", 0)  # the slice is over at once
+    monkeypatch.setattr(inflight, "_FINALIZE_SLICE_NS", 0)  # the slice is over at once
 
     async def drain_turns() -> int:
         for index in range(6):

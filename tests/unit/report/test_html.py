@@ -9,24 +9,24 @@ import pytest
 from latscope.report.html import render_html
 from latscope.report.schema import ReportError
 from report_samples import (LONG_KERNEL, bare_report, full_report, healthy_report, hostile_report,
-                            unreliable_client_report)
+                            typed, unreliable_client_report)
 
 # Rendering draws five charts (~0.1-1 s each): one page per case, shared by its tests.
 
 
 @pytest.fixture(scope="module")
 def page() -> str:
-    return render_html(full_report())
+    return render_html(typed(full_report()))
 
 
 @pytest.fixture(scope="module")
 def hostile_page() -> str:
-    return render_html(hostile_report())
+    return render_html(typed(hostile_report()))
 
 
 @pytest.fixture(scope="module")
 def bare_page() -> str:
-    return render_html(bare_report())
+    return render_html(typed(bare_report()))
 
 
 def _section(html: str, name: str) -> str:
@@ -105,7 +105,7 @@ def test_untrusted_text_is_escaped(hostile_page):
 
 
 def test_healthy_styling_and_no_findings():
-    page = render_html(healthy_report())
+    page = render_html(typed(healthy_report()))
     assert 'class="verdict healthy"' in page and ">Healthy<" in page
     assert "Nothing found that costs latency." in page
 
@@ -121,7 +121,7 @@ def test_missing_sections_say_not_measured(bare_page):
 
 
 def test_unreliable_client_banner():
-    page = render_html(unreliable_client_report())
+    page = render_html(typed(unreliable_client_report()))
     banner = _section(page, "client")
     assert "not reliable" in banner and "event-loop lag p99 182 ms" in banner
     assert "40.1 ms" in banner
@@ -130,7 +130,7 @@ def test_unreliable_client_banner():
 def test_rate_sweep_labels_loads_in_req_per_s():
     r = full_report()
     r["sweep"]["load_kind"] = "rate"
-    sweep = _section(render_html(r), "sweep")
+    sweep = _section(render_html(typed(r)), "sweep")
     assert "Knee at <b>16 req/s</b>" in sweep and "<td>8 req/s</td>" in sweep
 
 
@@ -145,4 +145,4 @@ def test_impossible_or_unknown_input_refused(mutate, message):
     r = full_report()
     mutate(r)
     with pytest.raises(ReportError, match=message):
-        render_html(r)
+        render_html(typed(r))

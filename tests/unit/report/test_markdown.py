@@ -8,7 +8,7 @@ import pytest
 
 from latscope.report.markdown import WIDTH, render_markdown
 from latscope.report.schema import ReportError
-from report_samples import (bare_report, full_report, healthy_report, hostile_report,
+from report_samples import (bare_report, full_report, healthy_report, hostile_report, typed,
                             unreliable_client_report)
 
 
@@ -27,11 +27,11 @@ def _too_wide(md: str) -> list[str]:
 @pytest.mark.parametrize("build", [full_report, bare_report, healthy_report, hostile_report,
                                    unreliable_client_report])
 def test_lines_fit_100_columns(build):
-    assert _too_wide(render_markdown(build())) == []
+    assert _too_wide(render_markdown(typed(build()))) == []
 
 
 def test_verdict_first_then_ranked_findings():
-    md = render_markdown(full_report())
+    md = render_markdown(typed(full_report()))
     body = [line for line in md.splitlines()[1:] if line.strip()]
     assert body[0].startswith("**VERDICT:** At the knee (c=16), 81% of mean TTFT")
     heads = re.findall(r"^### (\d+)\. \[(\w+)\] (.*)$", md, re.M)
@@ -43,7 +43,7 @@ def test_verdict_first_then_ranked_findings():
 
 
 def test_experiments_with_interval_and_did_not_help():
-    md = render_markdown(full_report())
+    md = render_markdown(typed(full_report()))
     assert "1. `--max-num-seqs 16 (was 2)`: **helped**" in md
     assert "ttft_mean_ms 504 -> 59.7: -88.2%, 95% interval [-90.1%, -86.0%]" in md
     assert "2. `--enable-chunked-prefill`: **did not measurably help**" in md
@@ -51,14 +51,14 @@ def test_experiments_with_interval_and_did_not_help():
 
 
 def test_sweep_table_marks_the_knee():
-    md = render_markdown(full_report())
+    md = render_markdown(typed(full_report()))
     row = next(line for line in md.splitlines() if line.startswith("| c=16 "))
     assert row.rstrip(" |").endswith("knee") and "474 ms" in row
-    assert "Knee at c=16 (confidence 80%). Recommended load: c=14 (10% left of the knee)." in md
+    assert "Knee at c=16 (high confidence). Recommended load: c=14 (10% left of the knee)." in md
 
 
 def test_decomposition_is_an_indented_tree_with_ms_and_share():
-    md = render_markdown(full_report())
+    md = render_markdown(typed(full_report()))
     block = md[md.index("knee (c=16):"):]
     lines = {line.strip().split("  ")[0]: line for line in block.splitlines()[1:12]}
     server = lines["server TTFT (arrival -> first token)"]
@@ -72,7 +72,7 @@ def test_untrusted_text_cannot_become_markup_or_break_tables():
     r = hostile_report()
     r["findings"][1]["title"] = "two\nlines | with a pipe"
     r["stages"][0]["note"] = "a | b"
-    md = render_markdown(r)
+    md = render_markdown(typed(r))
     prose = re.sub(r"`[^`]*`", "", md)  # inside code spans markup is shown as it is
     assert not re.search(r"(?<!\\)<(script|img)", prose) and "\\<script>" in prose
     assert "`<script>" in md  # the kernel name, in a code span
@@ -81,7 +81,7 @@ def test_untrusted_text_cannot_become_markup_or_break_tables():
 
 
 def test_long_kernel_names_shortened_with_a_pointer_to_json():
-    md = render_markdown(full_report())
+    md = render_markdown(typed(full_report()))
     # the terminal's rule (latscope.trace.names): the kernel and its functor, not a cut prefix
     assert "| `vectorized_elementwise_kernel<4, BinaryFunctor<…>, array<…>>` |" in md
     assert "void at::native::" not in md
@@ -89,15 +89,15 @@ def test_long_kernel_names_shortened_with_a_pointer_to_json():
 
 
 def test_missing_sections_and_healthy_verdict():
-    md = render_markdown(bare_report())
+    md = render_markdown(typed(bare_report()))
     assert md.count("not measured in this run") == 3
     assert "No trace analysed in this run." in md and "No fix was tried in this run." in md
-    healthy = render_markdown(healthy_report())
+    healthy = render_markdown(typed(healthy_report()))
     assert "**HEALTHY:**" in healthy and "Nothing found that costs latency." in healthy
 
 
 def test_unreliable_client_warned_before_findings():
-    md = render_markdown(unreliable_client_report())
+    md = render_markdown(typed(unreliable_client_report()))
     assert md.index("**WARNING:** the load generator was not reliable") < md.index("## Findings")
 
 
@@ -105,5 +105,5 @@ def test_share_above_100_percent_refused():
     r = full_report()
     r["verdict"]["share"] = 1.2
     with pytest.raises(ReportError, match="above 100%"):
-        render_markdown(r)
+        render_markdown(typed(r))
 

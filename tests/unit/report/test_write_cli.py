@@ -68,3 +68,16 @@ def test_cli_report_refuses_in_one_line(tmp_path, capsys, content, message):
 def test_cli_report_missing_run_dir(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope")]) == 1
     assert "no such run directory" in capsys.readouterr().err
+
+
+def test_cli_report_refuses_a_report_json_that_does_not_fit_the_model_naming_the_field(
+        tmp_path, capsys):
+    # an older or corrupt report.json: one line naming the field, not a traceback
+    r = full_report()
+    r["sweep"]["points"][2]["ttft_p50_ms"] = "fast"
+    (tmp_path / "report.json").write_bytes(orjson.dumps(r))
+    assert main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "does not fit" in err and "$.sweep.points[2].ttft_p50_ms" in err
+    assert not (tmp_path / "report.html").exists()

@@ -11,7 +11,7 @@ from latscope.report.html import render_html
 from latscope.report.markdown import render_markdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: report_samples
-from report_samples import full_report  # noqa: E402
+from report_samples import full_report, typed  # noqa: E402
 
 TELEMETRY = {"status": "ok", "source": "NVML (nvidia-ml-py 13.615.71) (telemetry/samples.jsonl)",
              "gpus": [0, 1],
@@ -29,7 +29,7 @@ def _report(telemetry):
 
 def test_gpu_panels_stack_under_the_server_series_on_one_axis():
     r = _report(TELEMETRY)
-    spec = plots.timeseries_spec(r["timeseries"], r["telemetry"])
+    spec = plots.timeseries_spec(typed(r).timeseries, r["telemetry"])
     panels = spec["vconcat"]
     titles = [p["encoding"]["y"]["title"] for p in panels]
     assert titles[-4:] == ["GPU busy (%)", "SM clock (MHz), max dashed",
@@ -38,11 +38,11 @@ def test_gpu_panels_stack_under_the_server_series_on_one_axis():
     assert domains == {(0, 13.1)}  # the server's 0..12 s and the GPUs' last sample
     power = panels[-2]["data"]["values"]
     assert {"t": 0.1, "v": 700, "series": "GPU1", "kind": "ceiling"} in power
-    assert plots.timeseries_spec(r["timeseries"]) is not None  # without telemetry as before
+    assert plots.timeseries_spec(typed(r).timeseries) is not None  # without telemetry as before
 
 
 def test_html_draws_the_gpu_series_and_names_their_source():
-    html = render_html(_report(TELEMETRY))
+    html = render_html(typed(_report(TELEMETRY)))
     assert "GPU busy (%)" in html and "power (W), limit dashed" in html
     assert "GPU series: NVML (nvidia-ml-py 13.615.71)" in html
 
@@ -50,8 +50,8 @@ def test_html_draws_the_gpu_series_and_names_their_source():
 def test_markdown_and_html_say_when_there_was_no_gpu_telemetry():
     none = {"status": "unavailable",
             "why": "no NVIDIA driver, no amdsmi, amd-smi or rocm-smi"}
-    md = render_markdown(_report(none))
+    md = render_markdown(typed(_report(none)))
     assert "## GPU over time\n\nNo GPU telemetry: no NVIDIA driver, no amdsmi" in md
-    assert "No GPU telemetry: no NVIDIA driver, no amdsmi" in render_html(_report(none))
-    table = render_markdown(_report(TELEMETRY))
+    assert "No GPU telemetry: no NVIDIA driver, no amdsmi" in render_html(typed(_report(none)))
+    table = render_markdown(typed(_report(TELEMETRY)))
     assert "| GPU1 busy (%)" in table and all(len(x) <= 100 for x in table.splitlines())

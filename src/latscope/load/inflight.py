@@ -1,0 +1,141 @@
+"""A request's way through a run: sent, its finished response queued, parsed a slice of an
+event-loop turn at a time, counted and written (``latscope.load.runner._Run`` is the rest of the
+run: the loops that call ``one``, the clocks, the summary).
+
+The queue is the hot path's other half: a slot hands its finished response over and sends its
+next request at once; parsing waits for a quiet moment of the loop, within the bounds below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from typing import Any, Callable
+
+from latscope.load.client import StreamingClient
+from latscope.load.config import BenchConfig
+from latscope.load.prepare import request_body
+from latscope.load.response import finalize
+from latscope.load.workload import Workload
+from latscope.model import ErrorKind, RequestRecord
+from latscope.rundir import RunWriter
+from latscope.stats import RunStats
+
+# Finished responses wait to be parsed, at most _FINALIZE_SLICE_NS of parsing per loop turn (and
+# at least one response), so a burst of them never delays the timestamps of the others by more
+# than that. When responses end faster than the client parses them (a zero-delay server) the
+# queue must not grow without bound (it once held 10,000 bodies, 22 MB, at concurrency 64); it
+# was then parsed all at once past 16 MiB, which blocked the loop for ~150 ms at c=256 (event-loop
+# lag p99 357 ms). Now past _FINALIZE_BACKLOG_BYTES a closed-loop slot waits before its next send
+# until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
+# so); only past 4x that (open loops, whose sends follow a schedule) is the queue parsed at once.
+_FINALIZE_SLICE_NS = 1_000_000
+_FINALIZE_BACKLOG_BYTES = 16 << 20
+
+
+class RequestFlow:
+    """Sends one request and takes its response through the finished-response queue; the
+    state is ``_Run``'s (set in its ``__init__``)."""
+
+    config: BenchConfig
+    model: str
+    workload: Workload
+    on_record: Callable[[RequestRecord], None] | None
+    client: StreamingClient
+    trace_ids: list[str]
+    writer: RunWriter
+    tag: str
+    stats: RunStats
+    groups: dict[str, RunStats] | None
+    in_flight: dict[int, RequestRecord]
+    to_finalize: deque[tuple[RequestRecord, Any]]
+    backlog_bytes: int
+    backlog_peak: int
+    backpressure_waits: int
+    drained: asyncio.Event
+    finalizing: bool
+
+    def body(self, index: int) -> bytes:
+        prompts = self.workload.prompts
+        return request_body(self.config, self.model, prompts[index % len(prompts)])
+
+    async def one(self, index: int, scheduled_ns: int, warmup: bool,
+                  body: bytes | None = None, open_loop: bool = False) -> None:
+        prompt = self.workload.prompts[index % len(self.workload.prompts)]
+        record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
+                               scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
+                               prompt_tokens=prompt.prompt_tokens,
+                               expected_output_tokens=prompt.output_tokens, group=prompt.group,
+                               trace_id=self._trace_id(index))
+        self.in_flight[index] = record
+        exchange = await self.client.execute(body or self.body(index), record)
+        del self.in_flight[index]
+        self.to_finalize.append((record, exchange))
+        self.backlog_bytes += exchange.size
+        self.backlog_peak = max(self.backlog_peak, self.backlog_bytes)
+        while self.backlog_bytes > 4 * _FINALIZE_BACKLOG_BYTES:
+            self._finalize_next()
+        if not self.finalizing:
+            self.finalizing = True
+            asyncio.get_running_loop().call_soon(self._finalize_one)
+        if self.backlog_bytes > _FINALIZE_BACKLOG_BYTES and not open_loop:
+            self.backpressure_waits += 1
+            self.drained.clear()
+            await self.drained.wait()
+
+    def _trace_id(self, index: int) -> str | None:
+        if not self.trace_ids:
+            return None
+        if index < len(self.trace_ids):
+            return self.trace_ids[index]
+        return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
+
+    def _finalize_one(self) -> None:
+        """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
+        so that parsing a burst of them never holds back the receive timestamps of the requests
+        still streaming by more than that."""
+        stop = time.perf_counter_ns() + _FINALIZE_SLICE_NS
+        while self.to_finalize:  # (finalize_all may have emptied it meanwhile)
+            self._finalize_next()
+            if time.perf_counter_ns() >= stop:
+                break
+        if self.backlog_bytes <= _FINALIZE_BACKLOG_BYTES // 2:
+            self.drained.set()
+        if self.to_finalize:
+            asyncio.get_running_loop().call_soon(self._finalize_one)
+        else:
+            self.finalizing = False
+
+    def _finalize_next(self) -> None:
+        record, exchange = self.to_finalize.popleft()
+        self.backlog_bytes -= exchange.size
+        finalize(record, exchange, self.config.stream)
+        self._finished(record)
+
+    def finalize_all(self) -> None:
+        while self.to_finalize:
+            self._finalize_next()
+        self.drained.set()
+
+    def _finished(self, record: RequestRecord) -> None:
+        self.stats.add(record)
+        if self.groups is not None:
+            prompts = self.workload.prompts
+            group = prompts[record.index % len(prompts)].group
+            if group not in self.groups:
+                self.groups[group] = RunStats(self.config.percentiles)
+            self.groups[group].add(record)
+        self.writer.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def cancel_in_flight(self) -> None:
+        """Requests still in flight when the run stops are written as cancelled, not dropped."""
+        self.finalize_all()
+        for record in list(self.in_flight.values()):
+            record.error_kind = ErrorKind.CANCELLED.value
+            record.error = record.error or "run stopped while the request was in flight"
+            self._finished(record)
+        self.in_flight.clear()
