@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 from latscope.campaign import proofs, stages
 from latscope.campaign.conclude import conclude
-from latscope.campaign.document import build_report
+from latscope.campaign.document import build_report, unmodelled_report
 from latscope.campaign.servers import CommandControl, HeldServer, LocalControl, Running, ServerControl
 from latscope.campaign.state import Budget, DiagnoseFailed, DiagnoseOptions, Diagnosis, Progress, StageRecord
 from latscope.errors import ConfigError, LatscopeError
@@ -156,16 +156,33 @@ def _finish(state: Diagnosis, status: str) -> dict[str, Any]:
     cause, never silenced: the report still holds every stage and finding gathered, and the run
     fails once they are on disk (unless a failure is already on its way out)."""
     broken = _conclude_recorded(state)
+    report, unmodelled = _report_recorded(state)
+    broken = broken or unmodelled
     if broken is not None and status == "ok":
         status = f"failed: {broken}"
-    report = build_report(state)
     state.run.write("report.json", report)
     state.run.write_findings(state.ranked)
-    _render(state.run, report)
-    state.run.finish(status, verdict=report["verdict"].get("text"))
+    if unmodelled is None:
+        _render(state.run, report)
+    state.run.finish(status, verdict=(report["verdict"] or {}).get("text"))
     if broken is not None and status == f"failed: {broken}":
         raise DiagnoseFailed(f"{broken} (every stage is in {state.run.path})")
     return report
+
+
+def _report_recorded(state: Diagnosis) -> tuple[dict[str, Any], str | None]:
+    """report.json's dict, and None; or, when the report model refuses a section (a producer's
+    key it does not know: a bug), the failed stage "report" with its cause, every section as
+    its producer gave it, and the cause: the run keeps all it gathered, then fails."""
+    import msgspec
+
+    try:
+        return build_report(state), None
+    except msgspec.ValidationError as exc:
+        cause = f"report.json does not fit the report model: {exc}"
+        state.stages.append(StageRecord("report", status="failed", note=cause))
+        state.progress(f"    report failed: {cause}")
+        return unmodelled_report(state, cause), cause
 
 
 def _conclude_recorded(state: Diagnosis) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from latscope.campaign.state import Diagnosis, level_label
 from latscope.report.model import (
+    SCHEMA_VERSION,
     ClientSection,
     ComponentRow,
     CrossRank,
@@ -36,19 +37,35 @@ from latscope.report.model import (
 )
 from latscope.telemetry.facts import telemetry_section
 
-REPORT_SCHEMA = 1
-
 
 def build_report(state: Diagnosis) -> dict[str, Any]:
-    """report.json's dict (``report_model(state).to_dict()``)."""
+    """report.json's dict (``report_model(state).to_dict()``); raises ``msgspec.ValidationError``
+    when a producer's dict does not fit the model (a key it does not know: a bug to fix there)."""
     return report_model(state).to_dict()
+
+
+def unmodelled_report(state: Diagnosis, cause: str) -> dict[str, Any]:
+    """report.json when the model refused a section: every section as its producer gave it and
+    the cause (``report_error``), so a model bug loses nothing a run gathered. Not rendered:
+    the renderers read the typed model."""
+    from latscope import __version__
+
+    return {"schema_version": SCHEMA_VERSION, "kind": "diagnose", "latscope_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": state.run.manifest.get("command", ""), "report_error": cause,
+            "target": {**state.target, "same_host": state.same_host}, "verdict": state.verdict,
+            "findings": [f.to_dict() for f in state.ranked],
+            "stages": [dataclasses.asdict(s) for s in state.stages], "client": state.client,
+            "experiments": state.experiments, "proposals": state.proposals,
+            "notes": state.notes, "elapsed_s": round(time.monotonic() - state.started, 1),
+            "run_dir": str(state.run.path)}
 
 
 def report_model(state: Diagnosis) -> Report:
     from latscope import __version__
 
     return Report(
-        schema_version=REPORT_SCHEMA, kind="diagnose", latscope_version=__version__,
+        schema_version=SCHEMA_VERSION, kind="diagnose", latscope_version=__version__,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         command=state.run.manifest.get("command", ""),
         target={**state.target, "same_host": state.same_host},

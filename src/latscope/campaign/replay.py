@@ -26,11 +26,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
+
 from latscope.analysis.sweep import Step, analyse
 from latscope.campaign.conclude import conclude
-from latscope.campaign.document import build_report
+from latscope.campaign.document import build_report, unmodelled_report
 from latscope.campaign.observe import Observation, observation_of
-from latscope.campaign.state import DiagnoseOptions, Diagnosis, StageRecord, pick_levels
+from latscope.campaign.state import DiagnoseFailed, DiagnoseOptions, Diagnosis, StageRecord, pick_levels
 from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError
 from latscope.model import Finding
@@ -57,7 +59,12 @@ def replay(run_dir: str | Path, output_dir: str | Path | None = None) -> dict[st
     state = Diagnosis(_options(manifest), run, lambda _: None)
     _restore(state, out)
     conclude(state)
-    report = build_report(state)
+    try:
+        report = build_report(state)
+    except msgspec.ValidationError as exc:  # a model bug: the sections as derived, one line
+        cause = f"report.json does not fit the report model: {exc}"
+        run.write("report.json", {**unmodelled_report(state, cause), "replayed_from": str(src)})
+        raise DiagnoseFailed(f"{cause} (the replay is in {out})") from None
     report["replayed_from"] = str(src)
     run.write("report.json", report)
     run.write_findings(state.ranked)

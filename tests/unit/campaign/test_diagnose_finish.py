@@ -44,3 +44,35 @@ def test_a_bug_in_ranking_fails_the_run_after_writing_what_was_gathered(tmp_path
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"].startswith("failed: the findings could not be ranked")
     assert (run / "sweep.json").is_file()  # what the sweep measured is kept
+
+
+def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kept(
+        tmp_path, monkeypatch):
+    """A producer's key the typed report does not know (a bug) must not cost the run its
+    report: report.json holds every section as its producer gave it, and the cause."""
+    import latscope.campaign.diagnose as diagnose_module
+    from latscope.campaign.diagnose import DiagnoseFailed, DiagnoseOptions, diagnose
+
+    real_conclude = diagnose_module.conclude
+
+    def conclude_with_a_new_key(state):
+        real_conclude(state)
+        state.proposals.append({"finding_id": "x", "change": "--y", "why": "z",
+                                "a_key_the_model_lacks": 1})
+
+    monkeypatch.setattr(diagnose_module, "conclude", conclude_with_a_new_key)
+    with FakeServer(ttft_ms=5, itl_ms=1) as server:
+        opts = DiagnoseOptions(url=server.url, loads=(1,), budget_s=30, prove=False,
+                               input_len="16", output_len="4", output_dir=str(tmp_path / "run"))
+        with pytest.raises(DiagnoseFailed, match="does not fit the report model"):
+            diagnose(opts)
+    run = tmp_path / "run"
+    report = json.loads((run / "report.json").read_text())
+    assert "a_key_the_model_lacks" in report["report_error"]
+    assert report["proposals"][-1]["a_key_the_model_lacks"] == 1  # kept as produced
+    assert report["verdict"]["text"] and report["findings"]  # the ranking stands
+    [stage] = [s for s in report["stages"] if s["name"] == "report"]
+    assert stage["status"] == "failed"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"].startswith("failed: report.json does not fit the report model")
+    assert (run / "findings.json").is_file() and (run / "sweep.json").is_file()
