@@ -9,6 +9,7 @@ import re
 import pytest
 
 from latscope.report import markdown
+from latscope.report.model import TopKernel, TraceSection
 from latscope.trace import names
 from latscope.trace.analyze import analyze_trace
 from latscope.findings.trace import trace_findings
@@ -33,8 +34,9 @@ def _md_kernel_cells(text: str) -> list[str]:
 def test_report_md_shortens_kernels_as_the_terminal_does(b200):
     top = b200["devices"][0]["kernels"]["top"]
     assert any(len(k["name"]) > 70 for k in top)  # the real trace has names to shorten
-    section = {"source": B200, "window_ms": 1.0,
-               "top_kernels": [{"name": k["name"], "ms": 1.0, "count": k["count"]} for k in top]}
+    section = TraceSection(source=B200, device=None, window_ms=1.0, breakdown={}, categories=[],
+                           top_kernels=[TopKernel(name=k["name"], ms=1.0, count=k["count"],
+                                                  share=None, category=None) for k in top])
     cells = _md_kernel_cells(markdown._trace(section))
     assert cells == names.short_kernel_names([k["name"] for k in top], 70)
     assert all(len(c) <= 70 for c in cells)
