@@ -16,9 +16,19 @@ from fakeserver import FakeServer  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
+def _diagnose_fails(tmp_path: Path, match: str) -> None:
+    """A short diagnose of a fake server, which must fail with ``match``."""
+    from latscope.campaign.diagnose import DiagnoseFailed, DiagnoseOptions, diagnose
+
+    with FakeServer(ttft_ms=5, itl_ms=1) as server:
+        opts = DiagnoseOptions(url=server.url, loads=(1,), budget_s=30, prove=False,
+                               input_len="16", output_len="4", output_dir=str(tmp_path / "run"))
+        with pytest.raises(DiagnoseFailed, match=match):
+            diagnose(opts)
+
+
 def test_a_bug_in_ranking_fails_the_run_after_writing_what_was_gathered(tmp_path, monkeypatch):
     import latscope.campaign.diagnose as diagnose_module
-    from latscope.campaign.diagnose import DiagnoseFailed, DiagnoseOptions, diagnose
 
     calls = []
 
@@ -27,11 +37,7 @@ def test_a_bug_in_ranking_fails_the_run_after_writing_what_was_gathered(tmp_path
         raise ZeroDivisionError("a planted bug")
 
     monkeypatch.setattr(diagnose_module, "conclude", broken)
-    with FakeServer(ttft_ms=5, itl_ms=1) as server:
-        opts = DiagnoseOptions(url=server.url, loads=(1,), budget_s=30, prove=False,
-                               input_len="16", output_len="4", output_dir=str(tmp_path / "run"))
-        with pytest.raises(DiagnoseFailed, match="could not be ranked: ZeroDivisionError"):
-            diagnose(opts)
+    _diagnose_fails(tmp_path, "could not be ranked: ZeroDivisionError")
     assert len(calls) == 1  # the first ranking broke: no proof ran on it, none re-ran it
     run = tmp_path / "run"
     stages = json.loads((run / "stages.json").read_text())
@@ -51,7 +57,6 @@ def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kep
     """A producer's key the typed report does not know (a bug) must not cost the run its
     report: report.json holds every section as its producer gave it, and the cause."""
     import latscope.campaign.diagnose as diagnose_module
-    from latscope.campaign.diagnose import DiagnoseFailed, DiagnoseOptions, diagnose
 
     real_conclude = diagnose_module.conclude
 
@@ -61,11 +66,7 @@ def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kep
                                 "a_key_the_model_lacks": 1})
 
     monkeypatch.setattr(diagnose_module, "conclude", conclude_with_a_new_key)
-    with FakeServer(ttft_ms=5, itl_ms=1) as server:
-        opts = DiagnoseOptions(url=server.url, loads=(1,), budget_s=30, prove=False,
-                               input_len="16", output_len="4", output_dir=str(tmp_path / "run"))
-        with pytest.raises(DiagnoseFailed, match="does not fit the report model"):
-            diagnose(opts)
+    _diagnose_fails(tmp_path, "does not fit the report model")
     run = tmp_path / "run"
     report = json.loads((run / "report.json").read_text())
     assert "a_key_the_model_lacks" in report["report_error"]
