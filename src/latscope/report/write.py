@@ -50,6 +50,9 @@ def typed_report(report: dict[str, Any]) -> Report:
     """A report.json dict as the model the renderers take; ReportError in one line (the field
     msgspec names) for one of another version or that does not fit."""
     check_version(report)
+    if report.get("report_error"):  # diagnose could not type it: say why, not which field
+        raise ReportError(f"this run's report could not be rendered: {report['report_error']} "
+                          "(report.json holds every section as produced)")
     try:
         return load_report(report)
     except msgspec.ValidationError as exc:

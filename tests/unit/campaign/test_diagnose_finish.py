@@ -53,7 +53,7 @@ def test_a_bug_in_ranking_fails_the_run_after_writing_what_was_gathered(tmp_path
 
 
 def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kept(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     """A producer's key the typed report does not know (a bug) must not cost the run its
     report: report.json holds every section as its producer gave it, and the cause."""
     import latscope.campaign.diagnose as diagnose_module
@@ -77,3 +77,7 @@ def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kep
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"].startswith("failed: report.json does not fit the report model")
     assert (run / "findings.json").is_file() and (run / "sweep.json").is_file()
+    from latscope.cli.main import main
+
+    assert main(["report", str(run)]) == 1  # refused in one line that says why
+    assert "could not be rendered: report.json does not fit" in capsys.readouterr().err
