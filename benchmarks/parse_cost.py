@@ -6,7 +6,9 @@ on streamed bodies shaped like vLLM's: a completions stream and a chat stream (r
 usage event last) of ``--tokens`` tokens, one HTTP chunk per event, received either one read
 per event (a slow server) or in one read (a fast one). With ``--against REV`` the same bodies
 are also read by ``response.py`` as it is at git revision REV, the two alternated round by round;
-the figure is the median over rounds of the mean µs per response. Usage::
+the figure is the median over rounds of the mean µs per response. Where the C pass
+(``_native.c``) is built, the current build is timed twice: with it (``current``) and with the
+pure-Python fast reader it replaces (``python``), as a build without a compiler reads. Usage::
 
     python3 benchmarks/parse_cost.py [--tokens 256] [--rounds 15] [--against HEAD~1]
 """
@@ -95,11 +97,24 @@ def _module_at(rev: str) -> ModuleType:
 
 
 def _time(finalize: Callable[..., None], ex: _Exchange, n: int) -> tuple[float, RequestRecord]:
+    # the module's quick reader as this arm reads (``finalize`` looks it up per call)
+    current.read_stream_quick = _QUICK.get(finalize, _QUICK_AS_BUILT)
     t0 = time.process_time()
     for _ in range(n):
         record = RequestRecord(index=0, request_id="x", scheduled_ns=0)
         finalize(record, ex, True)
     return (time.process_time() - t0) / n * 1e6, record
+
+
+_QUICK_AS_BUILT = current.read_stream_quick
+
+
+def _python_reader(record: RequestRecord, ex: _Exchange, stream: bool) -> None:
+    current.finalize(record, ex, stream)
+
+
+_QUICK: dict[Callable[..., None], Callable[..., bool]] = {
+    _python_reader: current._read_stream_fast}
 
 
 def main() -> None:
@@ -110,6 +125,8 @@ def main() -> None:
     ap.add_argument("--against", metavar="REV", help="also time response.py at this git rev")
     args = ap.parse_args()
     arms = {"current": current.finalize}
+    if current.STREAM_PARSER == "c":
+        arms["python"] = _python_reader
     if args.against:
         arms[args.against] = _module_at(args.against).finalize
     loop = asyncio.new_event_loop()

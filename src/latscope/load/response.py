@@ -26,6 +26,11 @@ import orjson
 
 from latscope.model import ErrorKind, RequestRecord
 
+try:  # the C pass over a finished stream (setup.py builds it where a compiler is found)
+    from latscope import _native
+except ImportError:  # pragma: no cover - exercised where no compiler is found
+    _native = None  # type: ignore[assignment]
+
 _CONTENT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"')
 _ROLE = re.compile(rb'"role"\s*:')
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -112,7 +117,7 @@ def finalize(record: RequestRecord, exchange: Exchange, stream: bool) -> None:
         return
     record.end_ns = exchange.end_ns
     if (stream and exchange.mode == "chunked" and exchange.status < 400
-            and _read_stream_fast(record, exchange.reads)):
+            and read_stream_quick(record, exchange.reads)):
         return
     try:
         pieces = exchange.body_pieces()
@@ -133,7 +138,25 @@ def finalize(record: RequestRecord, exchange: Exchange, stream: bool) -> None:
         _set_error(record, ErrorKind.MALFORMED, problem)
 
 
+def _read_stream_c(record: RequestRecord, reads: list[tuple[int, bytes]]) -> bool:
+    """The usual stream, read by one C-level pass (``latscope/_native.c``): framing, events,
+    token events and their times, exactly as the exact reader (``_read_stream`` over
+    ``dechunk``) reads them; False where the stream is not the common shape, and the exact
+    reader runs instead."""
+    scanned = _native.scan_stream(reads) if _native is not None else None
+    if scanned is None:
+        return False
+    chunk_ns, tail = scanned
+    _keep_server_metrics(record, tail)
+    record.chunk_ns = chunk_ns
+    record.first_token_ns = chunk_ns[0] if chunk_ns else None
+    _set_tokens(record, _last_int(tail, b'"completion_tokens"'), _last_int(tail, b'"prompt_tokens"'),
+                len(chunk_ns))
+    return True
+
+
 _FAST_MARKS = (b'"text":"', b'"content":"', b'"reasoning_content":"', b'"reasoning":"')
+_FAST_KEYS = tuple(mark[:-2] for mark in _FAST_MARKS)  # the key alone, quoted
 # What the fast path must not find after the first event, in one regex pass instead of one scan
 # each (~55 us of ~200 on a 34 KB body); a reasoning key stops it early, then the scans run
 _FAST_DECLINE = re.compile(rb'"(?:error"|role"|reasoning)')
@@ -152,9 +175,13 @@ def _fast_marks(raw: bytes, first: bytes, first_end: int) -> list[bytes] | None:
         if b'"error"' in raw or raw.count(b'"role"') > first.count(b'"role"'):
             return None  # a reasoning model's stream: the scans the regex did not finish
         reasoning = True
-    marks = [m for m in _FAST_MARKS[:2] if m in raw]
-    if reasoning:  # absent from most streams
-        marks += [m for m in _FAST_MARKS[2:] if m in raw]
+    marks = []
+    for key, mark in zip(_FAST_KEYS if reasoning else _FAST_KEYS[:2], _FAST_MARKS):
+        keys = raw.count(key)
+        if keys and raw.count(mark) != keys:
+            return None  # a key spaced ("text": "), or a key name as a value: read exactly
+        if keys:
+            marks.append(mark)
     return marks
 
 
@@ -193,6 +220,8 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
         return False  # an error event, or a role announcement after the first event
     # token marks inside a chat role announcement: its first event, if any
     role_marks = _count_marks(raw[:first_end], marks) if b'"role"' in raw[:first_end] else 0
+    if _first_token_event_counts(raw, marks, first_end if role_marks else 0):
+        return False  # usage per token event (no "usage" key): the exact reader counts per chunk
     total_marks = _count_marks(raw, marks)
     if total_marks > events - 1:
         return False  # two marks in one event (e.g. content and reasoning): read exactly
@@ -215,6 +244,23 @@ def _read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> 
     record.first_token_ns = chunk_ns[0] if chunk_ns else None
     _set_tokens(record, completion, _last_int(tail, b'"prompt_tokens"'), len(chunk_ns))
     return True
+
+
+# Which reader takes a finished stream first (its name goes into summary.json's client section):
+# the C pass where it was built, else the pure-Python one; either declines to the exact reader
+STREAM_PARSER = "c" if _native is not None else "python"
+read_stream_quick = _read_stream_c if _native is not None else _read_stream_fast
+
+
+def _first_token_event_counts(raw: bytes, marks: list[bytes], start: int) -> bool:
+    """Whether the first token event (the line of the first mark from ``start``) carries
+    ``"completion_tokens"``: the exact reader then takes tokens per chunk from each event."""
+    found = [at for at in (raw.find(m, start) for m in marks) if at >= 0]
+    if not found or b'"completion_tokens"' not in raw:
+        return False
+    at = min(found)
+    line_end = raw.find(b"\n", at)
+    return b'"completion_tokens"' in raw[raw.rfind(b"\n", 0, at) + 1:line_end]
 
 
 def _last_events_start(raw: bytes, count: int) -> int:

@@ -44,6 +44,7 @@ from latscope.load.prepare import (
     request_headers,
     split_url,
 )
+from latscope.load.response import STREAM_PARSER
 from latscope.load.stagger import Stagger
 from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
 from latscope.load.workload import Workload, build_workload
@@ -418,7 +419,10 @@ class _Run(RequestFlow):
                   # the unparsed responses' peak and how often a slot waited for them
                   "unparsed_peak_bytes": self.backlog_peak,
                   "backpressure_waits": self.backpressure_waits,
-                  "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0]}
+                  "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0],
+                  # "c" (latscope/_native.c) or "python" where it was not built: ~0.4 us CPU per
+                  # token apart at full speed (benchmarks/parse_cost.py)
+                  "stream_parser": STREAM_PARSER}
         out = compose_summary(summary, self.config.public_dict(), self.model,
                               {"tokenizer": self.workload.tokenizer,
                                "exact_lengths": self.workload.exact,

@@ -165,6 +165,7 @@ class WorkerState:
                 "run_queue_wait_s": fig.get("run_queue_wait_s"),
                 "send_lag_p99_ms": fig.get("send_lag_p99_ms"),
                 "event_loop": fig.get("event_loop"),
+                "stream_parser": fig.get("stream_parser"),
                 "clock": self.clock.to_dict() if self.clock else None,
                 "clock_after": self.clock_after.to_dict() if self.clock_after else None,
                 "stagger": fig.get("stagger"),
@@ -397,6 +398,8 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
                else distribution([], (50, 99)),
                "send_lag_p99_ms": send_p99 if send_p99 is not None else send.get("p99"),
                "event_loop": next((w["event_loop"] for w in workers if w.get("event_loop")), None),
+               "stream_parser": next((w["stream_parser"] for w in workers
+                                      if w.get("stream_parser")), None),
                "workers": len(workers)}
     if waited is not None:
         # its wait over the merged wall: the share says how much of the run the worst loop lost

@@ -425,10 +425,30 @@ def sse(reads: list[tuple[int, bytes]]) -> None:
         assert record.output_tokens >= 0
 
 
+# Keys near the ones the readers look for, with every whitespace the exact reader's \s allows,
+# placed at any offset (the C pass tests 16 bytes at once: a key may straddle two blocks)
+_KEYS = [b"text", b"content", b"reasoning", b"reasoning_content", b"role", b"error",
+         b"completion_tokens", b"texts", b"conten", b"reason", b"rol", b"usage"]
+_SPACES = [b"", b" ", b"\t", b"\f", b"\v", b"  "]
+
+
+@st.composite
+def keyed_event(draw) -> bytes:
+    """One ``data: {...}`` event with one or two keys of ``_KEYS``, spaced and padded."""
+    fields = []
+    for _ in range(draw(st.integers(1, 2))):
+        pad = b"x" * draw(st.integers(0, 40))
+        key, before, after = (draw(st.sampled_from(_KEYS)), draw(st.sampled_from(_SPACES)),
+                              draw(st.sampled_from(_SPACES)))
+        value = draw(st.sampled_from([b'"v"', b'""', b"1", b'"\\"text\\":\\"x"']))
+        fields.append(b'"%s":0,"%s"%s:%s%s' % (pad, key, before, after, value))
+    return b"data: {" + b",".join(fields) + b"}"
+
+
 @st.composite
 def chunked_reads(draw) -> list[tuple[int, bytes]]:
     """An HTTP/1.1 chunked body (sometimes damaged) of an SSE stream, split into reads."""
-    events = draw(st.lists(st.sampled_from(_SSE_EVENTS), max_size=6))
+    events = draw(st.lists(st.one_of(st.sampled_from(_SSE_EVENTS), keyed_event()), max_size=6))
     if draw(st.booleans()):
         events.append(b"data: [DONE]")  # the usual end, which the fast path needs
     chunks = [e + b"\n\n" for e in events]
@@ -450,22 +470,31 @@ def chunked_reads(draw) -> list[tuple[int, bytes]]:
 
 
 def sse_chunked(reads: list[tuple[int, bytes]]) -> None:
-    """The fast whole-body reader must agree with the exact per-event one when it answers."""
-    from latscope.load.response import FramingError, _read_stream, _read_stream_fast, dechunk
+    """Each quick reader (the C pass where built, the pure-Python one) must agree with the exact
+    per-event one whenever it answers, and take nothing that is not valid chunked framing."""
+    from latscope.load import response
+    from latscope.load.response import FramingError, _read_stream, dechunk
 
-    fast = RequestRecord(index=0, request_id="r", scheduled_ns=0)
-    took = _read_stream_fast(fast, reads)
+    quick = [response._read_stream_fast] + ([response._read_stream_c] if response._native else [])
+    took = {}
+    for reader in quick:
+        record = RequestRecord(index=0, request_id="r", scheduled_ns=0)
+        if reader(record, reads):
+            took[reader.__name__] = record
     try:
         pieces = dechunk(reads)
     except FramingError:
-        assert not took, "the fast path accepted a body that is not valid chunked framing"
+        assert not took, f"{sorted(took)} accepted a body that is not valid chunked framing"
         return
     exact = RequestRecord(index=0, request_id="r", scheduled_ns=0)
     problem = _read_stream(exact, pieces)
-    if took:
-        assert problem is None
-        assert (fast.chunk_ns, fast.output_tokens, fast.first_token_ns) == \
-            (exact.chunk_ns, exact.output_tokens, exact.first_token_ns)
+    for name, record in took.items():
+        assert problem is None, name
+        assert (record.chunk_ns, record.chunk_tokens, record.output_tokens,
+                record.first_token_ns, record.prompt_tokens, record.output_tokens_source,
+                record.server) == \
+            (exact.chunk_ns, exact.chunk_tokens, exact.output_tokens, exact.first_token_ns,
+             exact.prompt_tokens, exact.output_tokens_source, exact.server), name
 
 
 @dataclass

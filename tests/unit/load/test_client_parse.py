@@ -1,4 +1,7 @@
-"""The client's response reading: HTTP de-chunking and SSE, fed bytes split at awkward places."""
+"""The client's response reading: HTTP de-chunking and SSE, fed bytes split at awkward places.
+
+Every test here runs twice, once per quick reader (the C pass and the pure-Python one it
+replaces where no compiler is found): each must agree with the exact reader or decline."""
 
 from __future__ import annotations
 
@@ -6,9 +9,29 @@ import asyncio
 
 import pytest
 
+from latscope.load import response
 from latscope.load.client import _Exchange
 from latscope.load.response import finalize
 from latscope.model import RequestRecord
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def quick_reader(request, monkeypatch):
+    """The quick reader ``finalize`` (and ``_both_readers``) takes first, for this test."""
+    if request.param == "c":
+        if response._native is None:
+            pytest.skip("the C pass is not built (test_the_c_pass_is_built says why)")
+        reader = response._read_stream_c
+    else:
+        reader = response._read_stream_fast
+    monkeypatch.setattr(response, "read_stream_quick", reader)
+    return reader
+
+
+def test_the_c_pass_is_built():
+    # scripts/install.sh builds it (setup.py); a build without it is ~0.4 us CPU per streamed
+    # token slower, so CI must not pass on the fallback unnoticed
+    assert response._native is not None and response.STREAM_PARSER == "c"
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -108,10 +131,10 @@ def test_non_streaming_json_with_usage():
 
 
 def _both_readers(reads: list[tuple[int, bytes]]):
-    from latscope.load.response import _read_stream, _read_stream_fast, dechunk
+    from latscope.load.response import _read_stream, dechunk
 
     fast = RequestRecord(index=0, request_id="f", scheduled_ns=0)
-    took_fast = _read_stream_fast(fast, reads)
+    took_fast = response.read_stream_quick(fast, reads)
     exact = RequestRecord(index=0, request_id="e", scheduled_ns=0)
     problem = _read_stream(exact, dechunk(reads))
     return took_fast, fast, exact, problem
@@ -137,17 +160,23 @@ def test_fast_reader_agrees_with_exact_reader_at_any_split(chat, step):
         assert took_fast
 
 
-def test_fast_reader_declines_what_it_cannot_prove():
+def test_fast_reader_declines_what_it_cannot_prove(quick_reader):
     spaced = [b'data: {"choices": [{"text": "a"}]}\n\n', b"data: [DONE]\n\n"]
     per_chunk = [b'data: {"choices":[{"text":"a"}],"usage":{"completion_tokens":1}}\n\n',
                  b'data: {"choices":[{"text":"b"}],"usage":{"completion_tokens":2}}\n\n',
                  b"data: [DONE]\n\n"]
     split_event = [b'data: {"choices":[{"te', b'xt":"a"}]}\n\n', b"data: [DONE]\n\n"]
+    # the C pass reads JSON spacing and an event split over chunks as the exact reader does;
+    # neither quick reader takes usage per chunk (the exact reader counts tokens per chunk)
+    c_takes = {id(spaced), id(split_event)} if quick_reader is response._read_stream_c else set()
     for events in (spaced, per_chunk, split_event):
         body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
-        took_fast, _, exact, problem = _both_readers([(1, body)])
-        assert not took_fast and problem is None and exact.chunk_ns == [1] * (
+        took_fast, fast, exact, problem = _both_readers([(1, body)])
+        assert problem is None and exact.chunk_ns == [1] * (
             len(events) - 1 if events is not split_event else 1)
+        assert took_fast == (id(events) in c_takes)
+        if took_fast:
+            assert (fast.chunk_ns, fast.output_tokens) == (exact.chunk_ns, exact.output_tokens)
 
 
 @pytest.mark.parametrize("chat", [False, True])
@@ -341,9 +370,8 @@ def test_fast_reader_declines_damaged_or_unusual_framing(damage):
     elif damage == "comment_chunk":
         body = _body(events[:3] + [b": keep-alive\n\n"] + events[3:])
     reads = [(1, body)]
-    from latscope.load.response import _read_stream_fast
-
-    assert not _read_stream_fast(RequestRecord(index=0, request_id="f", scheduled_ns=0), reads)
+    assert not response.read_stream_quick(RequestRecord(index=0, request_id="f", scheduled_ns=0),
+                                          reads)
 
 
 @pytest.mark.parametrize("crlf", [False, True])

@@ -160,3 +160,30 @@ def test_small_send_lag_next_to_a_long_ttft_is_no_warning():
     summary = {"ttft_ms": {"p50": 400.0}, "latency_origin": "sent"}
     assert not client_warnings({"send_lag_p99_ms": 3.0}, summary)  # under 5 ms and 10%
     assert client_warnings({"send_lag_p99_ms": 3.0}, {"ttft_ms": {"p50": 20.0}})  # 15% of it
+
+
+@pytest.mark.parametrize("cap", [ITL_EXACT_MAX, 300])
+def test_itl_gaps_from_the_c_call_equal_numpys(monkeypatch, cap):
+    # the C gaps (latscope/_native.c) and numpy's (stats.itls_ms) must keep the same values,
+    # bit for bit, and the same count, sums and extremes; past a small cap, the histogram too
+    from latscope import stats
+
+    if stats._native is None:
+        pytest.skip("the C part is not built (test_client_parse.test_the_c_pass_is_built)")
+    rng = np.random.default_rng(7)
+    requests = [list(np.cumsum(rng.integers(0, 50_000_000, size=n)) + 10**15)
+                for n in rng.integers(0, 120, size=40)]
+    requests = [[int(t) for t in times] for times in requests]
+    fast, slow = stats._Pooled(cap), stats._Pooled(cap)
+    for times in requests:
+        fast.add_times(times)
+        slow.extend(stats.itls_ms(RequestRecord(index=0, request_id="x", scheduled_ns=0,
+                                                chunk_ns=times)))
+    assert fast.n == slow.n == sum(max(len(t) - 1, 0) for t in requests)
+    assert bytes(fast.values) == bytes(slow.values)
+    assert (fast.lo, fast.hi) == (slow.lo, slow.hi)
+    assert fast.total == pytest.approx(slow.total, rel=1e-12)
+    assert fast.total_sq == pytest.approx(slow.total_sq, rel=1e-12)
+    if cap == 300:  # folded: the same histogram
+        assert fast.hist is not None and np.array_equal(fast.hist, slow.hist)
+    assert fast.distribution((50, 99)) == pytest.approx(slow.distribution((50, 99)), rel=1e-9)

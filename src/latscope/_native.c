@@ -1,0 +1,344 @@
+/* latscope's optional C part (setup.py builds it; every caller has a pure-Python path).
+ *
+ * scan_stream: one C-level pass over a finished streamed response: HTTP/1.1 chunked framing,
+ * SSE events, token events and their arrival times (latscope.load.response._read_stream_c).
+ * gaps_ms: the gaps between one request's token times, for the run's ITL statistics
+ * (latscope.stats._Pooled.add_times).
+ *
+ * Why C: the parse of a finished response bounds one client process's ceiling
+ * (benchmarks/client_ceiling.py). The pure-Python fast reader needs ~0.7 us per streamed token
+ * on whole-buffer bytes methods; this pass needs a few hundredths of that.
+ *
+ * What it answers must be exactly what the exact reader (response._read_stream over
+ * response.dechunk) answers, or nothing: it accepts only the common shape (hex size lines, no
+ * chunk extensions or trailers, no CR in the data, every SSE event one "data: {...}" line,
+ * "data: [DONE]" last, no error event, no per-chunk usage) and returns None for anything else,
+ * so the exact reader runs. tests/unit/fuzz (target "sse_chunked") and
+ * tests/unit/load/test_client_parse.py hold the two readers equal.
+ *
+ * scan_stream(reads) -> (token_times, tail) | None
+ *   reads: list of (arrival_ns, bytes), the raw chunked body as the socket gave it.
+ *   token_times: for each token event, the arrival_ns object of the read that holds the second
+ *     LF of the event's terminating blank line (the read that completed the event).
+ *   tail: the de-chunked body from the start of its last three events to its end (where the
+ *     exact reader looks for usage and the server's metrics).
+ */
+#define PY_SSIZE_T_CLEAN
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem */
+#endif
+#include <Python.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
+#include <emmintrin.h>
+#endif
+
+static const char END[] = "data: [DONE]\n\n\r\n0\r\n\r\n";
+#define END_LEN (sizeof(END) - 1)
+#define DONE_EVENT "data: [DONE]"
+#define DONE_LEN 12
+#define MAX_SIZE_DIGITS 15
+
+typedef struct {
+    char *raw;              /* the reads joined (or the one read's buffer) */
+    Py_ssize_t raw_len;
+    int raw_owned;
+    Py_ssize_t *read_ends;  /* cumulative end offset of each read in raw */
+    PyObject **read_ns;     /* borrowed: each read's arrival time */
+    Py_ssize_t nreads;
+    char *body;             /* de-chunked data */
+    Py_ssize_t body_len;
+    Py_ssize_t *seg_body;   /* per chunk: where its data starts in body ... */
+    Py_ssize_t *seg_raw;    /* ... and in raw */
+    Py_ssize_t nsegs;
+    PyObject **tokens;      /* borrowed: token event times, in order */
+    Py_ssize_t ntokens;
+} Scan;
+
+static void scan_free(Scan *s) {
+    if (s->raw_owned) free(s->raw);
+    free(s->read_ends);
+    free(s->read_ns);
+    free(s->body);
+    free(s->seg_body);
+    free(s->seg_raw);
+    free(s->tokens);
+}
+
+/* 1 when the reads are a list of (object, bytes) pairs, joined into s->raw; 0 to decline,
+ * -1 on a memory error (exception set). */
+static int join_reads(Scan *s, PyObject *reads) {
+    if (!PyList_Check(reads)) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(reads), total = 0;
+    if (n == 0) return 0;
+    s->nreads = n;
+    s->read_ends = malloc(sizeof(Py_ssize_t) * n);
+    s->read_ns = malloc(sizeof(PyObject *) * n);
+    if (!s->read_ends || !s->read_ns) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(reads, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) return 0;
+        PyObject *data = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_Check(data)) return 0;
+        s->read_ns[i] = PyTuple_GET_ITEM(item, 0);
+        total += PyBytes_GET_SIZE(data);
+        s->read_ends[i] = total;
+    }
+    s->raw_len = total;
+    if (n == 1) {
+        s->raw = PyBytes_AS_STRING(PyTuple_GET_ITEM(PyList_GET_ITEM(reads, 0), 1));
+        return 1;
+    }
+    s->raw = malloc(total ? total : 1);
+    if (!s->raw) { PyErr_NoMemory(); return -1; }
+    s->raw_owned = 1;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *data = PyTuple_GET_ITEM(PyList_GET_ITEM(reads, i), 1);
+        memcpy(s->raw + at, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        at += PyBytes_GET_SIZE(data);
+    }
+    return 1;
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* 1 when raw is chunked framing that ends with a zero-size chunk and no trailer, its data
+ * copied into s->body; 0 to decline; -1 on a memory error. */
+static int dechunk(Scan *s) {
+    const char *raw = s->raw;
+    Py_ssize_t len = s->raw_len, pos = 0, cap = len / 5 + 2;
+    s->body = malloc(len ? len : 1);
+    s->seg_body = malloc(sizeof(Py_ssize_t) * cap);
+    s->seg_raw = malloc(sizeof(Py_ssize_t) * cap);
+    if (!s->body || !s->seg_body || !s->seg_raw) { PyErr_NoMemory(); return -1; }
+    for (;;) {
+        Py_ssize_t size = 0, digits = 0;
+        int v;
+        while (pos < len && (v = hex_value(raw[pos])) >= 0) {
+            if (++digits > MAX_SIZE_DIGITS) return 0;
+            size = size * 16 + v;
+            pos++;
+        }
+        if (digits == 0 || pos + 2 > len || raw[pos] != '\r' || raw[pos + 1] != '\n') return 0;
+        pos += 2;
+        if (size == 0)  /* the last chunk: no trailer, nothing after */
+            return pos + 2 == len && raw[pos] == '\r' && raw[pos + 1] == '\n';
+        if (size > len - pos - 2 || raw[pos + size] != '\r' || raw[pos + size + 1] != '\n')
+            return 0;
+        if (s->nsegs == cap) return 0;  /* cannot happen: each chunk takes >= 6 bytes */
+        s->seg_body[s->nsegs] = s->body_len;
+        s->seg_raw[s->nsegs] = pos;
+        s->nsegs++;
+        memcpy(s->body + s->body_len, raw + pos, size);
+        s->body_len += size;
+        pos += size + 2;
+    }
+}
+
+static int is_space(char c) {  /* Python's bytes-regex \s */
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* After a key's closing quote at `p`: \s* ':' \s* then, when `quote` is set, '"'. */
+static int colon_follows(const char *p, const char *end, int quote) {
+    while (p < end && is_space(*p)) p++;
+    if (p >= end || *p != ':') return 0;
+    if (!quote) return 1;
+    p++;
+    while (p < end && is_space(*p)) p++;
+    return p < end && *p == '"';
+}
+
+/* `key` (n bytes), then '"' and what colon_follows asks, at p. Only reached after the first
+ * byte matched (a switch on it): a call to memcmp per quote was most of the pass's time. */
+static inline int key_at(const char *p, const char *end, const char *key, size_t n, int quote) {
+    return (size_t)(end - p) > n && p[n] == '"' && memcmp(p, key, n) == 0
+        && colon_follows(p + n + 1, end, quote);
+}
+
+/* A key starting at k (just past a quote): a token mark or a role. */
+static inline void key_of(const char *k, const char *end, int *token, int *role) {
+    switch (*k) {
+    case 't':
+        *token |= key_at(k, end, "text", 4, 1);
+        break;
+    case 'c':
+        *token |= key_at(k, end, "content", 7, 1);
+        break;
+    case 'r':
+        *token |= key_at(k, end, "reasoning", 9, 1) || key_at(k, end, "reasoning_content", 17, 1);
+        *role |= key_at(k, end, "role", 4, 0);
+        break;
+    default:
+        break;
+    }
+}
+
+/* The exact reader's two regexes, searched anywhere in an event:
+ * a token mark "(?:text|content|reasoning_content|reasoning)"\s*:\s*" and a role "role"\s*:
+ * Every quote followed by 't', 'c' or 'r' is a candidate: with SSE2, 16 bytes are tested at
+ * once (a vLLM event has ~24 quotes and ~5 such candidates; one memchr per quote took ~15 us
+ * of a 34 KB response's ~35). */
+static void marks_of(const char *ev, Py_ssize_t n, int *token, int *role) {
+    const char *end = ev + n;
+    Py_ssize_t i = 0;
+    *token = *role = 0;
+#if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
+    const __m128i quote = _mm_set1_epi8('"'), t = _mm_set1_epi8('t'), c = _mm_set1_epi8('c'),
+                  r = _mm_set1_epi8('r');
+    for (; i + 17 <= n; i += 16) {
+        __m128i here = _mm_loadu_si128((const __m128i *)(ev + i));
+        __m128i next = _mm_loadu_si128((const __m128i *)(ev + i + 1));
+        __m128i first = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(next, t),
+                                                  _mm_cmpeq_epi8(next, c)),
+                                     _mm_cmpeq_epi8(next, r));
+        unsigned mask = (unsigned)_mm_movemask_epi8(
+            _mm_and_si128(_mm_cmpeq_epi8(here, quote), first));
+        while (mask) {
+            key_of(ev + i + __builtin_ctz(mask) + 1, end, token, role);
+            mask &= mask - 1;
+        }
+        if (*token && *role) return;
+    }
+#endif
+    for (; i + 1 < n; i++)
+        if (ev[i] == '"') key_of(ev + i + 1, end, token, role);
+}
+
+/* The read that holds body offset `b`; cursors only move forward (events come in order). */
+static PyObject *time_of(Scan *s, Py_ssize_t b, Py_ssize_t *seg, Py_ssize_t *read) {
+    while (*seg + 1 < s->nsegs && s->seg_body[*seg + 1] <= b) (*seg)++;
+    Py_ssize_t r = s->seg_raw[*seg] + (b - s->seg_body[*seg]);
+    while (*read + 1 < s->nreads && s->read_ends[*read] <= r) (*read)++;
+    return s->read_ns[*read];
+}
+
+/* 1 when every event is one "data: {...}" line or the last one "data: [DONE]", with no error
+ * event and no usage in the first token event; token times in s->tokens and where the last
+ * three events start in *tail. 0 to decline; -1 on a memory error. */
+static int read_events(Scan *s, Py_ssize_t *tail) {
+    const char *body = s->body;
+    Py_ssize_t len = s->body_len, pos = 0, seg = 0, read = 0, starts[3] = {0, 0, 0};
+    Py_ssize_t nevents = 0;
+    int done = 0, first_token = 1;
+    if (memchr(body, '\r', len) != NULL) return 0;  /* CR LF line ends: the exact reader */
+    s->tokens = malloc(sizeof(PyObject *) * (len / 8 + 1));
+    if (!s->tokens) { PyErr_NoMemory(); return -1; }
+    while (pos < len) {
+        const char *ev = body + pos, *lf = memchr(ev, '\n', len - pos);
+        if (lf == NULL || lf + 1 >= body + len || lf[1] != '\n' || done) return 0;
+        Py_ssize_t n = lf - ev;
+        starts[nevents++ % 3] = pos;
+        if (n == DONE_LEN && memcmp(ev, DONE_EVENT, DONE_LEN) == 0) {
+            done = 1;
+        } else {
+            int token, role;
+            if (n < 8 || memcmp(ev, "data: {", 7) != 0 || ev[n - 1] != '}') return 0;
+            marks_of(ev, n, &token, &role);
+            if (token && !role) {
+                if (first_token && memmem(ev, n, "\"completion_tokens\"", 19) != NULL)
+                    return 0;  /* usage per chunk: the exact reader counts tokens per chunk */
+                first_token = 0;
+                s->tokens[s->ntokens++] = time_of(s, (lf + 1) - body, &seg, &read);
+            } else if (memmem(ev, n, "\"error\"", 7) != NULL) {
+                return 0;  /* an error event: the exact reader words it */
+            }
+        }
+        pos = (lf + 2) - body;
+    }
+    if (!done) return 0;
+    *tail = nevents >= 3 ? starts[nevents % 3] : 0;
+    return 1;
+}
+
+static PyObject *scan_stream(PyObject *module, PyObject *reads) {
+    (void)module;
+    Scan s;
+    memset(&s, 0, sizeof(s));
+    Py_ssize_t tail = 0;
+    int ok = join_reads(&s, reads);
+    if (ok == 1)
+        ok = s.raw_len >= (Py_ssize_t)END_LEN
+             && memcmp(s.raw + s.raw_len - END_LEN, END, END_LEN) == 0;
+    if (ok == 1) ok = dechunk(&s);
+    if (ok == 1) ok = read_events(&s, &tail);
+    PyObject *result = NULL;
+    if (ok == 1) {
+        PyObject *times = PyList_New(s.ntokens);
+        PyObject *tail_bytes = times ? PyBytes_FromStringAndSize(s.body + tail,
+                                                                 s.body_len - tail) : NULL;
+        if (times && tail_bytes) {
+            for (Py_ssize_t i = 0; i < s.ntokens; i++) {
+                Py_INCREF(s.tokens[i]);
+                PyList_SET_ITEM(times, i, s.tokens[i]);
+            }
+            result = PyTuple_Pack(2, times, tail_bytes);
+        }
+        Py_XDECREF(times);
+        Py_XDECREF(tail_bytes);
+    } else if (ok == 0) {
+        result = Py_NewRef(Py_None);
+    }
+    scan_free(&s);
+    return result;
+}
+
+/* gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None
+ * The gaps between consecutive token times (ns, a list of ints) in ms, as stats.itls_ms gives
+ * them (int64 differences over 1e6 in double, stored as float32) with their float64 sums and
+ * extremes; None for fewer than two times. One call instead of numpy's ~9 us per request
+ * (a list to an array, diff, astype, sum, square, min, max). */
+static PyObject *gaps_ms(PyObject *module, PyObject *times) {
+    (void)module;
+    if (!PyList_Check(times)) {
+        PyErr_SetString(PyExc_TypeError, "gaps_ms takes a list of ints");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(times);
+    if (n < 2) Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (n - 1) * (Py_ssize_t)sizeof(float));
+    if (out == NULL) return NULL;
+    float *gaps = (float *)PyBytes_AS_STRING(out);
+    double total = 0.0, total_sq = 0.0, lo = 0.0, hi = 0.0;
+    long long prev = PyLong_AsLongLong(PyList_GET_ITEM(times, 0));
+    for (Py_ssize_t i = 1; i < n && !PyErr_Occurred(); i++) {
+        long long now = PyLong_AsLongLong(PyList_GET_ITEM(times, i));
+        double gap = (double)(now - prev) / 1e6;
+        gaps[i - 1] = (float)gap;
+        total += gap;
+        total_sq += gap * gap;
+        if (i == 1 || gap < lo) lo = gap;
+        if (i == 1 || gap > hi) hi = gap;
+        prev = now;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(Ndddd)", out, total, total_sq, lo, hi);
+}
+
+static PyMethodDef methods[] = {
+    {"scan_stream", scan_stream, METH_O,
+     "scan_stream(reads) -> (token_times, tail) | None: a finished chunked SSE body read in one "
+     "pass, or None where the exact reader must read it."},
+    {"gaps_ms", gaps_ms, METH_O,
+     "gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None: the gaps between "
+     "consecutive token times (ns) in ms; None for fewer than two."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "latscope._native",
+    "latscope's optional C part: the stream pass and the ITL gaps (see _native.c).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
