@@ -22,9 +22,9 @@ _FAST_KEYS = tuple(mark[:-2] for mark in _FAST_MARKS)  # the key alone, quoted
 _FAST_DECLINE = re.compile(rb'"(?:error"|role"|reasoning)')
 
 
-def _fast_marks(raw: bytes, first: bytes, first_end: int) -> list[bytes] | None:
-    """The token marks in ``raw``, or None when it holds an error key or a role key outside
-    its first event (``first``)."""
+def _fast_marks(raw: bytes, first: bytes, first_end: int) -> tuple[list[bytes], int] | None:
+    """The token marks in ``raw`` and how many there are, or None when it holds an error key,
+    a role key outside its first event (``first``), or a token key not written as a mark."""
     if b'"error"' in first or first.count(b'"role"') > 1:
         return None
     hit = _FAST_DECLINE.search(raw, first_end)
@@ -35,14 +35,15 @@ def _fast_marks(raw: bytes, first: bytes, first_end: int) -> list[bytes] | None:
         if b'"error"' in raw or raw.count(b'"role"') > first.count(b'"role"'):
             return None  # a reasoning model's stream: the scans the regex did not finish
         reasoning = True
-    marks = []
+    marks, total = [], 0
     for key, mark in zip(_FAST_KEYS if reasoning else _FAST_KEYS[:2], _FAST_MARKS):
         keys = raw.count(key)
         if keys and raw.count(mark) != keys:
             return None  # a key spaced ("text": "), or a key name as a value: read exactly
         if keys:
             marks.append(mark)
-    return marks
+            total += keys
+    return marks, total
 
 
 def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> bool:
@@ -75,14 +76,14 @@ def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> b
         events = _events_by_counts(raw, parts, lf)
     if events is None:  # damaged framing, or a shape not proved here: the exact reader says how
         return False
-    marks = _fast_marks(raw, raw[:first_end], first_end)
-    if marks is None:
-        return False  # an error event, or a role announcement after the first event
+    found = _fast_marks(raw, raw[:first_end], first_end)
+    if found is None:
+        return False  # an error event, a late role announcement, a token key spaced
+    marks, total_marks = found
     # token marks inside a chat role announcement: its first event, if any
     role_marks = _count_marks(raw[:first_end], marks) if b'"role"' in raw[:first_end] else 0
     if _first_token_event_counts(raw, marks, first_end if role_marks else 0):
         return False  # usage per token event (no "usage" key): the exact reader counts per chunk
-    total_marks = _count_marks(raw, marks)
     if total_marks > events - 1:
         return False  # two marks in one event (e.g. content and reasoning): read exactly
     chunk_ns: list[int] | None
