@@ -169,7 +169,7 @@ def test_itl_gaps_from_the_c_call_equal_numpys(monkeypatch, cap):
     from latscope import stats
 
     if stats._native is None:
-        pytest.skip("the C part is not built (test_client_parse.test_the_c_pass_is_built)")
+        pytest.skip("the C part is not built (tests/unit/test_native.py says why)")
     rng = np.random.default_rng(7)
     requests = [list(np.cumsum(rng.integers(0, 50_000_000, size=n)) + 10**15)
                 for n in rng.integers(0, 120, size=40)]
