@@ -161,6 +161,7 @@ print(json.dumps({"tok_s": window_tokens / client["wall_s"],
                   "util": client.get("cpu_utilization"),
                   "peak_mb": client.get("unparsed_peak_bytes", 0) / 1e6,
                   "waits": client.get("backpressure_waits"),
+                  "parser": client.get("stream_parser", "python (a build before C)"),
                   "ttft": {r.request_id: ttft_ms(r) for r in measured},
                   "lag": [lag.get("p50"), lag.get("p99")]}))
 """
@@ -205,7 +206,7 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
     rows: dict[str, dict[str, list[Any]]] = {k: {"tok_s": [], "ttft": [], "true": [],
                                                  "lag50": [], "lag99": [], "cpu_us": [],
                                                  "srv_us": [], "recv": [], "util": [],
-                                                 "peak_mb": [], "waits": []}
+                                                 "peak_mb": [], "waits": [], "parser": []}
                                              for k in clients}
     for rep in range(reps):
         order = list(clients) if rep % 2 == 0 else list(reversed(clients))
@@ -219,7 +220,7 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
             truth = srv.truth()
             row = rows[name]
             row["tok_s"].append(res["tok_s"])
-            for key in ("recv", "util", "peak_mb", "waits"):
+            for key in ("recv", "util", "peak_mb", "waits", "parser"):
                 row[key].append(res.get("recv_tok_s" if key == "recv" else key))
             row["ttft"].append(float(np.median(list(res["ttft"].values()))))
             row["true"].append(_true_ttft(truth, list(res["ttft"])))
@@ -284,6 +285,7 @@ def main() -> None:
                       f"CPU {_fmt(_med(row['util']), '.2f')} of a core")
                 print(f"{'':>15}unparsed peak {_fmt(_med(row['peak_mb']))} MB, "
                       f"{_fmt(_med(row['waits']), '.0f')} backpressure waits")
+                print(f"{'':>15}stream reader: {row['parser'][-1]}")
 
 
 if __name__ == "__main__":
