@@ -312,7 +312,9 @@ static PyObject *gaps_ms(PyObject *module, PyObject *times) {
     long long prev = PyLong_AsLongLong(PyList_GET_ITEM(times, 0));
     for (Py_ssize_t i = 1; i < n && !PyErr_Occurred(); i++) {
         long long now = PyLong_AsLongLong(PyList_GET_ITEM(times, i));
-        double gap = (double)(now - prev) / 1e6;
+        /* the int64 difference as numpy takes it: wrapping past the range, not undefined */
+        unsigned long long diff = (unsigned long long)now - (unsigned long long)prev;
+        double gap = (double)(long long)diff / 1e6;
         gaps[i - 1] = (float)gap;
         total += gap;
         total_sq += gap * gap;
