@@ -53,6 +53,10 @@ def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[st
     if util > 0.9:
         warnings.append(f"client used {util:.0%} of a CPU core: it may be the bottleneck; "
                         "latencies include client delay")
+        if figures.get("stream_parser") == "python":
+            warnings.append("the client read streams in pure Python: latscope was installed "
+                            "without a C compiler; installed with one (cc), its C stream pass "
+                            "takes 3.5-4x less CPU per token (docs/bench.md)")
     off_cpu = off_cpu_share(figures) or 0.0
     if off_cpu > OFF_CPU_WARN:
         warnings.append(f"the client's event loop waited for a CPU {off_cpu:.0%} of the run "

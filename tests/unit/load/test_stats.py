@@ -187,3 +187,15 @@ def test_itl_gaps_from_the_c_call_equal_numpys(monkeypatch, cap):
     if cap == 300:  # folded: the same histogram
         assert fast.hist is not None and np.array_equal(fast.hist, slow.hist)
     assert fast.distribution((50, 99)) == pytest.approx(slow.distribution((50, 99)), rel=1e-9)
+
+
+def test_a_busy_client_without_the_c_pass_is_told_how_to_get_it():
+    from latscope.load.summary import client_warnings
+
+    summary = {"ttft_ms": {"p50": 50.0}}
+    busy = {"cpu_utilization": 0.97}
+    assert len(client_warnings({**busy, "stream_parser": "c"}, summary)) == 1
+    warnings = client_warnings({**busy, "stream_parser": "python"}, summary)
+    assert len(warnings) == 2 and "C compiler" in warnings[1]
+    # an idle client is not told: the parser did not matter to its figures
+    assert not client_warnings({"cpu_utilization": 0.3, "stream_parser": "python"}, summary)
