@@ -420,8 +420,8 @@ class _Run(RequestFlow):
                   "unparsed_peak_bytes": self.backlog_peak,
                   "backpressure_waits": self.backpressure_waits,
                   "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0],
-                  # "c" (latscope/_native.c) or "python" where it was not built: ~0.4 us CPU per
-                  # token apart at full speed (benchmarks/parse_cost.py)
+                  # "c" (latscope/_native.c) or "python" where it was not built: 3.5-4x apart
+                  # in CPU per token at full speed (docs/bench.md)
                   "stream_parser": STREAM_PARSER}
         out = compose_summary(summary, self.config.public_dict(), self.model,
                               {"tokenizer": self.workload.tokenizer,
