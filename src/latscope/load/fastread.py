@@ -55,12 +55,12 @@ def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> b
     per-event reader runs instead (the two agree on every stream the tests feed them).
 
     Cost bounds one process's ceiling where the C pass is not built
-    (``benchmarks/client_ceiling.py``), so the checks are few C-level passes: one split on CR LF gives the chunk framing; numpy counts of CR and
-    LF prove that every CR is framing; C-level maps over the chunks and the LF count prove one
-    event per chunk, each one line (``_events_one_per_chunk``; coalesced chunks by whole-body
-    counts); then one regex pass for the keys that need the exact reader (error, a late role)
-    and two counts per token key present, the key and its compact mark (a spaced key, which the
-    marks would miss, declines).
+    (``benchmarks/client_ceiling.py``), so the checks are few C-level passes: one split on CR LF
+    gives the chunk framing; numpy counts of CR and LF prove that every CR is framing; C-level
+    maps over the chunks and the LF count prove one event per chunk, each one line
+    (``_events_one_per_chunk``; coalesced chunks by whole-body counts); then one regex pass for
+    the keys that need the exact reader (error, a late role) and two counts per token key
+    present, the key and its compact mark (a spaced key, which the marks would miss, declines).
     ``benchmarks/parse_cost.py`` measures it.
     """
     raw = b"".join([d for _, d in reads]) if len(reads) > 1 else reads[0][1] if reads else b""
