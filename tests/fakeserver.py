@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import hashlib
 import json
 import os
 import socket
@@ -44,6 +45,7 @@ class Truth:
     end_ns: int = 0
     authorization: str = ""  # the request's Authorization header, to check what was sent
     path: str = ""  # the request target as received
+    prompt: str = ""  # a digest of the prompt sent (which prompt each request carried)
 
 
 @dataclass
@@ -311,6 +313,7 @@ class App:
         prompt = req.get("prompt") if not chat else " ".join(
             m.get("content", "") for m in req.get("messages", []))
         prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        truth.prompt = hashlib.blake2b(str(prompt).encode(), digest_size=8).hexdigest()
         if not req.get("stream"):
             self.loop.call_at(self._at(recv_ns, cfg.ttft_ms + cfg.itl_ms * (n - 1)),
                               self._whole, conn, truth, chat, n, prompt_tokens)

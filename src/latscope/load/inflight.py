@@ -18,7 +18,7 @@ from latscope.load.client import StreamingClient
 from latscope.load.config import BenchConfig
 from latscope.load.prepare import request_body
 from latscope.load.response import finalize
-from latscope.load.workload import Workload
+from latscope.load.workload import Prompt, Workload
 from latscope.model import ErrorKind, RequestRecord
 from latscope.rundir import RunWriter
 from latscope.stats import RunStats
@@ -44,7 +44,7 @@ class RequestFlow:
     workload: Workload
     on_record: Callable[[RequestRecord], None] | None
     client: StreamingClient
-    trace_ids: list[str]
+    trace: bool  # a W3C trace id per request (--trace-requests)
     writer: RunWriter
     tag: str
     stats: RunStats
@@ -57,20 +57,22 @@ class RequestFlow:
     drained: asyncio.Event
     finalizing: bool
 
-    def body(self, index: int) -> bytes:
-        prompts = self.workload.prompts
-        return request_body(self.config, self.model, prompts[index % len(prompts)])
+    def prepare(self, index: int) -> tuple[Prompt, bytes]:
+        """Request ``index``'s prompt (taken from the workload: built before the run or as it
+        goes) and the body that sends it."""
+        prompt = self.workload.prompts.take(index)
+        return prompt, request_body(self.config, self.model, prompt)
 
     async def one(self, index: int, scheduled_ns: int, warmup: bool,
-                  body: bytes | None = None, open_loop: bool = False) -> None:
-        prompt = self.workload.prompts[index % len(self.workload.prompts)]
+                  prepared: tuple[Prompt, bytes] | None = None, open_loop: bool = False) -> None:
+        prompt, body = prepared or self.prepare(index)
         record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
                                scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
                                prompt_tokens=prompt.prompt_tokens,
                                expected_output_tokens=prompt.output_tokens, group=prompt.group,
-                               trace_id=self._trace_id(index))
+                               trace_id=f"{random.getrandbits(128):032x}" if self.trace else None)
         self.in_flight[index] = record
-        exchange = await self.client.execute(body or self.body(index), record)
+        exchange = await self.client.execute(body, record)
         del self.in_flight[index]
         self.to_finalize.append((record, exchange))
         self.backlog_bytes += exchange.size
@@ -84,13 +86,6 @@ class RequestFlow:
             self.backpressure_waits += 1
             self.drained.clear()
             await self.drained.wait()
-
-    def _trace_id(self, index: int) -> str | None:
-        if not self.trace_ids:
-            return None
-        if index < len(self.trace_ids):
-            return self.trace_ids[index]
-        return f"{random.getrandbits(128):032x}"  # a --duration run past the prepared pool
 
     def _finalize_one(self) -> None:
         """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
@@ -122,8 +117,7 @@ class RequestFlow:
     def _finished(self, record: RequestRecord) -> None:
         self.stats.add(record)
         if self.groups is not None:
-            prompts = self.workload.prompts
-            group = prompts[record.index % len(prompts)].group
+            group = record.group or ""
             if group not in self.groups:
                 self.groups[group] = RunStats(self.config.percentiles)
             self.groups[group].add(record)

@@ -14,7 +14,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -26,7 +25,9 @@ from latscope.load.config import BenchConfig, LengthDist
 from latscope.load.workload import LocalTokenizer, Prompt, ServerTokenizer, Tokenizer, WordTokenizer, Workload
 from latscope.rundir import host_info
 
-_DURATION_POOL = 4096  # distinct prompts prepared for a closed-loop --duration run (then reused)
+# a closed-loop --duration run's prompts built before it (the rest as it goes; with the server's
+# /tokenize, the whole pool, then resent)
+_DURATION_POOL = 4096
 # Longest prompt built when the server does not state its context length: beyond any served
 # model's, and already ~1 GB and minutes of tokenizer time (100M tokens once took 10 GB).
 _MAX_PROMPT_TOKENS = 10_000_000
@@ -225,6 +226,8 @@ def make_manifest(config: BenchConfig, base_url: str, model: str, workload: Work
     return {"kind": "bench", "run_tag": tag, "config": config.public_dict(), "base_url": base_url,
             "model": model, "endpoint": config.endpoint, "versions": versions, "host": host_info(),
             "workload": {"tokenizer": workload.tokenizer, "exact_lengths": workload.exact,
-                         "notes": workload.notes,
-                         "groups": dict(Counter(p.group for p in workload.prompts))},
+                         "notes": workload.notes + workload.prompts.notes(),
+                         # the prompts built before the run (an ordinary run's every one)
+                         "groups": workload.prompts.groups_built(),
+                         "prompts": workload.prompts.figures()},
             "created_wall": time.time(), "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)"}

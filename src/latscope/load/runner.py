@@ -1,10 +1,11 @@
 """Drives one load run: prepare, warm up, measure, write everything as it happens, summarise.
 
-Prompts and the arrival schedule are prepared before the first measured request; each request
-body is built from its prompt just before it is sent (a few microseconds; keeping every record
-and pre-built body cost ~6 KB a request). A closed loop keeps ``concurrency`` requests in flight, each
-scheduled the moment a slot frees (the slots' first sends staggered over one request time,
-``latscope.load.stagger``), and measures latency from the actual send; an open loop sends
+The arrival schedule and the run's first prompts are prepared before the first measured request
+(an ordinary run's every prompt; a long one's are built as it goes, ``load.promptsource``); each
+request body is built from its prompt just before it is sent (a few microseconds; keeping every
+record and pre-built body cost ~6 KB a request). A closed loop keeps ``concurrency`` requests in
+flight, each scheduled the moment a slot frees (the slots' first sends staggered over one request
+time, ``latscope.load.stagger``), and measures latency from the actual send; an open loop sends
 on a precomputed Poisson/gamma schedule and measures every latency from the *scheduled* time, so
 the client's own lag is counted (``latscope.stats.origin_ns`` is the one definition).
 Either way the send lag is reported separately (with event-loop lag, client CPU and run-queue
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
+import itertools
 import signal
 import time
 from array import array
@@ -47,7 +48,7 @@ from latscope.load.prepare import (
 from latscope.load.response import STREAM_PARSER
 from latscope.load.stagger import Stagger
 from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
-from latscope.load.workload import Workload, build_workload
+from latscope.load.workload import Prompt, Workload, build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
 from latscope.rundir import RunWriter, default_run_dir, read_run
 from latscope.stats import RunStats, distribution
@@ -138,6 +139,8 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
                                        tokenizer, config.seed)
+    # indices are sent in order from 0 (warm-up first): the first are built before the run
+    await asyncio.to_thread(workload.prompts.prebuild, itertools.count(), prompt_count(config))
     run = _Run(config, base_url, headers, model, workload, on_record)
     manifest = make_manifest(config, base_url, model, workload, run.tag)
     run.writer.write_manifest(manifest)
@@ -215,15 +218,13 @@ class _Run(RequestFlow):
         self.client = StreamingClient(base_url, path, headers, config.request_timeout_s,
                                       max_response_bytes=config.max_response_bytes,
                                       trace=config.trace_requests)
-        # Trace ids drawn before the run, so none of that work lands in a send.
-        self.trace_ids = ([os.urandom(16).hex() for _ in workload.prompts]
-                          if config.trace_requests else [])
+        self.trace = config.trace_requests  # a trace id drawn per send (~0.3 us)
         self.writer = RunWriter(config.output_dir or default_run_dir())
         self.tag = f"{time.time_ns():x}"[-8:]
         self.stats = RunStats(config.percentiles, config.slo)
         # per mix entry / shared-prefix group, kept only when the workload has more than one
         self.groups: dict[str, RunStats] | None = (
-            {} if len({p.group for p in workload.prompts}) > 1 else None)
+            {} if len(workload.prompts.group_names()) > 1 else None)
         self.in_flight: dict[int, RequestRecord] = {}
         self.to_finalize: deque[tuple[RequestRecord, Any]] = deque()
         self.backlog_bytes = 0  # body bytes in to_finalize
@@ -290,11 +291,12 @@ class _Run(RequestFlow):
         offsets = self.arrival_offsets(len(indices))
         cap = asyncio.Semaphore(self.config.concurrency) if self.config.concurrency else None
 
-        async def capped(index: int, scheduled: int, body: bytes, warm: bool) -> None:
+        async def capped(index: int, scheduled: int, prepared: tuple[Prompt, bytes],
+                         warm: bool) -> None:
             if cap is None:
-                return await self.one(index, scheduled, warm, body, open_loop=True)
+                return await self.one(index, scheduled, warm, prepared, open_loop=True)
             async with cap:  # the wait for a slot stays inside the measured latency
-                await self.one(index, scheduled, warm, body, open_loop=True)
+                await self.one(index, scheduled, warm, prepared, open_loop=True)
 
         tasks: set[asyncio.Task[None]] = set()
         failures: list[BaseException] = []
@@ -303,7 +305,7 @@ class _Run(RequestFlow):
             scheduled = t0 + offset
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
-            body = self.body(index)  # built before its time comes, not inside its send lag
+            prepared = self.prepare(index)  # before its time comes, not inside its send lag
             warm = index < warm_below
             if begin is not None and not warm:
                 await begin()  # observers start (a first scrape, telemetry): it takes time
@@ -315,7 +317,7 @@ class _Run(RequestFlow):
             delay = scheduled - time.perf_counter_ns()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
-            task = asyncio.create_task(capped(index, scheduled, body, warm))
+            task = asyncio.create_task(capped(index, scheduled, prepared, warm))
             tasks.add(task)  # finished tasks leave the set: memory stays with what is in flight
             task.add_done_callback(functools.partial(_forget, tasks, failures))
         try:
@@ -422,11 +424,13 @@ class _Run(RequestFlow):
                   "event_loop": type(asyncio.get_event_loop()).__module__.split(".")[0],
                   # "c" (latscope/_native.c) or "python" where it was not built: 3.5-4x apart
                   # in CPU per token at full speed (docs/bench.md)
-                  "stream_parser": STREAM_PARSER}
+                  "stream_parser": STREAM_PARSER,
+                  # built before the run, during it, in a send (the client fell behind)
+                  "prompts": self.workload.prompts.figures()}
         out = compose_summary(summary, self.config.public_dict(), self.model,
                               {"tokenizer": self.workload.tokenizer,
                                "exact_lengths": self.workload.exact,
-                               "notes": self.workload.notes},
+                               "notes": self.workload.notes + self.workload.prompts.notes()},
                               by_group, client, self.stats)
         if self.staggers:  # closed loops only
             out["load"]["stagger"] = self.staggers

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import os
 import shutil
 import socket
@@ -20,9 +21,9 @@ import orjson
 
 from latscope.errors import LatscopeError
 from latscope.load.config import BenchConfig
-from latscope.load.runner import _Run
+from latscope.load.runner import _forget, _Run
 from latscope.load.shares import Share
-from latscope.load.workload import Workload
+from latscope.load.workload import Prompt, Workload
 from latscope.model import RequestRecord
 
 _FLUSH_S = 0.1  # how often a worker sends its finished records back
@@ -71,6 +72,8 @@ class WorkerRun:
                         on_record=self._collect)
         self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
         self.run.request_time_ns = spec.request_time_ns
+        # this worker's own prompts (the workload came as a recipe), the first before the start
+        spec.workload.prompts.prebuild(spec.share.indices, spec.share.size)
         # deque: append (event loop) and popleft (a Ray poll thread) are thread-safe
         from collections import deque
         self.finished: deque[RequestRecord] = deque()
@@ -122,20 +125,26 @@ class WorkerRun:
         run, share = self.run, self.spec.share
         cap = asyncio.Semaphore(share.concurrency) if share.concurrency else None
 
-        async def capped(index: int, scheduled: int) -> None:
+        async def capped(index: int, scheduled: int, prepared: tuple[Prompt, bytes]) -> None:
             if cap is None:
-                return await run.one(index, scheduled, False, open_loop=True)
+                return await run.one(index, scheduled, False, prepared, open_loop=True)
             async with cap:  # the wait for a slot stays inside the measured latency
-                await run.one(index, scheduled, False, open_loop=True)
+                await run.one(index, scheduled, False, prepared, open_loop=True)
 
-        tasks = []
+        tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []
         for index, offset in zip(share.indices, share.offsets_ns or ()):
             scheduled = start_ns + offset
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
+            prepared = run.prepare(index)  # before its time comes, not inside its send lag
             await _sleep_until(scheduled)
-            tasks.append(asyncio.create_task(capped(index, scheduled)))
+            task = asyncio.create_task(capped(index, scheduled, prepared))
+            tasks.add(task)  # finished tasks leave the set: memory stays with what is in flight
+            task.add_done_callback(functools.partial(_forget, tasks, failures))
         await asyncio.gather(*tasks)
+        if failures:
+            raise failures[0]
         run.finalize_all()
 
     def close(self) -> None:

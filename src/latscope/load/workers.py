@@ -247,6 +247,8 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
                                        tokenizer, config.seed)
     shares = plan_shares(config, workers, len(workload.prompts))
+    # the driver sends the warm-up; each worker builds its own share's prompts
+    await asyncio.to_thread(workload.prompts.prebuild, range(config.warmup), config.warmup)
     run = _Run(config, base_url, headers, model, workload, on_record)
     manifest = make_manifest(config, base_url, model, workload, run.tag)
     manifest["workers"] = {"backend": backend, "count": workers,

@@ -5,7 +5,8 @@ read with the ``tokenizers`` package) or the server's own ``/tokenize``/``/detok
 both). A synthetic prompt is built the way vllm bench serve's random dataset is: random token ids
 (drawn from the ids of ordinary English words, so no special tokens), decoded to text, re-encoded,
 and trimmed or padded until the re-encoded length is the target. Without a tokenizer, one word is
-taken as one token and the workload says that its counts are approximate.
+taken as one token and the workload says that its counts are approximate. Each prompt is drawn
+from its own random stream and built as the run sends it (``latscope.load.promptsource``).
 """
 
 from __future__ import annotations
@@ -14,43 +15,14 @@ import http.client
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from latscope.errors import ConfigError, TargetError
-from latscope.load.config import LengthDist, MixEntry, WorkloadSpec
-
-# Ordinary words: their token ids form the pool synthetic prompts are drawn from.
-_WORDS = (
-    "the of and to in is that it was for on are as with his they at be this from have or by "
-    "one had not but what all were when we there can an your which their said if do will each "
-    "about how up out them then she many some so these would other into has more her two like "
-    "him see time could no make than first been its who now people my made over did down only "
-    "way find use may water long little very after words called just where most know get through "
-    "back much before go good new write our used me man too any day same right look think also "
-    "around another came come work three word must because does part even place well such here "
-    "take why things help put years different away again off went old number great tell men say "
-    "small every found still between name should home big give air line set own under read last "
-    "never us left end along while might next sound below saw something thought both few those "
-    "always looked show large often together asked house world going want school important until "
-    "form food keep children feet land side without boy once animals life enough took sometimes "
-    "four head above kind began almost live page got earth need far hand high year mother light "
-    "parts country father let night following picture being study second eyes soon times story "
-    "boys since white days ever paper hard near sentence better best across during today others "
-    "sure means knew try told young miles sun ways thing whole hear example heard several change "
-    "answer room sea against top turned learn point city play toward five using himself usually"
-).split()
-
-
-class Tokenizer(Protocol):
-    exact: bool
-    source: str
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: list[int]) -> str: ...
+from latscope.load.config import LengthDist, WorkloadSpec
+from latscope.load.promptsource import _WORDS, FixedPrompts, Prompt, PromptMaker, SyntheticPrompts, Tokenizer
 
 
 class LocalTokenizer:
@@ -82,7 +54,8 @@ class LocalTokenizer:
 
 
 class ServerTokenizer:
-    """vLLM's ``POST /tokenize`` and ``/detokenize`` (setup only; never during measurement).
+    """vLLM's ``POST /tokenize`` and ``/detokenize`` (setup only; never during measurement:
+    prompts measured with it are all built before the run).
 
     Building one synthetic prompt takes a decode and an encode or more, so every call goes over
     one kept-alive connection: a new connection per call opened ~2 TCP connections per prompt
@@ -196,62 +169,28 @@ class WordTokenizer:
         return " ".join(_WORDS[int(i) % len(_WORDS)] for i in ids)
 
 
-@dataclass(slots=True)
-class Prompt:
-    text: str
-    prompt_tokens: int | None  # as counted by the tokenizer (None: unknown)
-    output_tokens: int  # max_tokens to ask for
-    group: str = ""  # mix entry name, "shared_prefix" or "dataset"
-
-
 @dataclass
 class Workload:
-    prompts: list[Prompt]
+    prompts: FixedPrompts | SyntheticPrompts
     tokenizer: str  # where the counts come from
     exact: bool  # False: prompt lengths are approximate
     notes: list[str] = field(default_factory=list)
 
 
-class PromptMaker:
-    """Builds prompts of an exact token count for one tokenizer."""
-
-    def __init__(self, tokenizer: Tokenizer, rng: np.random.Generator) -> None:
-        self.tok = tokenizer
-        self.rng = rng
-        pool = sorted(set(tokenizer.encode(" ".join(_WORDS))))
-        self.pool = np.asarray(pool or [0], dtype=np.int64)
-        self.inexact = 0
-
-    def ids(self, n: int) -> list[int]:
-        return self.rng.choice(self.pool, size=max(n, 0)).tolist()
-
-    def make(self, n: int, prefix_ids: list[int] | None = None) -> tuple[str, int]:
-        prefix_ids = prefix_ids or []
-        tail = self.ids(n - len(prefix_ids))
-        text, actual = "", 0
-        for _ in range(10):
-            text = self.tok.decode(prefix_ids + tail)
-            actual = len(self.tok.encode(text))
-            if actual == n:
-                return text, actual
-            if actual > n:
-                tail = tail[: max(len(tail) - (actual - n), 0)]
-            else:
-                tail = tail + self.ids(n - actual)
-        self.inexact += 1
-        return text, actual
-
-
 def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: int) -> Workload:
-    """``count`` prompts for ``spec``, reproducible from ``seed``."""
-    rng = np.random.default_rng(seed)
-    maker = PromptMaker(tokenizer, rng)
+    """``count`` prompts for ``spec``, reproducible from ``seed``: synthetic ones with a local
+    tokenizer are built as the run sends them (``prebuild`` builds the first), the others now."""
+    maker = PromptMaker(tokenizer)
     notes: list[str] = []
+    prompts: FixedPrompts | SyntheticPrompts
     try:
         if spec.dataset:
-            prompts = _dataset_prompts(spec, count, tokenizer, rng, notes)
+            prompts = FixedPrompts(_dataset_prompts(spec, count, tokenizer,
+                                                    np.random.default_rng(seed), notes))
         else:
-            prompts = _synthetic_prompts(spec, count, maker, rng)
+            prompts = SyntheticPrompts(spec, maker, seed, count)
+            if isinstance(tokenizer, ServerTokenizer):  # never asked during the measurement
+                prompts = FixedPrompts(prompts.build(k) for k in range(count))
     finally:  # a server tokenizer's kept connection is not held through the run
         if isinstance(tokenizer, ServerTokenizer):
             tokenizer.close()
@@ -262,30 +201,6 @@ def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: i
         if reason := getattr(tokenizer, "reason", ""):
             notes.append(f"server tokenizer not used: {reason}")
     return Workload(prompts, tokenizer.source, tokenizer.exact, notes)
-
-
-def _synthetic_prompts(spec: WorkloadSpec, count: int, maker: PromptMaker,
-                       rng: np.random.Generator) -> list[Prompt]:
-    mix = spec.mix or [MixEntry("default", 1.0, LengthDist.parse(spec.input_len),
-                                LengthDist.parse(spec.output_len))]
-    weights = np.asarray([m.weight for m in mix], dtype=np.float64)
-    picks = rng.choice(len(mix), size=count, p=weights / weights.sum())
-    shared = rng.random(count) < spec.prefix_fraction if spec.prefix_len else np.zeros(count, bool)
-    prefix_ids = maker.ids(spec.prefix_len) if spec.prefix_len else []
-    prompts = []
-    for i, which in enumerate(picks):
-        entry = mix[which]
-        n_in = int(entry.input_len.sample(rng, 1)[0])
-        n_out = int(entry.output_len.sample(rng, 1)[0])
-        if shared[i]:
-            n_in = max(n_in, spec.prefix_len + 1)
-            text, actual = maker.make(n_in, prefix_ids)
-            group = "shared_prefix" if len(mix) == 1 else f"{entry.name}+shared_prefix"
-        else:
-            text, actual = maker.make(n_in)
-            group = entry.name
-        prompts.append(Prompt(text, actual, n_out, group))
-    return prompts
 
 
 def _dataset_prompts(spec: WorkloadSpec, count: int, tokenizer: Tokenizer,
