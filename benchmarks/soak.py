@@ -4,9 +4,9 @@ One long closed-loop ``bench`` against the local fake server (``tests/fakeserver
 process, zero delay: as fast as the client can go) prints, when 1k, 10k and 100k requests have
 finished, the client's resident memory now (RSS) and at its peak, and at the end the client's CPU
 time per streamed token. The bar (issue #14): peak RSS flat within 20 MB from 10k to 100k
-requests. Prompts are built before the run (their memory is in every row, including the first)
-and words are taken as tokens (the fake server's /tokenize is turned off), so building 100k of
-them takes seconds, not the minutes of 200k tokenizer round trips. Usage::
+requests. Words are taken as tokens (the fake server's /tokenize is turned off), so prompts are
+built as they are sent (``latscope.load.promptsource``): the first before the run (their memory
+is in every row), the rest during it, their CPU time in the figure per token. Usage::
 
     python3 benchmarks/soak.py [--requests 100000] [--concurrency 64] [--output-len 16]
 

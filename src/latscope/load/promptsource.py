@@ -165,6 +165,7 @@ class SyntheticPrompts:
         self._taken_max = -1  # the highest index a send has taken (the order skips up to it)
         self._refilling = False
         self.built_before_run = self.built_during_run = self.built_in_send = 0
+        self.build_during_run_s = 0.0  # the loop's time spent building (client CPU, in the run)
 
     def __getstate__(self) -> dict[str, Any]:
         """A worker gets the recipe, not the driver's built prompts (it builds its own share)."""
@@ -230,7 +231,9 @@ class SyntheticPrompts:
         self._taken_max = max(self._taken_max, index)
         prompt = self._ahead.pop(index, None)
         if prompt is None:
+            began = time.perf_counter()
             prompt = self.build(index)
+            self.build_during_run_s += time.perf_counter() - began
             self.built_in_send += 1
         else:
             self._ahead_tokens -= prompt.prompt_tokens or 0
@@ -244,7 +247,9 @@ class SyntheticPrompts:
         return prompt
 
     def _refill(self) -> None:
-        built = self._fill(time.perf_counter_ns() + _REFILL_SLICE_NS)
+        began = time.perf_counter_ns()
+        built = self._fill(began + _REFILL_SLICE_NS)
+        self.build_during_run_s += (time.perf_counter_ns() - began) / 1e9
         self.built_during_run += built
         if self._order is not None and len(self._ahead) < self._target and built:
             asyncio.get_running_loop().call_soon(self._refill)
@@ -278,4 +283,4 @@ class SyntheticPrompts:
     def figures(self) -> dict[str, Any]:
         return {"built_as_sent": True, "built_before_run": self.built_before_run,
                 "built_during_run": self.built_during_run, "built_in_send": self.built_in_send,
-                "resent": 0}
+                "build_during_run_s": self.build_during_run_s, "resent": 0}

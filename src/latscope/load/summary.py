@@ -57,6 +57,12 @@ def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[st
             warnings.append("the client read streams in pure Python: latscope was installed "
                             "without a C compiler; installed with one (cc), its C stream pass "
                             "takes 3.5-4x less CPU per token (docs/bench.md)")
+        building = (figures.get("prompts") or {}).get("build_during_run_s") or 0.0
+        cpu = figures.get("cpu_s") or 0.0
+        if cpu and building > 0.1 * cpu:  # (building may begin in the warm-up: at most all)
+            warnings.append(f"building prompts during the run took {min(building / cpu, 1):.0%} "
+                            "of the client's CPU (a long run of long prompts, each tokenized "
+                            "until exact): fewer or shorter prompts, or --workers")
     off_cpu = off_cpu_share(figures) or 0.0
     if off_cpu > OFF_CPU_WARN:
         warnings.append(f"the client's event loop waited for a CPU {off_cpu:.0%} of the run "

@@ -165,7 +165,7 @@ class WorkerState:
                 "run_queue_wait_s": fig.get("run_queue_wait_s"),
                 "send_lag_p99_ms": fig.get("send_lag_p99_ms"),
                 "event_loop": fig.get("event_loop"),
-                "stream_parser": fig.get("stream_parser"),
+                "stream_parser": fig.get("stream_parser"), "prompts": fig.get("prompts"),
                 "clock": self.clock.to_dict() if self.clock else None,
                 "clock_after": self.clock_after.to_dict() if self.clock_after else None,
                 "stagger": fig.get("stagger"),
@@ -294,6 +294,8 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
                     await obs.stop(ctx)
         summary = run.summary()
         summary["client"] = merged_client_figures([s.report() for s in states], summary)
+        summary["client"]["prompts"] = _summed_prompt_figures(  # the driver built the warm-up's
+            [{"prompts": run.workload.prompts.figures()}, *(s.report() for s in states)])
         summary["workers"] = [s.report() for s in states]
         summary["workers_failed"] = [f"worker {s.index}: {s.error}" for s in states if s.error]
         summary["load"]["workers"] = {"backend": backend, "count": workers}
@@ -380,6 +382,18 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
         await asyncio.sleep(0.05)
 
 
+def _summed_prompt_figures(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each worker built its own share's prompts: the counts and times add up."""
+    out: dict[str, Any] = {}
+    for w in workers:
+        for key, value in (w.get("prompts") or {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                out.setdefault(key, value)
+            else:
+                out[key] = out.get(key, 0) + value
+    return out
+
+
 def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]) -> dict:
     """The client's own cost over all workers: CPU summed, the busiest worker's utilisation and
     the worst loop lag (the worst worker bounds the timestamp error), warnings per worker."""
@@ -402,7 +416,7 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
                "event_loop": next((w["event_loop"] for w in workers if w.get("event_loop")), None),
                "stream_parser": next((w["stream_parser"] for w in workers
                                       if w.get("stream_parser")), None),
-               "workers": len(workers)}
+               "workers": len(workers), "prompts": _summed_prompt_figures(workers)}
     if waited is not None:
         # its wait over the merged wall: the share says how much of the run the worst loop lost
         figures["run_queue_wait_s"] = (off_cpu_share(waited) or 0.0) * wall
@@ -412,7 +426,8 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
             continue
         one = {"cpu_utilization": w["cpu_utilization"], "loop_lag_ms": w["loop_lag_ms"],
                "send_lag_p99_ms": w["send_lag_p99_ms"], "wall_s": w["wall_s"],
-               "run_queue_wait_s": w.get("run_queue_wait_s")}
+               "run_queue_wait_s": w.get("run_queue_wait_s"), "cpu_s": w["cpu_s"],
+               "prompts": w.get("prompts")}
         warnings += [f"worker {w['worker']}: {text}" for text in client_warnings(one, summary)]
     for w in workers:
         if w.get("error"):

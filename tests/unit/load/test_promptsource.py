@@ -105,6 +105,7 @@ def test_a_duration_closed_loop_never_resends_a_prompt(monkeypatch, tmp_path):
     assert figures["built_as_sent"] and figures["built_before_run"] == 20
     assert figures["built_during_run"] + figures["built_in_send"] + 20 >= len(sent)
     assert result.manifest["workload"]["prompts"]["built_before_run"] == 20
+    assert 0 < figures["build_during_run_s"] < result.summary["client"]["cpu_s"]
 
 
 @pytest.mark.slow
@@ -128,3 +129,16 @@ def test_a_worker_builds_the_very_prompt_one_process_sends_for_each_index(tokeni
     _, records, _ = read_run(two.run_dir)
     assert sorted(r.index for r in records) == list(range(42))
     assert one.summary["client"]["prompts"]["built_in_send"] == 0
+    built = two.summary["client"]["prompts"]  # each worker built its own share, before it
+    assert built["built_before_run"] == 40 + 2 and built["built_in_send"] == 0
+
+
+def test_a_client_busy_building_prompts_is_told_so():
+    from latscope.load.summary import client_warnings
+
+    figures = {"cpu_utilization": 0.97, "cpu_s": 10.0,
+               "prompts": {"build_during_run_s": 4.0, "built_during_run": 9000}}
+    text = " ".join(client_warnings(figures, {}))
+    assert "building prompts during the run took 40% of the client's CPU" in text
+    figures["prompts"]["build_during_run_s"] = 0.5  # 5%: not what held it back
+    assert "building prompts" not in " ".join(client_warnings(figures, {}))
