@@ -227,7 +227,7 @@ def make_manifest(config: BenchConfig, base_url: str, model: str, workload: Work
             "model": model, "endpoint": config.endpoint, "versions": versions, "host": host_info(),
             "workload": {"tokenizer": workload.tokenizer, "exact_lengths": workload.exact,
                          "notes": workload.notes + workload.prompts.notes(),
-                         # the prompts built before the run (an ordinary run's every one)
+                         # by group where every prompt was built before the run, else None
                          "groups": workload.prompts.groups_built(),
                          "prompts": workload.prompts.figures()},
             "created_wall": time.time(), "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)"}

@@ -212,8 +212,11 @@ class SyntheticPrompts:
                                                                 for n in names}
         return shared if self.spec.prefix_fraction >= 1 else names | shared
 
-    def groups_built(self) -> dict[str, int]:
-        """The groups of the prompts built so far and not yet sent (before a run: its first)."""
+    def groups_built(self) -> dict[str, int] | None:
+        """The run's prompts by group, where this process built them all before the run (None
+        otherwise: the summary's ``by_group`` counts what was sent)."""
+        if self.built_before_run < self.count:
+            return None
         return dict(Counter(p.group for p in self._ahead.values()))
 
     def prebuild(self, order: Iterable[int], count: int | None = None) -> None:

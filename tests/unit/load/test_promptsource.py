@@ -142,3 +142,15 @@ def test_a_client_busy_building_prompts_is_told_so():
     assert "building prompts during the run took 40% of the client's CPU" in text
     figures["prompts"]["build_during_run_s"] = 0.5  # 5%: not what held it back
     assert "building prompts" not in " ".join(client_warnings(figures, {}))
+
+
+def test_the_manifest_counts_groups_only_where_every_prompt_was_built_before_the_run():
+    spec = _mix_spec()
+    prompts = build_workload(spec, 50, WordTokenizer(), seed=2).prompts
+    prompts.prebuild(itertools.count(), 50)
+    groups = prompts.groups_built()
+    assert groups is not None and sum(groups.values()) == 50
+    assert set(groups) <= prompts.group_names()
+    longer = build_workload(spec, 50, WordTokenizer(), seed=2).prompts
+    longer.prebuild(range(10), 10)  # a driver that builds only the warm-up
+    assert longer.groups_built() is None
