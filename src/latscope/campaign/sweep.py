@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from latscope.analysis.knee import SloTerm
 from latscope.analysis.sweep import (
     Step,
@@ -30,11 +32,14 @@ def bench_step(base: Any, load: float, mode: str, run_dir: Path, *, warmup: int 
     """One load run at ``load`` (``mode`` "concurrency" or "rate") with /metrics scraped.
 
     ``base`` is a ``latscope.load.BenchConfig``; warm-up defaults to one request per concurrency
-    slot (at least 2) so each step starts from a filled batch rather than an idle server.
+    slot (at least 2) so each step starts from a filled batch rather than an idle server. Each
+    load gets prompts of its own (a seed drawn from ``base.seed``, the mode and the load): with
+    ``base.seed`` for every step, each step resent the last one's prompts, and a server's prefix
+    cache served every step after the first from them.
     """
     from latscope.campaign.observe import observe
 
-    changes: dict[str, Any] = {"output_dir": run_dir}
+    changes: dict[str, Any] = {"output_dir": run_dir, "seed": step_seed(base.seed, mode, load)}
     if mode == "concurrency":
         changes.update(concurrency=int(load), rate=None)
     else:
@@ -43,6 +48,13 @@ def bench_step(base: Any, load: float, mode: str, run_dir: Path, *, warmup: int 
     obs = observe(dataclasses.replace(base, **changes), scrape_interval_s=scrape_interval_s,
                   network_rtt_ms=network_rtt_ms)
     return step_of(load, obs)
+
+
+def step_seed(seed: int, mode: str, load: float) -> int:
+    """The seed of the step at ``load``: the same for the same sweep seed, mode and load (a
+    tune's trials send alike prompts, each to a fresh server), another for every other load."""
+    words = [seed, 1 if mode == "concurrency" else 2, round(load * 1000)]
+    return int(np.random.SeedSequence(words).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 def step_of(load: float, obs: Any) -> Step:
