@@ -61,6 +61,7 @@ def _diagnose_server(state: Diagnosis, control: ServerControl | None,
                      running: Running | None) -> None:
     budget = Budget(state.opts.budget_s)
     base = _bench_base(state, running)
+    state.run.update(prompt_seed=state.prompt_seed)
     state.collector = running.collector if running else None
     _stage(state, "doctor", lambda: stages.doctor(state, running))
     _stage(state, "net", lambda: stages.net(state, base))
@@ -127,7 +128,7 @@ def _bench_base(state: Diagnosis, running: Running | None) -> Any:
                                              mix=parse_mix(opts.mix) if opts.mix else [],
                                              dataset=opts.dataset),
                        tokenizer=running.tokenizer_dir if running else None,
-                       concurrency=1, num_requests=16)
+                       concurrency=1, num_requests=16, seed=state.prompt_seed)
 
 
 def _stage(state: Diagnosis, name: str, work: Callable[[], str | None]) -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from latscope.analysis.decompose import Decomposition, decompose_run
 from latscope.findings.latency import Context, findings_from_decomposition
 from latscope.findings.server import findings_from_metrics
@@ -109,6 +111,7 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
     telemetry = telemetry_facts(result.run_dir)
     findings += telemetry_findings(telemetry)
     hit_rate = prefix_cache_hit_rate(snapshots)
+    findings += _resent(result, hit_rate)
     warm = bool(result.config.warmup)
     _record_comparability(result, hit_rate, warm)
     if decomposition is not None:
@@ -116,6 +119,16 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
     return Observation(result, decomposition, findings, snapshots, client,
                        prefix_cache_hit_rate=hit_rate, warm=warm,
                        extra={"telemetry": telemetry})
+
+
+def _resent(result: BenchResult, hit_rate: float | None) -> list[Finding]:
+    """Whether the prefix cache served prompts drawn to share nothing (completions only: a chat
+    template is a prefix every request shares)."""
+    from latscope.findings.servermetrics import resent_prompts
+
+    cfg = result.config
+    shares = bool(cfg.workload.prefix_len or cfg.workload.dataset) or cfg.endpoint != "completions"
+    return resent_prompts(hit_rate, shares, cfg.seed, f"/metrics over the run ({result.run_dir.name})")
 
 
 def gpu_sampler(server_url: str, interval_s: float, enabled: bool | None,
@@ -206,8 +219,15 @@ def prefix_cache_hit_rate(snapshots: list[MetricSnapshot]) -> float | None:
 
 def with_load(config: BenchConfig, *, concurrency: int | None = None, rate: float | None = None,
               num_requests: int, output_dir: Path, warmup: int, seed: int) -> BenchConfig:
-    """``config`` at one load level, its own run directory and its own prompts (``seed``), so
-    that no run is served from another run's prefix cache."""
+    """``config`` at one load level, its own run directory and its own prompts (``seed`` within
+    the campaign, mixed with ``config.seed``: diagnose draws that one per campaign), so that no
+    run is served from another run's prefix cache, a run of an earlier campaign's included."""
     return dataclasses.replace(config, concurrency=concurrency, rate=rate,
                                num_requests=num_requests, duration_s=None, output_dir=output_dir,
-                               warmup=warmup, seed=seed)
+                               warmup=warmup, seed=run_seed(config.seed, seed))
+
+
+def run_seed(campaign_seed: int, seed: int) -> int:
+    """One run's seed from its campaign's and its own number in the campaign."""
+    state = np.random.SeedSequence([campaign_seed, seed]).generate_state(1)[0]
+    return int(state & 0x7FFFFFFF)

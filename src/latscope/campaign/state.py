@@ -5,6 +5,7 @@ it, ``document`` writes it as report.json, and ``replay`` rebuilds it from a run
 from __future__ import annotations
 
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -92,6 +93,9 @@ class Diagnosis:
     client: dict[str, Any] = field(default_factory=dict)
     collector: Any = None  # the local server's OTLP receiver: per-request spans (docs/observe.md)
     started: float = field(default_factory=time.monotonic)
+    # the campaign's prompts: every run's seed is drawn from it (campaign.observe.with_load), so
+    # a diagnose run against a server an earlier one measured sends prompts it has not seen
+    prompt_seed: int = field(default_factory=lambda: secrets.randbelow(2**31))
 
 
 class Budget:
