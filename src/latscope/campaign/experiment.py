@@ -3,8 +3,9 @@
 Rules of the experiment (each one a way A/B results are commonly wrong):
 - arms alternate A B A B ..., so that drift of the host (other load, thermal) hits both;
 - every run starts with warm-up requests that are excluded from its figures;
-- every run has its own prompts (its own seed), so no arm is served from another arm's prefix
-  cache; each run's prefix-cache hit rate is recorded beside it;
+- every run has its own prompts (its own seed, ``arm_seed``), so no arm is served from another
+  arm's prefix cache, nor from an earlier experiment's or campaign's; each run's prefix-cache
+  hit rate is recorded beside it;
 - the change is the pair-wise ratio B/A of the finding's metric, with a 95% t interval on the log
   ratios (``analysis.tune.paired_change``); a fix whose interval includes zero "did not
   measurably help", and the report says so.
@@ -13,6 +14,7 @@ Rules of the experiment (each one a way A/B results are commonly wrong):
 from __future__ import annotations
 
 import contextlib
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
@@ -123,6 +125,15 @@ def comparability(hit_rates: dict[str, list[float | None]]) -> str:
 
 # --- running the A/B ---------------------------------------------------------------------------
 
+def arm_seed(out_dir: Path, pair: int, arm: str, attempt: int, seed0: int = 10_000) -> int:
+    """One A/B run's prompt seed within its campaign: its own for every experiment (by its
+    folder's name), pair, arm and re-run. Every experiment once counted from ``seed0``, so a
+    campaign's second A/B on the same server resent the first one's A prompts: the gateway's
+    A arm was served 23% from the prefix cache, its B arm 0%."""
+    experiment = zlib.crc32(out_dir.name.encode())
+    return experiment * 100_000 + seed0 + 2 * pair + (arm == "B") + 1000 * attempt
+
+
 def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                    base: BenchConfig, load: int, out_dir: Path, *, pairs: int = 3,
                    requests: int | None = None, progress: Progress = lambda _: None,
@@ -145,7 +156,7 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                         # a re-run sends fresh prompts: the first run's are in the prefix cache
                         cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
                                         num_requests=n, output_dir=run_dir, warmup=warmup,
-                                        seed=seed0 + 2 * i + (arm == "B") + 1000 * attempt)
+                                        seed=arm_seed(out_dir, i, arm, attempt, seed0))
                         obs = observe(cfg, scrape_interval_s=scrape_interval_s,
                                       metrics_url=metrics_url)
                         if (obs.client.get("reliable", True) or attempt == RERUNS_UNRELIABLE

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakeserver import FakeServer
+from latscope.campaign.experiment import arm_seed
 from latscope.campaign.observe import with_load
 from latscope.campaign.state import Diagnosis
 from latscope.campaign.sweep import step_seed
@@ -59,3 +60,14 @@ def test_a_run_served_from_the_cache_though_its_prompts_share_nothing_is_flagged
     assert resent_prompts(0.04, shares_prefix=False, seed=0, source="s") == []
     assert resent_prompts(0.9, shares_prefix=True, seed=0, source="s") == []  # a shared prefix
     assert resent_prompts(None, shares_prefix=False, seed=0, source="s") == []  # no metrics
+
+
+def test_every_ab_run_of_a_campaign_has_prompts_of_its_own():
+    # each experiment once counted from one seed: the gateway A/B's A runs resent the priority
+    # A/B's A prompts to the same server, and 23% of them came from its prefix cache (B: 0%)
+    experiments = [Path("prove/gateway"), Path("prove/priority"),
+                   Path("prove/server_queue_max_num_seqs")]
+    seeds = [arm_seed(d, pair, arm, attempt) for d in experiments for pair in range(4)
+             for arm in "AB" for attempt in range(2)]
+    assert len(set(seeds)) == len(seeds)
+    assert arm_seed(Path("a/gateway"), 1, "B", 0) == arm_seed(Path("b/gateway"), 1, "B", 0)
