@@ -177,7 +177,12 @@ def _observation(step_dir: Path, rtt_ms: float | None) -> Observation:
     rebuilt = rebuild_summary(step_dir)
     summary = {**rebuilt, **summary, "throughput": rebuilt.get("throughput") or
                summary.get("throughput") or {}}
-    config = SimpleNamespace(warmup=(manifest.get("config") or {}).get("warmup") or 0)
+    stored = manifest.get("config") or {}
+    workload = stored.get("workload") or {}
+    config = SimpleNamespace(warmup=stored.get("warmup") or 0, seed=stored.get("seed"),
+                             endpoint=stored.get("endpoint", "completions"),
+                             workload=SimpleNamespace(prefix_len=workload.get("prefix_len", 0),
+                                                      dataset=workload.get("dataset")))
     result = BenchResult(step_dir, summary, config, manifest)  # type: ignore[arg-type]
     return observation_of(result, scraped=(step_dir / "metrics").is_dir(),
                           network_rtt_ms=rtt_ms)
