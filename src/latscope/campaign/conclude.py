@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from latscope.campaign.observe import resent_finding
 from latscope.campaign.state import Diagnosis, level_label
 from latscope.env.hostload import read_cpu_usage
 from latscope.findings.capacity import GpuBusy, Point, capacity_finding
@@ -62,6 +63,7 @@ def _level_findings(state: Diagnosis) -> list[Finding]:
         if contention is not None:
             out.append(contention)
         out += telemetry_findings(telemetry_facts(obs.run_dir))
+        out += resent_finding(obs.result, obs.prefix_cache_hit_rate, f"/metrics at {label}")
     return out
 
 

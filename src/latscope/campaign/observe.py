@@ -111,7 +111,7 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
     telemetry = telemetry_facts(result.run_dir)
     findings += telemetry_findings(telemetry)
     hit_rate = prefix_cache_hit_rate(snapshots)
-    findings += _resent(result, hit_rate)
+    findings += resent_finding(result, hit_rate, f"/metrics over the run ({result.run_dir.name})")
     warm = bool(result.config.warmup)
     _record_comparability(result, hit_rate, warm)
     if decomposition is not None:
@@ -121,14 +121,14 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
                        extra={"telemetry": telemetry})
 
 
-def _resent(result: BenchResult, hit_rate: float | None) -> list[Finding]:
-    """Whether the prefix cache served prompts drawn to share nothing (completions only: a chat
-    template is a prefix every request shares)."""
+def resent_finding(result: BenchResult, hit_rate: float | None, source: str) -> list[Finding]:
+    """Whether the prefix cache served a run's prompts though they were drawn to share nothing
+    (completions only: a chat template is a prefix every request shares)."""
     from latscope.findings.servermetrics import resent_prompts
 
     cfg = result.config
     shares = bool(cfg.workload.prefix_len or cfg.workload.dataset) or cfg.endpoint != "completions"
-    return resent_prompts(hit_rate, shares, cfg.seed, f"/metrics over the run ({result.run_dir.name})")
+    return resent_prompts(hit_rate, shares, cfg.seed, source)
 
 
 def gpu_sampler(server_url: str, interval_s: float, enabled: bool | None,

@@ -103,7 +103,8 @@ def resent_prompts(hit_rate: float | None, shares_prefix: bool, seed: int,
                         "throughput read better than new prompts get (on an H100 a resent lap "
                         "read TTFT p50 27-31% lower, docs/bench.md).",
                     fix="run again with another --seed, or against a restarted server",
-                    reference=f"{REF}#server.prefix_cache_resent", layer="prefill")]
+                    # the load's, not the server's: a caveat on the figures, never the verdict
+                    reference=f"{REF}#server.prefix_cache_resent", layer="client")]
 
 
 def _mean_ms(page, family: str) -> tuple[float, float] | None:

@@ -26,6 +26,7 @@ from latscope.model import Finding, Severity
 SYMPTOM_VERDICT = 0.5
 CAPACITY = "capacity.saturated"
 HOST_BUSY = "host.cpu_contention"
+RESENT = "server.prefix_cache_resent"
 
 
 @dataclass
@@ -41,7 +42,13 @@ class VerdictInputs:
 def verdict(ranked: list[Finding], inputs: VerdictInputs | None = None) -> dict[str, Any]:
     inputs = inputs or VerdictInputs()
     host = next((f for f in ranked if f.id == HOST_BUSY and f.severity in ACTING), None)
+    resent = next((f for f in ranked if f.id == RESENT and f.severity in ACTING), None)
     result = _pick(ranked, inputs)
+    if resent is not None:
+        # a caveat on the measurement, never the verdict: the prefills came from the cache
+        result["text"] = (f"Measured on prompts the server had seen: {resent.title}; TTFT below "
+                          f"reads lower than new prompts get. " + result["text"])
+        result["prompts_resent"] = True
     if host is not None and result.get("finding_id") != HOST_BUSY:
         # named before any verdict: every figure after it was measured on a busy host
         result["text"] = (f"This host was busy with other work: {host.title}; every latency "

@@ -48,6 +48,8 @@ class Verdict(_Section, kw_only=True):
     measured_at: str | None | UnsetType = UNSET
     impact: str | None | UnsetType = UNSET  # the impact in words
     host_busy: bool | UnsetType = UNSET  # named before the verdict: the host was busy
+    # named before the verdict: the prefix cache served prompts the server had seen
+    prompts_resent: bool | UnsetType = UNSET
 
     def measured(self) -> dict[str, Any]:
         """Its share, target and load, as ``findings.impact.describe`` reads an impact."""

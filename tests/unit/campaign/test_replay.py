@@ -94,3 +94,17 @@ def test_replay_refuses_what_is_not_a_diagnose_run(tmp_path):
                                                         "schema_version": 99}))
     with pytest.raises(ConfigError, match="newer than this latscope knows"):
         replay(tmp_path)
+
+
+def test_a_recording_measured_on_prompts_the_server_had_seen_says_so(tmp_path):
+    # healthy-light was recorded on an H200 server that an earlier diagnose had measured with the
+    # same fixed seeds: 94% of its first step's prompt tokens came from the prefix cache
+    run = _unpack(MATRIX / "healthy-light.tgz", tmp_path)
+    report = replay(run, tmp_path / "out")
+    assert report["verdict"]["prompts_resent"] is True
+    assert report["verdict"]["text"].startswith("Measured on prompts the server had seen: 9")
+    assert report["verdict"]["kind"] == "healthy"  # a caveat on the figures, not the verdict
+    [resent] = [f for f in report["findings"] if f["id"] == "server.prefix_cache_resent"][:1]
+    assert resent["severity"] == "warning" and resent["layer"] == "client"
+    fresh = _unpack(MATRIX / "eager-proven.tgz", tmp_path / "fresh")  # a fresh server's
+    assert "prompts_resent" not in replay(fresh, tmp_path / "out2")["verdict"]
