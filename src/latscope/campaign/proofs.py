@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from latscope.campaign.conclude import server_limits
 from latscope.campaign.servers import Running, ServerControl
 from latscope.campaign.state import Budget, Diagnosis, load_of
@@ -149,6 +151,23 @@ def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
     return None, None
 
 
+def _sizes_for_shape(obs: Any) -> list[int]:
+    """The sizes an A/B's run length is cut to: the measured ones, or those the workload's own
+    definition gives where their 95th percentile is the larger. A CI sweep step of 32 requests
+    of a mix with 10% long ones sent one long request, so the measured p95 was a short one's and
+    the runs were cut to the 64-request minimum where the long class needed ~100."""
+    from latscope.load.config import WorkloadSpec
+    from latscope.load.promptsource import planned_sizes
+
+    measured = _measured_sizes(obs)
+    config = getattr(getattr(obs, "result", None), "config", None)
+    workload = getattr(config, "workload", None)  # (a replayed step has no spec)
+    planned = planned_sizes(workload) if measured and isinstance(workload, WorkloadSpec) else []
+    if planned and np.percentile(planned, 95) > np.percentile(measured, 95):
+        return planned
+    return measured
+
+
 def _measured_sizes(obs: Any) -> list[int]:
     """Each measured request's cost as the gateway counts it: prompt + output tokens."""
     return [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in obs.records
@@ -164,7 +183,7 @@ def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
 
     throughput = (obs.summary.get("throughput") or {}) if obs else {}
     rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
-    sizes = _measured_sizes(obs) if obs else []
+    sizes = _sizes_for_shape(obs) if obs else []
     if not (rps and tok_s and sizes):
         return
     shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),
@@ -266,7 +285,8 @@ def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Ru
     sizes = _measured_sizes(obs) if obs else []
     throughput = (obs.summary.get("throughput") or {}) if obs else {}
     rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
-    shape = gateway_run_shape(sizes, rps, tok_s, min_requests=requests_per_run(load),
+    shape = gateway_run_shape(_sizes_for_shape(obs), rps, tok_s,
+                              min_requests=requests_per_run(load),
                               min_warmup=load) if sizes and rps and tok_s else None
     pairs = 0
     if control is not None and running is not None and state.opts.prove:

@@ -111,6 +111,25 @@ def _length(dist: LengthDist, rng: np.random.Generator) -> int:
     return max(int(dist.a), 1) if dist.kind == "fixed" else int(dist.sample(rng, 1)[0])
 
 
+def planned_sizes(spec: WorkloadSpec, n: int = 4096, seed: int = 0) -> list[int]:
+    """``n`` request sizes (prompt + output tokens) drawn from a synthetic workload's own
+    definition, its mix weights included (a dataset's: [], its sizes are what it holds)."""
+    if spec.dataset:
+        return []
+    mix = spec.mix or [MixEntry("default", 1.0, LengthDist.parse(spec.input_len),
+                                LengthDist.parse(spec.output_len))]
+    rng = np.random.default_rng(seed)
+    weights = np.asarray([m.weight for m in mix], dtype=np.float64)
+    picks = rng.choice(len(mix), size=n, p=weights / weights.sum())
+    sizes: list[int] = []
+    for i, entry in enumerate(mix):
+        k = int((picks == i).sum())
+        if k:
+            total = entry.input_len.sample(rng, k) + entry.output_len.sample(rng, k)
+            sizes += total.tolist()
+    return sizes
+
+
 class FixedPrompts(list[Prompt]):
     """Prompts built before the run (dataset prompts; prompts measured with the server's own
     tokenizer); index k sends prompt k modulo their number."""

@@ -195,6 +195,28 @@ def test_diagnose_sizes_the_gateways_runs_from_the_sweeps_run_at_that_load():
     assert (untouched.requests, untouched.warmup, untouched.note) == (None, None, "")
 
 
+def test_a_long_class_the_sweeps_run_sent_too_few_of_still_sets_the_run_length():
+    # a CI step of 32 requests of a 90/10 mix sent one long request: the measured p95 was a short
+    # one's, and the runs were cut to the minimum; the workload's own definition says otherwise
+    from types import SimpleNamespace
+
+    from latscope.campaign.proofs import _size_runs_for_aging
+    from latscope.load.config import WorkloadSpec, parse_mix
+
+    records = [_record(i, 32, 8, 10.0, 50.0) for i in range(31)]
+    records += [_record(31, 256, 128, 40.0, 400.0)]
+    spec = WorkloadSpec(mix=parse_mix("short:0.9:32:8,long:0.1:256:128"))
+    summary = {"throughput": {"requests_per_s": 20.0, "total_tokens_per_s": 1500.0}}
+    planned = Proposal("x", Change(), gateway={"policy": "sjf"})
+    _size_runs_for_aging(planned, SimpleNamespace(
+        records=records, summary=summary, result=SimpleNamespace(config=SimpleNamespace(
+            workload=spec))), 16)
+    measured_only = Proposal("x", Change(), gateway={"policy": "sjf"})
+    _size_runs_for_aging(measured_only, SimpleNamespace(records=records, summary=summary), 16)
+    assert planned.requests > measured_only.requests  # five horizons of a 384-token request
+    assert planned.requests >= 5 * 20.0 * (384 / 1500.0)
+
+
 def test_ab_pairs_without_a_measured_throughput_are_as_asked_once_20_s_are_left():
     from latscope.campaign.proofs import _pairs_that_fit
 
