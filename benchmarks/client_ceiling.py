@@ -32,6 +32,7 @@ unparsed queue's peak and how often a slot waited for it (``client.backpressure_
 
     python3 benchmarks/client_ceiling.py [--reps 3] [--concurrency 64,256,1024] [--tokens 256]
     python3 benchmarks/client_ceiling.py --src /tmp/old/src   # another build, same run
+    python3 benchmarks/client_ceiling.py --word-prompts   # prompts as sent (no /tokenize)
 
 ``--src DIR`` (repeatable) adds the latscope build at DIR (a copy of an older ``src``) as one
 more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run; its
@@ -254,6 +255,9 @@ def main() -> None:
     parser.add_argument("--concurrency", default="64,256,1024")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--requests-per-slot", type=int, default=8)
+    parser.add_argument("--word-prompts", action="store_true",
+                        help="the fake server without /tokenize: latscope counts words as tokens "
+                        "and builds its prompts as it sends them (with /tokenize, all before)")
     parser.add_argument("--src", action="append", default=[],
                         help="another latscope src directory to run beside this one")
     args = parser.parse_args()
@@ -266,7 +270,8 @@ def main() -> None:
               f"{'lag p50':>8} {'lag p99':>8} {'cpu/tok':>8} {'srv/tok':>8}")
     print(header)
     for c in (int(x) for x in args.concurrency.split(",")):
-        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
+        tokenize = "off" if args.word_prompts else None  # None: the server's /tokenize
+        with FakeServer(ttft_ms=0, itl_ms=0, tokenize_mode=tokenize) as srv:
             rows = measure(srv, clients, args.reps, c, c * args.requests_per_slot, args.tokens)
         floor = _med(rows["floor"]["tok_s"])
         for name, row in rows.items():

@@ -139,8 +139,12 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
                                        tokenizer, config.seed)
-    # indices are sent in order from 0 (warm-up first): the first are built before the run
-    await asyncio.to_thread(workload.prompts.prebuild, itertools.count(), prompt_count(config))
+    # indices are sent in order from 0 (warm-up first): the first are built before the run.
+    # Only a closed-loop --duration run has no last index; building past the last index of the
+    # others doubled an -n run's prompt building (the refill kept the unsent half topped up).
+    count = prompt_count(config)
+    order = itertools.count() if config.rate is None and not config.num_requests else range(count)
+    await asyncio.to_thread(workload.prompts.prebuild, order, count)
     run = _Run(config, base_url, headers, model, workload, on_record)
     manifest = make_manifest(config, base_url, model, workload, run.tag)
     run.writer.write_manifest(manifest)

@@ -416,7 +416,7 @@ def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]
                "event_loop": next((w["event_loop"] for w in workers if w.get("event_loop")), None),
                "stream_parser": next((w["stream_parser"] for w in workers
                                       if w.get("stream_parser")), None),
-               "workers": len(workers), "prompts": _summed_prompt_figures(workers)}
+               "workers": len(workers)}
     if waited is not None:
         # its wait over the merged wall: the share says how much of the run the worst loop lost
         figures["run_queue_wait_s"] = (off_cpu_share(waited) or 0.0) * wall
