@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from latscope.analysis.knee import SloTerm
 from latscope.analysis.sweep import (
     Step,
@@ -53,8 +51,9 @@ def bench_step(base: Any, load: float, mode: str, run_dir: Path, *, warmup: int 
 def step_seed(seed: int, mode: str, load: float) -> int:
     """The seed of the step at ``load``: the same for the same sweep seed, mode and load (a
     tune's trials send alike prompts, each to a fresh server), another for every other load."""
-    words = [seed, 1 if mode == "concurrency" else 2, round(load * 1000)]
-    return int(np.random.SeedSequence(words).generate_state(1)[0] & 0x7FFFFFFF)
+    from latscope.campaign.observe import run_seed
+
+    return run_seed(seed, (1 if mode == "concurrency" else 2) * 10**12 + round(load * 1000))
 
 
 def step_of(load: float, obs: Any) -> Step:
