@@ -88,9 +88,17 @@ def feed(simd_path: Path, scalar_path: Path, examples: int) -> None:
     def edge_times(times):
         assert (simd.gaps_ms(times) is None) == (len(times) < 2)
 
+    @conf
+    @given(st.lists(st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.none()), max_size=50))
+    def json_text(ints):
+        text = simd.json_ints(ints)
+        assert text == scalar.json_ints(ints)
+        assert text is None or text.count(b",") == max(len(ints) - 1, 0)
+
     alike()
     random_reads()
     edge_times()
+    json_text()
     for chat in (False, True):
         events = list(fakeserver._events(chat, 60, 11, True, False))
         body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
@@ -106,6 +114,11 @@ def feed(simd_path: Path, scalar_path: Path, examples: int) -> None:
         try:
             simd.gaps_ms(wrong)
         except (TypeError, OverflowError):
+            pass
+    for wrong in (None, 5, (1, 2), "abc"):
+        try:
+            simd.json_ints(wrong)
+        except TypeError:
             pass
 
 

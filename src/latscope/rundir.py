@@ -27,9 +27,16 @@ import orjson
 from latscope.errors import ConfigError
 from latscope.model import Finding, RequestRecord
 
+try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
+    from latscope import _native
+except ImportError:  # pragma: no cover - exercised where no compiler was found
+    _native = None  # type: ignore[assignment]
+
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 REQUESTS, SUMMARY = "requests.jsonl", "summary.json"  # a load run's records and summary
+_FLUSH_NS = 100_000_000  # records reach the file at most this late
+_RECORD_BUFFER = 1 << 20
 FINDINGS = "findings.json"
 RUNS_ROOT = Path("latscope-runs")
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -220,7 +227,10 @@ def _utc_now() -> str:
 
 
 class RunWriter:
-    """Writes a run directory; records are appended and flushed one by one."""
+    """Writes a run directory. Records are appended to a buffer written out at least every
+    ``_FLUSH_NS`` (on an append, and on ``flush_if_due``, which a run calls as it goes): a
+    killed process loses at most that much; a stopped one (Ctrl-C, SIGTERM, an error) nothing.
+    A write per record cost ~8 us of a ~70 us response at the client's ceiling."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
@@ -231,21 +241,47 @@ class RunWriter:
         # A reused --output-dir starts clean: appending would mix an earlier run's records (and
         # leave its summary) into this run's directory, and every reader would average them.
         (self.run_dir / SUMMARY).unlink(missing_ok=True)
-        self._requests = open(self.run_dir / REQUESTS, "wb")
+        self._requests = open(self.run_dir / REQUESTS, "wb", buffering=_RECORD_BUFFER)
+        self._flushed_ns = time.perf_counter_ns()
+        self._pending = False
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.run_dir / MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
 
     def append(self, record: RequestRecord) -> None:
-        # orjson serialises the (slotted) dataclass directly: same keys as to_dict(), ~20x faster.
-        self._requests.write(orjson.dumps(record) + b"\n")
+        self._requests.write(record_line(record))
+        self._pending = True
+        self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        if self._pending and time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS:
+            self.flush()
+
+    def flush(self) -> None:
         self._requests.flush()
+        self._flushed_ns, self._pending = time.perf_counter_ns(), False
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.run_dir / SUMMARY, summary)
 
     def close(self) -> None:
         self._requests.close()
+
+
+def record_line(record: RequestRecord) -> bytes:
+    """A record's ``requests.jsonl`` line. orjson serialises the (slotted) dataclass directly
+    (the keys of ``to_dict()``, ~20x faster); its token times, where the C part is built, go in
+    as JSON text written by ``_native.json_ints``: orjson took ~8 us for 256 of them (13-digit
+    ints), most of the line's cost and ~10% of the client's CPU at its ceiling."""
+    times = record.chunk_ns
+    text = _native.json_ints(times) if _native is not None and len(times) > 8 else None
+    if text is None:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    record.chunk_ns = orjson.Fragment(text)  # type: ignore[assignment]  # for this dump only
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    finally:
+        record.chunk_ns = times
 
 
 def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[RequestRecord], dict[str, Any]]:

@@ -84,3 +84,44 @@ def test_the_c_part_is_clean_under_address_and_undefined_behaviour_sanitizers():
     if done.returncode == 2:
         pytest.skip("no C compiler with AddressSanitizer here")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def test_json_ints_writes_what_orjson_writes_and_declines_the_rest():
+    # a record's token times go into its requests.jsonl line as this text (orjson took ~8 us
+    # for 256 13-digit ints): it must be orjson's own text for every int64, shared time
+    # objects (the tokens of one read) included, and None for anything orjson writes otherwise
+    import orjson
+    from hypothesis import strategies as st
+
+    from latscope import _native
+
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
+    @given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=40), st.integers(1, 5))
+    def same(values, share):
+        shared = [v for v in values for _ in range(share)]  # one object, several tokens
+        for ints in (values, shared):
+            assert _native.json_ints(ints) == orjson.dumps(ints)
+
+    same()
+    for declined in ([2**63], [-2**63 - 1], [True], [1.0], [1, "2"], [None]):
+        assert _native.json_ints(declined) is None
+    with pytest.raises(TypeError):
+        _native.json_ints((1, 2))
+
+
+def test_gaps_of_time_objects_shared_by_tokens_equal_numpys():
+    # scan_stream gives the tokens of one read the same int object; gaps_ms converts each
+    # object once: the gaps must be numpy's whatever the sharing
+    import numpy as np
+
+    from latscope import _native
+
+    base = 10**15
+    reads = [base, base + 7_000_001, base + 7_000_001 + 123, base + 2**40]
+    times = [reads[0]] * 3 + [reads[1]] * 4 + [reads[2]] + [reads[1]] + [reads[3]] * 2
+    f32, total, total_sq, lo, hi = _native.gaps_ms(times)
+    gaps = np.diff(np.asarray(times, dtype=np.int64)) / 1e6
+    assert bytes(f32) == gaps.astype(np.float32).tobytes()
+    assert (lo, hi) == (gaps.min(), gaps.max())
+    assert total == pytest.approx(gaps.sum(), rel=1e-12)
+    assert total_sq == pytest.approx(np.square(gaps).sum(), rel=1e-12)

@@ -82,3 +82,32 @@ def test_show_rebuilds_a_killed_bench_and_refuses_unknown_schemas(tmp_path, caps
     assert main(["show", str(tmp_path / "b")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "schema_version 99" in err[0]
+
+
+def test_record_lines_are_orjsons_and_reach_the_file_within_the_flush_bound(tmp_path, monkeypatch):
+    # records are buffered and written out at least every _FLUSH_NS (a write each cost ~2.5 us
+    # of a response at the client's ceiling); the line is orjson's, token times written by the
+    # C part where it is built
+    import orjson
+
+    from latscope import rundir
+    from latscope.model import RequestRecord
+
+    t = 10**13
+    times = [t] * 5 + [t + 9] * 5 + [t + 20]
+    record = RequestRecord(index=3, request_id="r-3", scheduled_ns=t, sent_ns=t, end_ns=t + 20,
+                           first_token_ns=t, chunk_ns=times, output_tokens=11, status=200)
+    assert rundir.record_line(record) == orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    assert record.chunk_ns is times  # the dump put the list back
+    monkeypatch.setattr(rundir, "_FLUSH_NS", 10**12)  # nothing due while the test runs
+    writer = rundir.RunWriter(tmp_path / "run")
+    path = tmp_path / "run" / rundir.REQUESTS
+    writer.append(record)
+    assert path.read_bytes() == b""  # buffered
+    monkeypatch.setattr(rundir, "_FLUSH_NS", 0)
+    writer.flush_if_due()
+    assert orjson.loads(path.read_bytes()) == orjson.loads(orjson.dumps(record))
+    monkeypatch.setattr(rundir, "_FLUSH_NS", 10**12)
+    writer.append(record)
+    writer.close()  # a stopped run loses nothing
+    assert len(path.read_bytes().splitlines()) == 2

@@ -377,6 +377,7 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
                 run._finished(shift_record(RequestRecord.from_dict(item),
                                           state.clock.applied_ns if state.clock else 0))
                 state.received += 1
+        run.writer.flush_if_due()  # what came in reaches the file even when nothing follows
         if not alive:
             return
         await asyncio.sleep(0.05)

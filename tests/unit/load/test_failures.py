@@ -86,3 +86,36 @@ def test_ctrl_c_keeps_everything_and_marks_in_flight_cancelled(tmp_path):
     _, records, summary = read_run(run_dir)
     assert len(records) >= 8 and summary["requests"]["total"] == len(records)
     assert summary["errors"] == {"cancelled": 4}  # the 4 in flight, written, not dropped
+
+
+def test_a_timeout_is_noticed_within_a_tick_and_the_watchdog_stops_with_the_requests():
+    # one watchdog for every request in flight replaced a timer per request: a request past its
+    # deadline must still fail about then (at most a tick, timeout / 20 here, late), and a
+    # client with nothing in flight must not keep a timer running
+    import asyncio
+    import time
+
+    from latscope.load.client import StreamingClient
+    from latscope.model import RequestRecord
+
+    async def run(url: str) -> list[tuple[str | None, float]]:
+        client = StreamingClient(url, "/v1/completions", {}, timeout_s=0.4)
+        body = (b'{"model":"fake-model","prompt":"hi","max_tokens":2,"stream":true}')
+
+        async def one(i: int) -> tuple[str | None, float]:
+            record = RequestRecord(index=i, request_id=f"t-{i}",
+                                   scheduled_ns=time.perf_counter_ns())
+            exchange = await client.execute(body, record)
+            return exchange.error_kind, (time.perf_counter_ns() - record.scheduled_ns) / 1e9
+
+        outcomes = await asyncio.gather(*(one(i) for i in range(4)))
+        await asyncio.sleep(0.1)  # a tick past the last request
+        assert client._watchdog is None and not client._deadlines
+        client.close()
+        return outcomes
+
+    with FakeServer(ttft_ms=1, itl_ms=1, fail_every=2, fail_mode="hang") as srv:
+        outcomes = asyncio.run(run(srv.url))
+    hung = [took for kind, took in outcomes if kind == "timeout"]
+    assert len(hung) == 2 and sum(kind is None for kind, _ in outcomes) == 2
+    assert all(0.4 <= took < 0.4 + 0.02 + 0.25 for took in hung), hung
