@@ -77,8 +77,12 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
-        names = {f.name for f in dataclasses.fields(cls)}
+        # the field names once, not per record (dataclasses.fields() took ~1.4 us of ~6)
+        names = _RECORD_FIELDS if cls is RequestRecord else {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord))
 
 
 @dataclass(slots=True)
