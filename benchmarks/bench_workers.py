@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,29 +63,58 @@ def proc_cpu_s(pids: list[int]) -> float:
     return total
 
 
-@contextlib.contextmanager
-def fast_server(procs: int, ttft_ms: float, itl_ms: float, cpus: set[int] | None = None):
+def _free_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _c_server(folder: Path, tokens: int) -> list[str]:
+    """benchmarks/fastserver.c built into ``folder``, with its canned response: the stream
+    tests/fakeserver.py writes for a zero-delay completions request of ``tokens`` tokens."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import fakeserver
+
+    response = folder / "response.bin"
+    response.write_bytes(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n"
+                         + fakeserver._whole_stream(False, tokens, 16, True, False))
+    binary = folder / "fastserver"
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-pthread", "-o", str(binary),
+                    str(REPO / "benchmarks" / "fastserver.c")], check=True)
+    return [str(binary), "{port}", "{procs}", str(response)]
+
+
+@contextlib.contextmanager
+def fast_server(procs: int, ttft_ms: float, itl_ms: float, cpus: set[int] | None = None,
+                kind: str = "python", tokens: int = 64):
+    """``procs`` fakeserver processes on one port, or (``kind`` c) fastserver.c with ``procs``
+    threads, zero-delay only."""
+    port = _free_port()
     started = []
-    try:
-        for _ in range(procs):
-            p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakeserver.py"),
-                                  "--port", str(port), "--reuse-port", "--ttft-ms", str(ttft_ms),
-                                  "--itl-ms", str(itl_ms)], stdout=subprocess.PIPE, text=True,
-                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus
-                                 else None)
-            started.append(p)
-            assert p.stdout.readline().startswith("PORT")
-        yield f"http://127.0.0.1:{port}", [p.pid for p in started]
-    finally:
-        for p in started:  # only the processes this script started, by PID
-            p.send_signal(signal.SIGTERM)
-        for p in started:
-            p.wait(timeout=10)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if kind == "c":
+                command = [part.format(port=port, procs=procs)
+                           for part in _c_server(Path(tmp), tokens)]
+                commands = [command]
+            else:
+                commands = [[sys.executable, str(REPO / "tests" / "fakeserver.py"), "--port",
+                             str(port), "--reuse-port", "--ttft-ms", str(ttft_ms), "--itl-ms",
+                             str(itl_ms)]] * procs
+            for command in commands:
+                p = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
+                started.append(p)
+                assert p.stdout is not None and p.stdout.readline().startswith("PORT")
+            yield f"http://127.0.0.1:{port}", [p.pid for p in started]
+        finally:
+            for p in started:  # only the processes this script started, by PID
+                p.send_signal(signal.SIGTERM)
+            for p in started:
+                p.wait(timeout=10)
 
 
 def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace,
@@ -93,7 +123,7 @@ def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace
     config = BenchConfig(url=url, model="fake-model", num_requests=n, concurrency=concurrency,
                          warmup=concurrency, output_dir=out_dir / f"w{workers}-c{concurrency}")
     config.workload.input_len, config.workload.output_len = "16", str(args.tokens)
-    server_cpu0 = proc_cpu_s(server_pids)
+    server_cpu0, driver_cpu0 = proc_cpu_s(server_pids), time.process_time()
     if workers == 0:
         result = run_bench(config)
     else:
@@ -103,6 +133,9 @@ def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace
     # warm-up's share of the server's CPU makes this an upper bound
     window = s["client"].get("wall_s") or 0.0
     server_share = (proc_cpu_s(server_pids) - server_cpu0) / window if window else 0.0
+    # this process: the driver (it merges and writes every worker's records), or with 0
+    # workers the one-process client; its set-up and drain count too, so an upper bound
+    driver_share = (time.process_time() - driver_cpu0) / window if window else 0.0
     ttft = np.array([(r.first_token_ns - r.scheduled_ns) / 1e6 for r in result.records
                      if r.ok and not r.warmup and r.first_token_ns])
     err = ttft - args.ttft_ms
@@ -113,7 +146,7 @@ def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace
             "completed": s["requests"]["completed"], "sent": s["requests"]["total"],
             "tok_s": s["throughput"]["output_tokens_per_s"] or 0.0,
             "ideal_tok_s": concurrency * args.tokens / e2e_nominal_s if e2e_nominal_s else None,
-            "server_cores": server_share,
+            "server_cores": server_share, "driver_cores": driver_share,
             "ttft_err_p50": float(np.percentile(err, 50)) if len(err) else None,
             "ttft_err_p99": float(np.percentile(err, 99)) if len(err) else None,
             "lag_p99": lag, "cpu_util": s["client"].get("cpu_utilization")}
@@ -129,6 +162,9 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=2.0)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests-per-slot", type=int, default=3)
+    ap.add_argument("--server", choices=("python", "c"), default="python",
+                    help="tests/fakeserver.py processes, or benchmarks/fastserver.c threads "
+                    "(zero delay only: a server cheap enough to leave the cores to the client)")
     ap.add_argument("--server-cpus", default=None, help="pin the server, e.g. 12-15")
     ap.add_argument("--client-cpus", default=None, help="pin latscope, e.g. 0-11")
     args = ap.parse_args()
@@ -141,8 +177,10 @@ def main() -> None:
           f"{args.tokens} tokens; server cpus {args.server_cpus or 'any'}, client cpus "
           f"{args.client_cpus or 'any'}")
     rows = []
-    with fast_server(args.server_procs, args.ttft_ms, args.itl_ms,
-                     cpu_list(args.server_cpus)) as (url, pids), \
+    if args.server == "c" and (args.ttft_ms or args.itl_ms):
+        raise SystemExit("--server c answers at once: give --ttft-ms 0 --itl-ms 0")
+    with fast_server(args.server_procs, args.ttft_ms, args.itl_ms, cpu_list(args.server_cpus),
+                     args.server, args.tokens) as (url, pids), \
             tempfile.TemporaryDirectory() as tmp:
         for c in concs:
             for w in counts:
@@ -153,7 +191,8 @@ def main() -> None:
     print("\ncolumns: tok/s streamed; of ideal = share of the server schedule's bound; scaling "
           "= tok/s / (workers x tok/s of 1 worker); TTFT err = measured - nominal (ms); lag = "
           "worst worker's event-loop lag p99 (ms); server = the server processes' CPU in cores "
-          f"(of {args.server_procs} processes)")
+          f"(of {args.server_procs} processes); driver = this process's (the one-process "
+          "client with 0 workers), set-up and drain included: an upper bound")
 
 
 def print_row(r: dict, rows: list[dict]) -> None:
@@ -162,7 +201,8 @@ def print_row(r: dict, rows: list[dict]) -> None:
     scaling = (r["tok_s"] / (r["workers"] * base["tok_s"])) if base and r["workers"] else None
     if len(rows) == 1:
         print(f"{'workers':>7} {'conc':>5} {'done':>11} {'tok/s':>9} {'of ideal':>8} "
-              f"{'scaling':>7} {'TTFT err p50':>12} {'p99':>7} {'lag p99':>7} {'server':>6}")
+              f"{'scaling':>7} {'TTFT err p50':>12} {'p99':>7} {'lag p99':>7} {'server':>6} "
+              f"{'driver':>6}")
 
     def f(x, spec):
         return "-" if x is None else format(x, spec)
@@ -172,7 +212,7 @@ def print_row(r: dict, rows: list[dict]) -> None:
           f"{f(r['ideal_tok_s'] and r['tok_s'] / r['ideal_tok_s'], '.0%'):>8} "
           f"{f(scaling, '.0%'):>7} "
           f"{f(r['ttft_err_p50'], '.2f'):>12} {f(r['ttft_err_p99'], '.2f'):>7} "
-          f"{r['lag_p99']:>7.2f} {r['server_cores']:>6.2f}", flush=True)
+          f"{r['lag_p99']:>7.2f} {r['server_cores']:>6.2f} {r['driver_cores']:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

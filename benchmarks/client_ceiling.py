@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -51,13 +52,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "benchmarks")]
 
 from fakeserver import FakeServer  # noqa: E402
 
@@ -249,15 +251,49 @@ def _paired(this: list[Any], other: list[Any]) -> str:
     return f"{statistics.mean(diffs):+.3f} +/- {half:.3f}"
 
 
+class _CServer:
+    """benchmarks/fastserver.c as ``measure`` uses a FakeServer: it records nothing, so no true
+    TTFT; its CPU is read from its PID as the fake server's is."""
+
+    def __init__(self, url: str, pid: int) -> None:
+        self.url, self.proc = url, types.SimpleNamespace(pid=pid)
+
+    def reset(self) -> None:
+        pass
+
+    def truth(self) -> dict[str, Any]:
+        return {}
+
+
+@contextlib.contextmanager
+def _server(kind: str, tokens: int, word_prompts: bool) -> Iterator[Any]:
+    if kind == "c":
+        from bench_workers import fast_server
+
+        with fast_server(1, 0, 0, kind="c", tokens=tokens) as (url, pids):
+            yield _CServer(url, pids[0])
+        return
+    tokenize = "off" if word_prompts else None  # None: the server's /tokenize
+    with FakeServer(ttft_ms=0, itl_ms=0, tokenize_mode=tokenize) as srv:
+        yield srv
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--concurrency", default="64,256,1024")
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--requests-per-slot", type=int, default=8)
+    parser.add_argument("--requests-per-slot", type=int, default=32,
+                        help="requests per concurrency slot, per run (the floor's run must be long "
+                        "next to its first wave: at 8, ~30 ms at c=64, its rate swung 2x)")
     parser.add_argument("--word-prompts", action="store_true",
                         help="the fake server without /tokenize: latscope counts words as tokens "
                         "and builds its prompts as it sends them (with /tokenize, all before)")
+    parser.add_argument("--server", choices=("python", "c"), default="python",
+                        help="tests/fakeserver.py (records the true TTFT; ~0.25 us of CPU per "
+                        "token, more than the floor's, on the same cores) or benchmarks/"
+                        "fastserver.c (a canned stream at ~0.03 us a token: the client's own "
+                        "ceiling; words as tokens, no true TTFT)")
     parser.add_argument("--src", action="append", default=[],
                         help="another latscope src directory to run beside this one")
     args = parser.parse_args()
@@ -270,8 +306,7 @@ def main() -> None:
               f"{'lag p50':>8} {'lag p99':>8} {'cpu/tok':>8} {'srv/tok':>8}")
     print(header)
     for c in (int(x) for x in args.concurrency.split(",")):
-        tokenize = "off" if args.word_prompts else None  # None: the server's /tokenize
-        with FakeServer(ttft_ms=0, itl_ms=0, tokenize_mode=tokenize) as srv:
+        with _server(args.server, args.tokens, args.word_prompts) as srv:
             rows = measure(srv, clients, args.reps, c, c * args.requests_per_slot, args.tokens)
         floor = _med(rows["floor"]["tok_s"])
         for name, row in rows.items():
