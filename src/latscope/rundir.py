@@ -248,8 +248,9 @@ class RunWriter:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_json(self.run_dir / MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
 
-    def append(self, record: RequestRecord) -> None:
-        self._requests.write(record_line(record))
+    def append(self, record: RequestRecord, line: bytes | None = None) -> None:
+        """``line``: the record's line where the caller has it (``record_line``'s bytes)."""
+        self._requests.write(line or record_line(record))
         self._pending = True
         self.flush_if_due()
 

@@ -114,14 +114,16 @@ class RequestFlow:
             self._finalize_next()
         self.drained.set()
 
-    def _finished(self, record: RequestRecord) -> None:
+    def _finished(self, record: RequestRecord, line: bytes | None = None) -> None:
+        """A record done: counted, written (as ``line`` where the caller has its
+        ``requests.jsonl`` line already: a worker's record on the driver's clock)."""
         self.stats.add(record)
         if self.groups is not None:
             group = record.group or ""
             if group not in self.groups:
                 self.groups[group] = RunStats(self.config.percentiles)
             self.groups[group].add(record)
-        self.writer.append(record)
+        self.writer.append(record, line)
         if self.on_record is not None:
             self.on_record(record)
 

@@ -102,7 +102,7 @@ class RayWorker:
             done, _ = ray.wait([self._result], timeout=_POLL_S)
             # polled after the run returned: this poll drains the last records
             data = self._get(self.actor.poll.remote(), 60)
-            if data != b"[]":
+            if data:
                 sink(data)
             if done:
                 return self._get(self._result, None)

@@ -59,12 +59,12 @@ class _LinesForTheDriver(RunWriter):
         # a deque: append (the event loop) and popleft (a Ray poll thread) are thread-safe
         self._lines: deque[bytes] = deque()
 
-    def append(self, record: RequestRecord) -> None:
-        self._lines.append(record_line(record))
+    def append(self, record: RequestRecord, line: bytes | None = None) -> None:
+        self._lines.append(line or record_line(record))
 
     def take(self) -> bytes:
-        lines = [self._lines.popleft() for _ in range(len(self._lines))]
-        return b"[" + b",".join(lines) + b"]"  # each line ends with a newline: still JSON
+        """The lines kept since the last call (JSON Lines; b"" when none)."""
+        return b"".join([self._lines.popleft() for _ in range(len(self._lines))])
 
 
 def host_facts() -> dict[str, Any]:
@@ -97,7 +97,7 @@ class WorkerRun:
         spec.workload.prompts.prebuild(spec.share.indices, spec.share.size)
 
     def take(self) -> bytes:
-        """The records finished since the last call, as one JSON array."""
+        """The records finished since the last call, as their ``requests.jsonl`` lines."""
         return self.lines.take()
 
     async def measure(self, start_ns: int, flush: Callable[[], None] | None = None) -> dict:
@@ -209,7 +209,7 @@ def _local_main(conn: Any) -> None:
 
         def flush() -> None:
             data = worker.take()
-            if data != b"[]":
+            if data:
                 conn.send(("records", data))
 
         figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)

@@ -373,9 +373,11 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
                 state, data = inbox.get_nowait()
             except queue.Empty:
                 break
-            for item in orjson.loads(data):
-                run._finished(shift_record(RequestRecord.from_dict(item),
-                                          state.clock.applied_ns if state.clock else 0))
+            offset = state.clock.applied_ns if state.clock else 0
+            for line in data.splitlines(keepends=True):
+                record = shift_record(RequestRecord.from_dict(orjson.loads(line)), offset)
+                # on the driver's clock already (one host): the worker's line is the run's
+                run._finished(record, None if offset else line)
                 state.received += 1
         run.writer.flush_if_due()  # what came in reaches the file even when nothing follows
         if not alive:

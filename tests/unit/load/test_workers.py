@@ -226,23 +226,27 @@ def test_an_open_loops_warm_up_before_the_workers_is_sent_at_the_rate(server, tm
 
 def test_a_workers_batch_is_its_records_requests_jsonl_lines(tmp_path):
     # a worker keeps each finished record's requests.jsonl line (no scratch file, no second
-    # serialisation) and hands them over as one JSON array: the driver reads back the records
+    # serialisation) and hands them over as JSON Lines: the driver reads the records back and,
+    # on one host's clock, writes the lines as they came
     import orjson
 
     from latscope.load.worker import _LinesForTheDriver
+    from latscope.rundir import record_line
 
     lines = _LinesForTheDriver(tmp_path)
     t = 10**13
     records = [RequestRecord(index=i, request_id=f"r-{i}", scheduled_ns=t, sent_ns=t + i,
                              end_ns=t + 50, chunk_ns=[t + 20] * 12 + [t + 50] * 4,
                              output_tokens=16, status=200) for i in range(3)]
-    assert orjson.loads(lines.take()) == []
+    assert lines.take() == b""
     for record in records[:2]:
         lines.append(record)
     first = lines.take()
     lines.append(records[2])
-    back = [RequestRecord.from_dict(x) for x in orjson.loads(first) + orjson.loads(lines.take())]
+    batch = first + lines.take()
+    back = [RequestRecord.from_dict(orjson.loads(line)) for line in batch.splitlines()]
     assert back == records
-    assert lines.take() == b"[]"
+    assert batch.splitlines(keepends=True) == [record_line(r) for r in back]
+    assert lines.take() == b""
     lines.close()
     assert (tmp_path / "requests.jsonl").read_bytes() == b""  # the driver writes the run's file
