@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -82,8 +83,15 @@ def _c_server(folder: Path, tokens: int) -> list[str]:
                          b"transfer-encoding: chunked\r\n\r\n"
                          + fakeserver._whole_stream(False, tokens, 16, True, False))
     binary = folder / "fastserver"
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-pthread", "-o", str(binary),
-                    str(REPO / "benchmarks" / "fastserver.c")], check=True)
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise SystemExit("--server c builds benchmarks/fastserver.c and needs a C compiler "
+                         "(cc, or $CC); none found: use the default --server python")
+    built = subprocess.run([compiler, "-O2", "-pthread", "-o", str(binary),
+                            str(REPO / "benchmarks" / "fastserver.c")],
+                           capture_output=True, text=True)
+    if built.returncode:
+        raise SystemExit(f"benchmarks/fastserver.c did not build: {built.stderr.strip()[-500:]}")
     return [str(binary), "{port}", "{procs}", str(response)]
 
 
