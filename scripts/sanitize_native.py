@@ -1,11 +1,12 @@
 """latscope's C part under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-Builds ``src/latscope/_native.c`` twice with ``-fsanitize=address,undefined`` (the SSE2 key
-search and the portable one, ``-DLATSCOPE_NO_SIMD``) into a temporary folder, then runs itself
-again with the sanitizer runtimes preloaded (CPython is not built with them) and feeds both
-builds: the fuzz target's chunked bodies (the two must answer alike), random reads, vLLM-shaped
-bodies at every split size and cut anywhere, wrong argument types, and token times at the edges
-of int64. Any out-of-bounds access, use after free or undefined behaviour stops it with the
+Builds ``src/latscope/_native.c`` three times with ``-fsanitize=address,undefined`` (the key
+search this CPU takes, AVX2 where it has it; the SSE2 one, ``-DLATSCOPE_NO_AVX2``; the portable
+one, ``-DLATSCOPE_NO_SIMD``) into a temporary folder, then runs itself again with the sanitizer
+runtimes preloaded (CPython is not built with them) and feeds every build: the fuzz target's
+chunked bodies (they must answer alike), random reads, vLLM-shaped bodies at every split size
+and cut anywhere, usage counts in random tails, wrong argument types, and token times at the
+edges of int64. Any out-of-bounds access, use after free or undefined behaviour stops it with the
 sanitizer's report and a non-zero exit. ``tests/unit/test_native.py`` runs it with a few hundred
 examples; run it longer after changing the C::
 
@@ -37,7 +38,7 @@ def _runtime(compiler: str, name: str) -> str | None:
 
 
 def build(folder: Path) -> tuple[list[Path], list[str]]:
-    """The two sanitized builds and the runtimes to preload; SystemExit(2) if this host lacks
+    """The three sanitized builds and the runtimes to preload; SystemExit(2) if this host lacks
     a compiler or the runtimes."""
     compiler = shutil.which("gcc") or shutil.which("cc")
     runtimes = [_runtime(compiler, n) for n in ("libasan.so", "libubsan.so")] if compiler else []
@@ -45,7 +46,8 @@ def build(folder: Path) -> tuple[list[Path], list[str]]:
         raise SystemExit(2)
     include = "-I" + sysconfig.get_paths()["include"]
     built = []
-    for name, extra in (("simd", []), ("scalar", ["-DLATSCOPE_NO_SIMD"])):
+    for name, extra in (("simd", []), ("sse2", ["-DLATSCOPE_NO_AVX2"]),
+                        ("scalar", ["-DLATSCOPE_NO_SIMD"])):
         out = folder / f"_native_{name}.so"
         subprocess.run([compiler, *FLAGS, *extra, include, str(SOURCE), "-o", str(out)],
                        check=True)
@@ -61,7 +63,7 @@ def _load(path: Path):
     return module
 
 
-def feed(simd_path: Path, scalar_path: Path, examples: int) -> None:
+def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> None:
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "unit" / "fuzz")]
     import fuzztargets
     from hypothesis import HealthCheck, given, settings
@@ -69,19 +71,24 @@ def feed(simd_path: Path, scalar_path: Path, examples: int) -> None:
 
     import fakeserver
 
-    simd, scalar = _load(simd_path), _load(scalar_path)
+    simd, sse2, scalar = _load(simd_path), _load(sse2_path), _load(scalar_path)
     conf = settings(max_examples=examples, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
     @conf
     @given(fuzztargets.chunked_reads())
     def alike(reads):
-        assert simd.scan_stream(reads) == scalar.scan_stream(reads)
+        assert simd.scan_stream(reads) == sse2.scan_stream(reads) == scalar.scan_stream(reads)
 
     @conf
     @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.binary(max_size=64)), max_size=8))
     def random_reads(reads):
-        assert simd.scan_stream(reads) == scalar.scan_stream(reads)
+        assert simd.scan_stream(reads) == sse2.scan_stream(reads) == scalar.scan_stream(reads)
+
+    @conf
+    @given(st.binary(max_size=80), st.binary(max_size=6))
+    def usage_counts(text, key):
+        assert simd.last_int(text, key) == scalar.last_int(text, key)
 
     @conf
     @given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=50))
@@ -99,15 +106,18 @@ def feed(simd_path: Path, scalar_path: Path, examples: int) -> None:
     random_reads()
     edge_times()
     json_text()
+    usage_counts()
     for chat in (False, True):
         events = list(fakeserver._events(chat, 60, 11, True, False))
         body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
         for step in range(1, 200, 3):
             reads = [(i, body[i:i + step]) for i in range(0, len(body), step)]
-            assert simd.scan_stream(reads) == scalar.scan_stream(reads) is not None
+            assert (simd.scan_stream(reads) == sse2.scan_stream(reads)
+                    == scalar.scan_stream(reads) is not None)
         for cut in range(0, len(body), 7):
             for part in (body[:cut], body[cut:]):
-                assert simd.scan_stream([(1, part)]) == scalar.scan_stream([(1, part)])
+                assert (simd.scan_stream([(1, part)]) == sse2.scan_stream([(1, part)])
+                        == scalar.scan_stream([(1, part)]))
     for wrong in (None, 5, [1], [(1,)], [(1, "text")], [(1, b"x", 3)], "abc"):
         assert simd.scan_stream(wrong) is None
     for wrong in (None, [1, "x"], [2**70, 1]):
@@ -120,20 +130,25 @@ def feed(simd_path: Path, scalar_path: Path, examples: int) -> None:
             simd.json_ints(wrong)
         except TypeError:
             pass
+    for wrong in ((None, b"k"), (b"text", "k"), (b"text",), (b"a", b"b", b"c")):
+        try:
+            simd.last_int(*wrong)
+        except TypeError:
+            pass
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=3000)
-    parser.add_argument("--feed", nargs=2, help=argparse.SUPPRESS)  # the preloaded run
+    parser.add_argument("--feed", nargs=3, help=argparse.SUPPRESS)  # the preloaded run
     args = parser.parse_args()
     if args.feed:
-        feed(Path(args.feed[0]), Path(args.feed[1]), args.examples)
+        feed(Path(args.feed[0]), Path(args.feed[1]), Path(args.feed[2]), args.examples)
         print(f"sanitized: no error over {args.examples} examples per strategy")
         return
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            (simd, scalar), runtimes = build(Path(tmp))
+            (simd, sse2, scalar), runtimes = build(Path(tmp))
         except SystemExit:
             print("no C compiler with AddressSanitizer here", file=sys.stderr)
             raise
@@ -142,7 +157,7 @@ def main() -> None:
                "PYTHONPATH": os.pathsep.join([str(REPO / "src"),
                                               os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run([sys.executable, __file__, "--examples", str(args.examples),
-                               "--feed", str(simd), str(scalar)], env=env)
+                               "--feed", str(simd), str(sse2), str(scalar)], env=env)
         raise SystemExit(done.returncode)
 
 

@@ -1,9 +1,10 @@
 """latscope's optional C part (src/latscope/_native.c) is built where the tests run, and its
-portable path answers as its SSE2 one."""
+three key searches (AVX2, SSE2, portable) answer alike."""
 
 from __future__ import annotations
 
 import importlib.util
+import platform
 import shutil
 import subprocess
 import sys
@@ -31,16 +32,19 @@ def test_the_c_part_is_built_and_chosen():
     assert stats._native is response._native
 
 
-def _scalar_build(tmp_path: Path):
-    """_native.c built with -DLATSCOPE_NO_SIMD: the key search hosts without SSE2 take."""
+def _variant_build(tmp_path: Path, flag: str):
+    """_native.c built with ``flag``: -DLATSCOPE_NO_SIMD, the key search hosts without SSE2
+    take; -DLATSCOPE_NO_AVX2, the one x86 hosts without AVX2 take."""
     from latscope import _native
 
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler")
     source = Path(_native.__file__).with_name("_native.c")
-    built = tmp_path / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-DLATSCOPE_NO_SIMD",
+    folder = tmp_path / flag.lower().lstrip("-")
+    folder.mkdir()
+    built = folder / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", flag,
                     "-I" + sysconfig.get_paths()["include"], str(source), "-o", str(built)],
                    check=True)
     spec = importlib.util.spec_from_file_location("latscope._native", built)
@@ -50,12 +54,17 @@ def _scalar_build(tmp_path: Path):
     return module
 
 
-def test_the_portable_path_answers_as_the_sse2_one(tmp_path):
-    # aarch64 hosts (Grace Hopper) build the scalar key search: held to the built module on
-    # vLLM-shaped bodies read at awkward splits and on the fuzz target's bodies
+def test_every_key_search_answers_alike(tmp_path):
+    # the module takes AVX2's where the CPU has it, else SSE2's; aarch64 hosts (Grace Hopper)
+    # build the portable one: all held to the same answers on vLLM-shaped bodies read at
+    # awkward splits and on the fuzz target's bodies
     from latscope import _native
 
-    scalar = _scalar_build(tmp_path)
+    sse2 = _variant_build(tmp_path, "-DLATSCOPE_NO_AVX2")
+    scalar = _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")
+    assert scalar.KEY_SEARCH == "portable"
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert sse2.KEY_SEARCH == "sse2" and _native.KEY_SEARCH in ("avx2", "sse2")
     for chat in (False, True):
         events = list(fakeserver._events(chat, 40, 11, True, False))
         body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
@@ -63,15 +72,68 @@ def test_the_portable_path_answers_as_the_sse2_one(tmp_path):
             reads = [(i, body[i:i + step]) for i in range(0, len(body), step)]
             answer = scalar.scan_stream(reads)
             assert answer is not None and len(answer[0]) == 40
-            assert answer == _native.scan_stream(reads)
+            assert answer == sse2.scan_stream(reads) == _native.scan_stream(reads)
 
     @settings(max_examples=300, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(fuzztargets.chunked_reads())
     def same(reads):
-        assert scalar.scan_stream(reads) == _native.scan_stream(reads)
+        assert scalar.scan_stream(reads) == sse2.scan_stream(reads) == _native.scan_stream(reads)
 
     same()
+
+
+def test_a_key_is_found_at_every_place_in_an_event(tmp_path):
+    # the SIMD searches test 16 or 32 places at once and the event's end by a block that
+    # overlaps the one before: a key (or a role that unmarks it) at any offset, in events of
+    # any length around those widths, must be found exactly as the exact reader finds it
+    from latscope import _native
+    from latscope.load import response
+    from latscope.model import RequestRecord
+
+    searches = [_native, _variant_build(tmp_path, "-DLATSCOPE_NO_AVX2"),
+                _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")]
+    marks = [b'"text":"a"', b'"content" : "a"', b'"reasoning_content":"a"', b'"reasoning":"a"',
+             b'"role":"x","content":"a"', b'"created":"a"', b'"text" :1', b'"tex":"a"']
+    seen = set()
+    for mark in marks:
+        for before in range(0, 70):
+            event = b'data: {"i":"' + b"y" * before + b'",' + mark + b"}"
+            for after in (b"", b',"z":"' + b"w" * (before % 37) + b'"'):
+                ev = event[:-1] + after + b"}"
+                events = [ev, b"data: [DONE]"]
+                body = b"".join(b"%x\r\n%s\n\n\r\n" % (len(e) + 2, e) for e in events)
+                reads = [(5, body + b"0\r\n\r\n")]
+                exact = RequestRecord(index=0, request_id="r", scheduled_ns=0)
+                assert response._read_stream(exact, response.dechunk(reads)) is None
+                seen.add(len(exact.chunk_ns))
+                for search in searches:
+                    times, _ = search.scan_stream(reads)
+                    assert len(times) == len(exact.chunk_ns), (mark, before, search.KEY_SEARCH)
+    assert seen == {0, 1}  # token events and events that are not
+
+
+def test_last_int_reads_as_the_regex_reads():
+    # a response's usage counts, read from its tail: the C part's answer is the regex's
+    from hypothesis import strategies as st
+
+    from latscope import _native
+    from latscope.load.streamtail import last_int_py
+
+    pieces = st.sampled_from([b'"completion_tokens"', b'"prompt_tokens"', b":", b" ", b"\t",
+                              b"\n", b"7", b"0", b"12345678901234567890123", b",", b"}", b"x"])
+
+    @settings(max_examples=500, deadline=None, database=None, derandomize=True)
+    @given(st.lists(pieces, max_size=12), st.sampled_from([b'"completion_tokens"', b":", b"7"]))
+    def same(parts, key):
+        text = b"".join(parts)
+        assert _native.last_int(text, key) == last_int_py(text, key)
+
+    same()
+    assert _native.last_int(b'{"completion_tokens": 256}', b'"completion_tokens"') == 256
+    assert _native.last_int(b"abc", b"") is None is last_int_py(b"abc", b"")
+    with pytest.raises(TypeError):
+        _native.last_int("text", b"key")
 
 
 def test_the_c_part_is_clean_under_address_and_undefined_behaviour_sanitizers():
