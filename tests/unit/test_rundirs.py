@@ -111,3 +111,13 @@ def test_record_lines_are_orjsons_and_reach_the_file_within_the_flush_bound(tmp_
     writer.append(record)
     writer.close()  # a stopped run loses nothing
     assert len(path.read_bytes().splitlines()) == 2
+    # past _RECORD_BUFFER bytes the lines go out whatever the time: memory stays bounded
+    monkeypatch.setattr(rundir, "_RECORD_BUFFER", 3 * len(rundir.record_line(record)))
+    writer = rundir.RunWriter(tmp_path / "run2")
+    path = tmp_path / "run2" / rundir.REQUESTS
+    for _ in range(2):
+        writer.append(record)
+    assert path.read_bytes() == b""
+    writer.append(record)
+    assert len(path.read_bytes().splitlines()) == 3
+    writer.close()
