@@ -11,8 +11,9 @@
  * Why C: the parse of a finished response bounds one client process's ceiling
  * (benchmarks/client_ceiling.py). The pure-Python fast reader needs ~1.1 us per streamed token
  * on whole-buffer bytes methods, this pass ~0.06 (benchmarks/parse_cost.py). Built with
- * -DLATSCOPE_NO_SIMD it takes the portable path that hosts without SSE2 (aarch64) take
- * (tests/unit/test_native.py holds the two equal).
+ * -DLATSCOPE_NO_SIMD it takes the portable path that hosts without SSE2 (aarch64) take, with
+ * -DLATSCOPE_NO_AVX2 the SSE2 one that x86 hosts without AVX2 take (tests/unit/test_native.py
+ * holds the three equal).
  *
  * What it answers must be exactly what the exact reader (response._read_stream over
  * response.dechunk) answers, or nothing: it accepts only the common shape (hex size lines, no
