@@ -199,3 +199,31 @@ def test_a_busy_client_without_the_c_pass_is_told_how_to_get_it():
     assert len(warnings) == 2 and "C compiler" in warnings[1]
     # an idle client is not told: the parser did not matter to its figures
     assert not client_warnings({"cpu_utilization": 0.3, "stream_parser": "python"}, summary)
+
+
+def test_the_run_statistics_keep_the_one_definition_of_each_latency():
+    # RunStats.add writes origin_ns / send_lag_ms / ttft_ms / tpot_ms / e2e_ms out inline (the
+    # calls cost ~0.7 us a record at the client's ceiling): its columns must be theirs, for
+    # open and closed loops, a record never sent (sent_ns 0), one token, no first token
+    from latscope import stats
+
+    records = []
+    for i, (open_loop, lag, chunks, tokens) in enumerate([
+            (True, 2.0, [30.0, 40.0, 55.0], 3), (False, 2.0, [30.0, 40.0, 55.0], 3),
+            (False, 0.0, [12.0], 1), (True, 5.0, [20.0, 21.0], None),
+            (False, 1.5, [9.0, 10.0, 17.0, 18.0], 4)]):
+        records.append(rec(i, 10.0 * i, [10.0 * i + c for c in chunks], tokens, lag,
+                           open_loop))
+    records[2].sent_ns = 0  # never sent: the latency counts from the schedule, no send lag
+    no_first = rec(9, 100.0, [130.0], 1, 1.0, False)
+    no_first.first_token_ns = None
+    records.append(no_first)
+    run = RunStats()
+    for r in records:
+        run.add(r)
+    for metric, fn in (("ttft", stats.ttft_ms), ("tpot", stats.tpot_ms), ("e2e", stats.e2e_ms),
+                       ("send_lag", stats.send_lag_ms)):
+        expected = [v for r in records if (v := fn(r)) is not None]
+        assert run.values_ms(metric).tolist() == pytest.approx(expected, rel=1e-6), metric
+    assert run.first_ns == min(stats.origin_ns(r) for r in records)
+    assert dict(run.loops) == {"scheduled": 2, "sent": 4}
