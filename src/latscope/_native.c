@@ -193,7 +193,7 @@ static inline void key_of(const char *k, const char *end, int *token, int *role)
  * keys); key_of checks each exactly. With SIMD, a block of positions is tested at once: 16
  * with SSE2, 32 with AVX2 where the CPU has it (chosen when the module loads). A vLLM event has
  * ~24 quotes; a quote and one letter let ~5 through ("created", "choices", ...) and their
- * checks, mispredicted branches, were ~40% of the pass; two letters let ~2 through. Testing a
+ * checks, mispredicted branches, were ~30% of the pass; two letters let ~2 through. Testing a
  * position twice is harmless (the marks are or-ed), so the event's end is tested by one more
  * block that overlaps the one before. */
 #define KEY_MIN 7  /* the shortest match, "role": from its quote to its colon */
