@@ -47,23 +47,26 @@ static const char END[] = "data: [DONE]\n\n\r\n0\r\n\r\n";
 #define MAX_SIZE_DIGITS 15
 
 typedef struct {
-    char *raw;              /* the reads joined (or the one read's buffer) */
+    const char *raw;        /* the raw chunked body: the one read's buffer past the head, or */
+    char *joined;           /* the reads joined (owned) */
     Py_ssize_t raw_len;
-    int raw_owned;
     Py_ssize_t *read_ends;  /* cumulative end offset of each read in raw */
     PyObject **read_ns;     /* borrowed: each read's arrival time */
-    Py_ssize_t nreads;
-    char *body;             /* de-chunked data */
+    Py_ssize_t nreads, read; /* ... and the cursor of time_at (events come in order) */
+    char *body;             /* the de-chunked copy (read only where an event spans chunks) */
     Py_ssize_t body_len;
     Py_ssize_t *seg_body;   /* per chunk: where its data starts in body ... */
     Py_ssize_t *seg_raw;    /* ... and in raw */
-    Py_ssize_t nsegs;
+    Py_ssize_t nsegs, seg;
     PyObject **tokens;      /* borrowed: token event times, in order */
     Py_ssize_t ntokens;
+    const char *ev_start[3], *ev_end[3];  /* the last three events, their blank line included */
+    Py_ssize_t nevents;
+    int done, first_token;
 } Scan;
 
 static void scan_free(Scan *s) {
-    if (s->raw_owned) free(s->raw);
+    free(s->joined);
     free(s->read_ends);
     free(s->read_ns);
     free(s->body);
@@ -72,11 +75,11 @@ static void scan_free(Scan *s) {
     free(s->tokens);
 }
 
-/* 1 when the reads are a list of (object, bytes) pairs, joined into s->raw; 0 to decline,
- * -1 on a memory error (exception set). */
-static int join_reads(Scan *s, PyObject *reads) {
+/* 1 when the reads are a list of (object, bytes) pairs, the body (past `skip` bytes of the
+ * first read: the HTTP head) at s->raw; 0 to decline, -1 on a memory error (exception set). */
+static int join_reads(Scan *s, PyObject *reads, Py_ssize_t skip) {
     if (!PyList_Check(reads)) return 0;
-    Py_ssize_t n = PyList_GET_SIZE(reads), total = 0;
+    Py_ssize_t n = PyList_GET_SIZE(reads), total = -skip;
     if (n == 0) return 0;
     s->nreads = n;
     s->read_ends = malloc(sizeof(Py_ssize_t) * n);
@@ -89,22 +92,24 @@ static int join_reads(Scan *s, PyObject *reads) {
         if (!PyBytes_Check(data)) return 0;
         s->read_ns[i] = PyTuple_GET_ITEM(item, 0);
         total += PyBytes_GET_SIZE(data);
+        if (total < 0) return 0;  /* a skip past the first read */
         s->read_ends[i] = total;
     }
     s->raw_len = total;
     if (n == 1) {
-        s->raw = PyBytes_AS_STRING(PyTuple_GET_ITEM(PyList_GET_ITEM(reads, 0), 1));
+        s->raw = PyBytes_AS_STRING(PyTuple_GET_ITEM(PyList_GET_ITEM(reads, 0), 1)) + skip;
         return 1;
     }
-    s->raw = malloc(total ? total : 1);
-    if (!s->raw) { PyErr_NoMemory(); return -1; }
-    s->raw_owned = 1;
+    s->joined = malloc(total ? total : 1);
+    if (!s->joined) { PyErr_NoMemory(); return -1; }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *data = PyTuple_GET_ITEM(PyList_GET_ITEM(reads, i), 1);
-        memcpy(s->raw + at, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
-        at += PyBytes_GET_SIZE(data);
+        Py_ssize_t from = i == 0 ? skip : 0;
+        memcpy(s->joined + at, PyBytes_AS_STRING(data) + from, PyBytes_GET_SIZE(data) - from);
+        at += PyBytes_GET_SIZE(data) - from;
     }
+    s->raw = s->joined;
     return 1;
 }
 
@@ -115,55 +120,52 @@ static int hex_value(char c) {
     return -1;
 }
 
-/* 1 when raw is chunked framing that ends with a zero-size chunk and no trailer, its data
- * copied into s->body; 0 to decline; -1 on a memory error. */
-static int dechunk(Scan *s) {
+/* The chunk at *pos: 1 with its data at *data (*size bytes, followed by CR LF), *pos moved
+ * past it; 2 at the zero-size last chunk when it ends raw (no trailer); 0 to decline. */
+static int next_chunk(const Scan *s, Py_ssize_t *pos, Py_ssize_t *data, Py_ssize_t *size) {
     const char *raw = s->raw;
-    Py_ssize_t len = s->raw_len, pos = 0, cap = len / 5 + 2;
-    s->body = malloc(len ? len : 1);
-    s->seg_body = malloc(sizeof(Py_ssize_t) * cap);
-    s->seg_raw = malloc(sizeof(Py_ssize_t) * cap);
-    if (!s->body || !s->seg_body || !s->seg_raw) { PyErr_NoMemory(); return -1; }
-    for (;;) {
-        Py_ssize_t size = 0, digits = 0;
-        int v;
-        while (pos < len && (v = hex_value(raw[pos])) >= 0) {
-            if (++digits > MAX_SIZE_DIGITS) return 0;
-            size = size * 16 + v;
-            pos++;
-        }
-        if (digits == 0 || pos + 2 > len || raw[pos] != '\r' || raw[pos + 1] != '\n') return 0;
-        pos += 2;
-        if (size == 0)  /* the last chunk: no trailer, nothing after */
-            return pos + 2 == len && raw[pos] == '\r' && raw[pos + 1] == '\n';
-        if (size > len - pos - 2 || raw[pos + size] != '\r' || raw[pos + size + 1] != '\n')
-            return 0;
-        if (s->nsegs == cap) return 0;  /* cannot happen: each chunk takes >= 6 bytes */
-        s->seg_body[s->nsegs] = s->body_len;
-        s->seg_raw[s->nsegs] = pos;
-        s->nsegs++;
-        memcpy(s->body + s->body_len, raw + pos, size);
-        s->body_len += size;
-        pos += size + 2;
+    Py_ssize_t len = s->raw_len, p = *pos, n = 0, digits = 0;
+    int v;
+    while (p < len && (v = hex_value(raw[p])) >= 0) {
+        if (++digits > MAX_SIZE_DIGITS) return 0;
+        n = n * 16 + v;
+        p++;
     }
+    if (digits == 0 || p + 2 > len || raw[p] != '\r' || raw[p + 1] != '\n') return 0;
+    p += 2;
+    if (n == 0)
+        return p + 2 == len && raw[p] == '\r' && raw[p + 1] == '\n' ? 2 : 0;
+    if (n > len - p - 2 || raw[p + n] != '\r' || raw[p + n + 1] != '\n') return 0;
+    *data = p;
+    *size = n;
+    *pos = p + n + 2;
+    return 1;
+}
+
+/* Python's bytes-regex \s but LF: inside an event (which ends at its first LF) the same. */
+static int is_line_space(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
 }
 
 static int is_space(char c) {  /* Python's bytes-regex \s */
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    return c == '\n' || is_line_space(c);
 }
 
-/* After a key's closing quote at `p`: \s* ':' \s* then, when `quote` is set, '"'. */
+/* After a key's closing quote at `p`, inside an event: \s* ':' \s* then, when `quote` is set,
+ * '"'. The event ends at its first LF, which stops the whitespace runs as the event's end
+ * stops the regex's; `end` only bounds the reading. */
 static int colon_follows(const char *p, const char *end, int quote) {
-    while (p < end && is_space(*p)) p++;
+    while (p < end && is_line_space(*p)) p++;
     if (p >= end || *p != ':') return 0;
     if (!quote) return 1;
     p++;
-    while (p < end && is_space(*p)) p++;
+    while (p < end && is_line_space(*p)) p++;
     return p < end && *p == '"';
 }
 
 /* `key` (n bytes), then '"' and what colon_follows asks, at p. Only reached after the first
- * byte matched (a switch on it): a call to memcmp per quote was most of the pass's time. */
+ * byte matched (a switch on it): a call to memcmp per quote was most of the pass's time. A key
+ * that runs into the event's LF fails on it (an LF is not a letter or a quote). */
 static inline int key_at(const char *p, const char *end, const char *key, size_t n, int quote) {
     return (size_t)(end - p) > n && p[n] == '"' && memcmp(p, key, n) == 0
         && colon_follows(p + n + 1, end, quote);
@@ -187,47 +189,60 @@ static inline void key_of(const char *k, const char *end, int *token, int *role)
     }
 }
 
-/* The exact reader's two regexes, searched anywhere in an event:
+/* One event from `ev`: its end (the first LF before `limit`, or NULL), whether a CR comes
+ * before it, and the exact reader's two regexes searched in it:
  * a token mark "(?:text|content|reasoning_content|reasoning)"\s*:\s*" and a role "role"\s*:
  * A candidate is a quote, then 't', 'c' or 'r', then 'e' or 'o' (the first letters of those
- * keys); key_of checks each exactly. With SIMD, a block of positions is tested at once: 16
- * with SSE2, 32 with AVX2 where the CPU has it (chosen when the module loads). A vLLM event has
- * ~24 quotes; a quote and one letter let ~5 through ("created", "choices", ...) and their
- * checks, mispredicted branches, were ~30% of the pass; two letters let ~2 through. Testing a
- * position twice is harmless (the marks are or-ed), so the event's end is tested by one more
- * block that overlaps the one before. */
+ * keys); key_of checks each exactly. With SIMD one pass over the event finds its LF, its CRs
+ * and its candidates, a block of positions at once: 16 with SSE2, 32 with AVX2 where the CPU
+ * has it (chosen when the module loads). A vLLM event has ~24 quotes; a quote and one letter
+ * let ~5 through ("created", "choices", ...) and their checks, mispredicted branches, were ~30%
+ * of the pass; two letters let ~2 through. The blocks read 2 bytes past `limit` (the callers'
+ * regions are followed by a chunk's CR LF, or by slack); the last block overlaps the one before
+ * (a position tested twice is harmless: it held no LF, and marks and CRs are or-ed). */
 #define KEY_MIN 7  /* the shortest match, "role": from its quote to its colon */
 
-static void marks_scalar(const char *ev, Py_ssize_t from, Py_ssize_t n, int *token, int *role) {
-    for (Py_ssize_t i = from; i + KEY_MIN <= n; i++)
-        if (ev[i] == '"') key_of(ev + i + 1, ev + n, token, role);
+static const char *event_scalar(const char *ev, const char *limit, int *token, int *role,
+                                int *cr) {
+    const char *lf = memchr(ev, '\n', limit - ev);
+    if (lf == NULL) return NULL;
+    *cr = memchr(ev, '\r', lf - ev) != NULL;
+    for (const char *q = ev; q + KEY_MIN <= lf; q++)
+        if (*q == '"') key_of(q + 1, lf, token, role);
+    return lf;
 }
 
 #if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
-static void marks_sse2(const char *ev, Py_ssize_t n, int *token, int *role) {
-    const Py_ssize_t width = 16, last = n - width - 2;
-    if (last < 0) {
-        marks_scalar(ev, 0, n, token, role);
-        return;
-    }
+static const char *event_sse2(const char *ev, const char *limit, int *token, int *role,
+                              int *cr) {
+    const Py_ssize_t width = 16;
+    if (limit - ev < width) return event_scalar(ev, limit, token, role, cr);
     const __m128i quote = _mm_set1_epi8('"'), t = _mm_set1_epi8('t'), c = _mm_set1_epi8('c'),
-                  r = _mm_set1_epi8('r'), e = _mm_set1_epi8('e'), o = _mm_set1_epi8('o');
-    for (Py_ssize_t i = 0;; i += width) {
-        if (i > last) i = last;
-        const char *at = ev + i;
+                  r = _mm_set1_epi8('r'), e = _mm_set1_epi8('e'), o = _mm_set1_epi8('o'),
+                  nl = _mm_set1_epi8('\n'), ret = _mm_set1_epi8('\r');
+    for (const char *at = ev;; at += width) {
+        if (at + width > limit) at = limit - width;
         __m128i b0 = _mm_loadu_si128((const __m128i *)at);
         __m128i b1 = _mm_loadu_si128((const __m128i *)(at + 1));
         __m128i b2 = _mm_loadu_si128((const __m128i *)(at + 2));
         __m128i first = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(b1, t), _mm_cmpeq_epi8(b1, c)),
                                      _mm_cmpeq_epi8(b1, r));
         __m128i second = _mm_or_si128(_mm_cmpeq_epi8(b2, e), _mm_cmpeq_epi8(b2, o));
-        unsigned mask = (unsigned)_mm_movemask_epi8(
+        unsigned keys = (unsigned)_mm_movemask_epi8(
             _mm_and_si128(_mm_and_si128(_mm_cmpeq_epi8(b0, quote), first), second));
-        while (mask) {
-            key_of(at + __builtin_ctz(mask) + 1, ev + n, token, role);
-            mask &= mask - 1;
+        unsigned lfs = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(b0, nl));
+        unsigned crs = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(b0, ret));
+        const char *end = limit;
+        if (lfs) {
+            unsigned before = (1u << __builtin_ctz(lfs)) - 1;
+            keys &= before;
+            crs &= before;
+            end = at + __builtin_ctz(lfs);
         }
-        if ((*token && *role) || i == last) return;
+        *cr |= crs != 0;
+        for (; keys; keys &= keys - 1) key_of(at + __builtin_ctz(keys) + 1, end, token, role);
+        if (lfs) return end;
+        if (at + width >= limit) return NULL;
     }
 }
 #endif
@@ -237,18 +252,16 @@ static void marks_sse2(const char *ev, Py_ssize_t n, int *token, int *role) {
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
 __attribute__((target("avx2")))
-static void marks_avx2(const char *ev, Py_ssize_t n, int *token, int *role) {
-    const Py_ssize_t width = 32, last = n - width - 2;
-    if (last < 0) {
-        marks_sse2(ev, n, token, role);
-        return;
-    }
+static const char *event_avx2(const char *ev, const char *limit, int *token, int *role,
+                              int *cr) {
+    const Py_ssize_t width = 32;
+    if (limit - ev < width) return event_sse2(ev, limit, token, role, cr);
     const __m256i quote = _mm256_set1_epi8('"'), t = _mm256_set1_epi8('t'),
                   c = _mm256_set1_epi8('c'), r = _mm256_set1_epi8('r'),
-                  e = _mm256_set1_epi8('e'), o = _mm256_set1_epi8('o');
-    for (Py_ssize_t i = 0;; i += width) {
-        if (i > last) i = last;
-        const char *at = ev + i;
+                  e = _mm256_set1_epi8('e'), o = _mm256_set1_epi8('o'),
+                  nl = _mm256_set1_epi8('\n'), ret = _mm256_set1_epi8('\r');
+    for (const char *at = ev;; at += width) {
+        if (at + width > limit) at = limit - width;
         __m256i b0 = _mm256_loadu_si256((const __m256i *)at);
         __m256i b1 = _mm256_loadu_si256((const __m256i *)(at + 1));
         __m256i b2 = _mm256_loadu_si256((const __m256i *)(at + 2));
@@ -256,107 +269,189 @@ static void marks_avx2(const char *ev, Py_ssize_t n, int *token, int *role) {
                                                         _mm256_cmpeq_epi8(b1, c)),
                                         _mm256_cmpeq_epi8(b1, r));
         __m256i second = _mm256_or_si256(_mm256_cmpeq_epi8(b2, e), _mm256_cmpeq_epi8(b2, o));
-        unsigned mask = (unsigned)_mm256_movemask_epi8(
+        unsigned keys = (unsigned)_mm256_movemask_epi8(
             _mm256_and_si256(_mm256_and_si256(_mm256_cmpeq_epi8(b0, quote), first), second));
-        while (mask) {
-            key_of(at + __builtin_ctz(mask) + 1, ev + n, token, role);
-            mask &= mask - 1;
+        unsigned lfs = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, nl));
+        unsigned crs = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, ret));
+        const char *end = limit;
+        if (lfs) {
+            unsigned before = (unsigned)((1ull << __builtin_ctz(lfs)) - 1);
+            keys &= before;
+            crs &= before;
+            end = at + __builtin_ctz(lfs);
         }
-        if ((*token && *role) || i == last) return;
+        *cr |= crs != 0;
+        for (; keys; keys &= keys - 1) key_of(at + __builtin_ctz(keys) + 1, end, token, role);
+        if (lfs) return end;
+        if (at + width >= limit) return NULL;
     }
 }
 #endif
 
-typedef void (*MarksFn)(const char *, Py_ssize_t, int *, int *);
-static void marks_portable(const char *ev, Py_ssize_t n, int *token, int *role) {
+typedef const char *(*EventFn)(const char *, const char *, int *, int *, int *);
+static const char *event_portable(const char *ev, const char *limit, int *token, int *role,
+                                  int *cr) {
 #if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
-    marks_sse2(ev, n, token, role);
+    return event_sse2(ev, limit, token, role, cr);
 #else
-    marks_scalar(ev, 0, n, token, role);
+    return event_scalar(ev, limit, token, role, cr);
 #endif
 }
-static MarksFn marks_search = marks_portable;  /* marks_avx2 where the CPU has AVX2 */
-static const char *marks_path = "portable";
+static EventFn event_search = event_portable;  /* event_avx2 where the CPU has AVX2 */
+static const char *search_path = "portable";
 
-static void marks_of(const char *ev, Py_ssize_t n, int *token, int *role) {
-    *token = *role = 0;
-    marks_search(ev, n, token, role);
+/* The read that holds raw offset `r`; the cursor only moves forward (events come in order). */
+static PyObject *time_at(Scan *s, Py_ssize_t r) {
+    while (s->read + 1 < s->nreads && s->read_ends[s->read] <= r) s->read++;
+    return s->read_ns[s->read];
 }
 
-/* The read that holds body offset `b`; cursors only move forward (events come in order). */
-static PyObject *time_of(Scan *s, Py_ssize_t b, Py_ssize_t *seg, Py_ssize_t *read) {
-    while (*seg + 1 < s->nsegs && s->seg_body[*seg + 1] <= b) (*seg)++;
-    Py_ssize_t r = s->seg_raw[*seg] + (b - s->seg_body[*seg]);
-    while (*read + 1 < s->nreads && s->read_ends[*read] <= r) (*read)++;
-    return s->read_ns[*read];
+/* The same for body offset `b` of the de-chunked copy. */
+static PyObject *time_of_body(Scan *s, Py_ssize_t b) {
+    while (s->seg + 1 < s->nsegs && s->seg_body[s->seg + 1] <= b) s->seg++;
+    return time_at(s, s->seg_raw[s->seg] + (b - s->seg_body[s->seg]));
 }
 
-/* 1 when every event is one "data: {...}" line or the last one "data: [DONE]", with no error
- * event and no usage in the first token event; token times in s->tokens and where the last
- * three events start in *tail. 0 to decline; -1 on a memory error. */
-static int read_events(Scan *s, Py_ssize_t *tail) {
-    const char *body = s->body;
-    Py_ssize_t len = s->body_len, pos = 0, seg = 0, read = 0, starts[3] = {0, 0, 0};
-    Py_ssize_t nevents = 0;
-    int done = 0, first_token = 1;
-    if (memchr(body, '\r', len) != NULL) return 0;  /* CR LF line ends: the exact reader */
-    s->tokens = malloc(sizeof(PyObject *) * (len / 8 + 1));
-    if (!s->tokens) { PyErr_NoMemory(); return -1; }
-    while (pos < len) {
-        const char *ev = body + pos, *lf = memchr(ev, '\n', len - pos);
-        if (lf == NULL || lf + 1 >= body + len || lf[1] != '\n' || done) return 0;
-        Py_ssize_t n = lf - ev;
-        starts[nevents++ % 3] = pos;
-        if (n == DONE_LEN && memcmp(ev, DONE_EVENT, DONE_LEN) == 0) {
-            done = 1;
+/* The events in [p, limit) (de-chunked data, or in place one chunk's data): 1 when each is
+ * one "data: {...}" line or the last one "data: [DONE]", with its blank line, and they fill
+ * the region; token times go to s->tokens. 0 to decline (no error event, no usage in the first
+ * token event, no CR); 2 in place when an event does not end in its chunk. */
+static int read_events(Scan *s, const char *p, const char *limit, int in_place) {
+    while (p < limit) {
+        int token = 0, role = 0, cr = 0;
+        const char *lf = event_search(p, limit, &token, &role, &cr);
+        if (lf == NULL || lf + 1 >= limit) return in_place ? 2 : 0;
+        if (lf[1] != '\n' || cr || s->done) return 0;  /* CR LF line ends: the exact reader */
+        Py_ssize_t n = lf - p;
+        s->ev_start[s->nevents % 3] = p;
+        s->ev_end[s->nevents % 3] = lf + 2;
+        s->nevents++;
+        if (n == DONE_LEN && memcmp(p, DONE_EVENT, DONE_LEN) == 0) {
+            s->done = 1;
         } else {
-            int token, role;
-            if (n < 8 || memcmp(ev, "data: {", 7) != 0 || ev[n - 1] != '}') return 0;
-            marks_of(ev, n, &token, &role);
+            if (n < 8 || memcmp(p, "data: {", 7) != 0 || p[n - 1] != '}') return 0;
             if (token && !role) {
-                if (first_token && memmem(ev, n, "\"completion_tokens\"", 19) != NULL)
+                if (s->first_token && memmem(p, n, "\"completion_tokens\"", 19) != NULL)
                     return 0;  /* usage per chunk: the exact reader counts tokens per chunk */
-                first_token = 0;
-                s->tokens[s->ntokens++] = time_of(s, (lf + 1) - body, &seg, &read);
-            } else if (memmem(ev, n, "\"error\"", 7) != NULL) {
+                s->first_token = 0;
+                s->tokens[s->ntokens++] = in_place ? time_at(s, (lf + 1) - s->raw)
+                                                   : time_of_body(s, (lf + 1) - s->body);
+            } else if (memmem(p, n, "\"error\"", 7) != NULL) {
                 return 0;  /* an error event: the exact reader words it */
             }
         }
-        pos = (lf + 2) - body;
+        p = lf + 2;
     }
-    if (!done) return 0;
-    *tail = nevents >= 3 ? starts[nevents % 3] : 0;
     return 1;
 }
 
-static PyObject *scan_stream(PyObject *module, PyObject *reads) {
+/* The usual body, read in place: every chunk holds whole events (a server's write of one or
+ * more events). 1 read, 0 to decline, 2 to read the de-chunked copy instead. */
+static int read_in_place(Scan *s) {
+    Py_ssize_t pos = 0, data = 0, size = 0;
+    for (;;) {
+        int chunk = next_chunk(s, &pos, &data, &size);
+        if (chunk != 1) return chunk == 2 && s->done;
+        int read = read_events(s, s->raw + data, s->raw + data + size, 1);
+        if (read != 1) return read;
+    }
+}
+
+/* The chunks' data copied into s->body (2 bytes of slack past its end, which the event
+ * search reads), each chunk's place in both; 1, 0 to decline, -1 on a memory error. */
+static int dechunk(Scan *s) {
+    Py_ssize_t pos = 0, data = 0, size = 0, cap = s->raw_len / 5 + 2;
+    s->body = malloc(s->raw_len + 2);
+    s->seg_body = malloc(sizeof(Py_ssize_t) * cap);
+    s->seg_raw = malloc(sizeof(Py_ssize_t) * cap);
+    if (!s->body || !s->seg_body || !s->seg_raw) { PyErr_NoMemory(); return -1; }
+    for (;;) {
+        int chunk = next_chunk(s, &pos, &data, &size);
+        if (chunk != 1) {
+            s->body[s->body_len] = s->body[s->body_len + 1] = 0;
+            return chunk == 2;
+        }
+        if (s->nsegs == cap) return 0;  /* cannot happen: each chunk takes >= 6 bytes */
+        s->seg_body[s->nsegs] = s->body_len;
+        s->seg_raw[s->nsegs] = data;
+        s->nsegs++;
+        memcpy(s->body + s->body_len, s->raw + data, size);
+        s->body_len += size;
+    }
+}
+
+/* What the in-place read found, forgotten before the de-chunked copy is read. */
+static void restart(Scan *s) {
+    s->ntokens = s->nevents = 0;
+    s->done = 0;
+    s->first_token = 1;
+    s->read = 0;
+}
+
+static int read_copy(Scan *s) {
+    int ok = dechunk(s);
+    if (ok == 1) ok = read_events(s, s->body, s->body + s->body_len, 0);
+    return ok == 1 ? s->done : ok;
+}
+
+/* The de-chunked body from the start of its last three events to its end (events fill it). */
+static PyObject *tail_of(const Scan *s) {
+    Py_ssize_t first = s->nevents > 3 ? s->nevents - 3 : 0, len = 0;
+    for (Py_ssize_t i = first; i < s->nevents; i++) len += s->ev_end[i % 3] - s->ev_start[i % 3];
+    PyObject *tail = PyBytes_FromStringAndSize(NULL, len);
+    if (tail == NULL) return NULL;
+    char *out = PyBytes_AS_STRING(tail);
+    for (Py_ssize_t i = first; i < s->nevents; i++) {
+        memcpy(out, s->ev_start[i % 3], s->ev_end[i % 3] - s->ev_start[i % 3]);
+        out += s->ev_end[i % 3] - s->ev_start[i % 3];
+    }
+    return tail;
+}
+
+static PyObject *scan_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
+    Py_ssize_t skip = 0;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "scan_stream(reads, skip=0)");
+        return NULL;
+    }
+    if (nargs == 2) {
+        skip = PyLong_AsSsize_t(args[1]);
+        if (skip == -1 && PyErr_Occurred()) return NULL;
+        if (skip < 0) {
+            PyErr_SetString(PyExc_ValueError, "scan_stream: skip must not be negative");
+            return NULL;
+        }
+    }
     Scan s;
     memset(&s, 0, sizeof(s));
-    Py_ssize_t tail = 0;
-    int ok = join_reads(&s, reads);
+    s.first_token = 1;
+    int ok = join_reads(&s, args[0], skip);
     if (ok == 1)
         ok = s.raw_len >= (Py_ssize_t)END_LEN
              && memcmp(s.raw + s.raw_len - END_LEN, END, END_LEN) == 0;
     if (ok == 1) {
         for (Py_ssize_t at = 0; at < s.raw_len; at += 64) __builtin_prefetch(s.raw + at);
-        ok = dechunk(&s);
+        s.tokens = malloc(sizeof(PyObject *) * (s.raw_len / 8 + 1));
+        ok = s.tokens ? read_in_place(&s) : (PyErr_NoMemory(), -1);
+        if (ok == 2) {
+            restart(&s);
+            ok = read_copy(&s);
+        }
     }
-    if (ok == 1) ok = read_events(&s, &tail);
     PyObject *result = NULL;
     if (ok == 1) {
         PyObject *times = PyList_New(s.ntokens);
-        PyObject *tail_bytes = times ? PyBytes_FromStringAndSize(s.body + tail,
-                                                                 s.body_len - tail) : NULL;
-        if (times && tail_bytes) {
+        PyObject *tail = times ? tail_of(&s) : NULL;
+        if (times && tail) {
             for (Py_ssize_t i = 0; i < s.ntokens; i++) {
                 Py_INCREF(s.tokens[i]);
                 PyList_SET_ITEM(times, i, s.tokens[i]);
             }
-            result = PyTuple_Pack(2, times, tail_bytes);
+            result = PyTuple_Pack(2, times, tail);
         }
         Py_XDECREF(times);
-        Py_XDECREF(tail_bytes);
+        Py_XDECREF(tail);
     } else if (ok == 0) {
         result = Py_NewRef(Py_None);
     }
@@ -507,9 +602,10 @@ static PyObject *last_int(PyObject *module, PyObject *const *args, Py_ssize_t na
 }
 
 static PyMethodDef methods[] = {
-    {"scan_stream", scan_stream, METH_O,
-     "scan_stream(reads) -> (token_times, tail) | None: a finished chunked SSE body read in one "
-     "pass, or None where the exact reader must read it."},
+    {"scan_stream", (PyCFunction)(void (*)(void))scan_stream, METH_FASTCALL,
+     "scan_stream(reads, skip=0) -> (token_times, tail) | None: a finished chunked SSE body "
+     "(past skip bytes of the first read) read in one pass, or None where the exact reader must "
+     "read it."},
     {"gaps_ms", gaps_ms, METH_O,
      "gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None: the gaps between "
      "consecutive token times (ns) in ms; None for fewer than two."},
@@ -531,18 +627,18 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
 #if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
-    marks_path = "sse2";
+    search_path = "sse2";
 #endif
 #ifdef HAVE_AVX2_PATH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) {
-        marks_search = marks_avx2;
-        marks_path = "avx2";
+        event_search = event_avx2;
+        search_path = "avx2";
     }
 #endif
     PyObject *m = PyModule_Create(&module);
     /* which key search this CPU runs (tests hold every path to the same answers) */
-    if (m != NULL && PyModule_AddStringConstant(m, "KEY_SEARCH", marks_path) < 0) {
+    if (m != NULL && PyModule_AddStringConstant(m, "KEY_SEARCH", search_path) < 0) {
         Py_DECREF(m);
         return NULL;
     }

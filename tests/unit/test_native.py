@@ -113,6 +113,57 @@ def test_a_key_is_found_at_every_place_in_an_event(tmp_path):
     assert seen == {0, 1}  # token events and events that are not
 
 
+def test_events_are_read_where_chunks_cut_them(tmp_path):
+    # the pass reads each chunk's events in place when every chunk holds whole events (a
+    # server's write of one or more), and the de-chunked copy where a chunk ends inside an
+    # event (a proxy that re-chunks): both, in all three searches, answer as the exact reader
+    from latscope import _native
+    from latscope.load import response
+    from latscope.model import RequestRecord
+
+    searches = [_native, _variant_build(tmp_path, "-DLATSCOPE_NO_AVX2"),
+                _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")]
+    for chat in (False, True):
+        events = list(fakeserver._events(chat, 30, 7, True, False))  # each ends "\n\n"
+        data = b"".join(events[:-1])  # [DONE] stays whole in the last chunk, which the pass
+        for size in (1, 2, 5, 33, 64, 200, len(data) // 2, len(data)):  # needs (else: declined)
+            chunks = [data[i:i + size] for i in range(0, len(data), size)] + events[-1:]
+            body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+            for step in (3, 64, len(body)):
+                reads = [(1000 + i, body[i:i + step]) for i in range(0, len(body), step)]
+                exact = RequestRecord(index=0, request_id="r", scheduled_ns=0)
+                assert response._read_stream(exact, response.dechunk(reads)) is None
+                assert len(exact.chunk_ns) == 30
+                for search in searches:
+                    times, tail = search.scan_stream(reads)
+                    assert times == exact.chunk_ns, (chat, size, step, search.KEY_SEARCH)
+                    assert tail.endswith(b"data: [DONE]\n\n") and tail.count(b"\n\n") == 3
+
+
+def test_the_head_before_the_body_is_skipped_in_place():
+    # the client keeps a read that brought the HTTP head and the body together whole (slicing
+    # the head off copied the body) and tells the pass where the body starts
+    from latscope import _native
+    from latscope.load import response
+    from latscope.model import RequestRecord
+
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    events = list(fakeserver._events(False, 20, 5, True, False))
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    for step in (7, 100, len(body)):
+        reads = [(10 + i, body[i:i + step]) for i in range(0, len(body), step)]
+        with_head = [(reads[0][0], head + reads[0][1]), *reads[1:]]
+        assert _native.scan_stream(with_head, len(head)) == _native.scan_stream(reads)
+        assert _native.scan_stream(with_head) is None  # the head is not a chunk
+        quick = RequestRecord(index=0, request_id="r", scheduled_ns=0)
+        if step == len(body):  # (the pure-Python reader declines marks split across reads)
+            assert response._read_stream_fast(quick, with_head, len(head))
+            assert quick.chunk_ns == _native.scan_stream(reads)[0]
+    assert _native.scan_stream([(1, head)], len(head) + 1) is None  # past the read: declined
+    with pytest.raises(ValueError):
+        _native.scan_stream([(1, head)], -1)
+
+
 def test_last_int_reads_as_the_regex_reads():
     # a response's usage counts, read from its tail: the C part's answer is the regex's
     from hypothesis import strategies as st
