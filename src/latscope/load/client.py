@@ -31,6 +31,7 @@ from latscope.model import ErrorKind, RequestRecord
 
 _perf_ns = time.perf_counter_ns
 _LAST_CHUNK = b"0\r\n\r\n"
+_HEADERS_READ = frozenset((b"transfer-encoding", b"content-length", b"connection"))
 _MAX_HEAD = 64 << 10  # a response head longer than this is not HTTP we can use
 _NO_LIMIT = 1 << 62
 _WATCHDOG_TICK_S = 0.05  # how late a request timeout may be noticed, at most
@@ -45,7 +46,7 @@ class _Exchange:
     the others.
     """
 
-    __slots__ = ("future", "head", "status", "headers_ns", "mode", "reads", "remaining",
+    __slots__ = ("future", "head", "status", "headers_ns", "mode", "reads", "skip", "remaining",
                  "end_ns", "error_kind", "error", "keep_alive", "received", "left",
                  "max_bytes")
 
@@ -56,6 +57,10 @@ class _Exchange:
         self.headers_ns: int | None = None
         self.mode = ""  # "" until the head is read, then chunked | length | close
         self.reads: list[tuple[int, bytes]] = []  # (arrival ns, raw body bytes)
+        # the first read's bytes before the body (the HTTP head, when one read brought both):
+        # kept, not sliced off, as slicing copied the whole body (~1 us of a fast server's
+        # 34 KB response); body_reads() gives the body alone
+        self.skip = 0
         self.remaining = 0
         self.end_ns: int | None = None
         self.error_kind: str | None = None
@@ -67,18 +72,19 @@ class _Exchange:
     def feed(self, ns: int, data: bytes) -> None:
         if self.future.done():
             return  # failed (or ended) already: the connection is dropped, the rest ignored
+        skip = 0
         if not self.mode:
             self.received = True
-            self.head += data
-            cut = self.head.find(b"\r\n\r\n")
+            head = self.head + data if self.head else data
+            cut = head.find(b"\r\n\r\n")
             if cut < 0:
-                if len(self.head) > _MAX_HEAD:
+                self.head = head
+                if len(head) > _MAX_HEAD:
                     self.fail(ErrorKind.MALFORMED, f"HTTP response head over {_MAX_HEAD >> 10} "
                               "KiB without an end")
                 return
             self.headers_ns = ns
-            data = self.head[cut + 4:]
-            self._read_head(self.head[:cut])
+            self._read_head(head[:cut])
             self.head = b""
             if self.future.done():
                 return
@@ -86,38 +92,60 @@ class _Exchange:
             if self.mode == "length" and self.remaining <= 0:  # type: ignore[comparison-overlap]
                 self.finish(ns)
                 return
-            if not data:
-                return
-        self.left -= len(data)
+            if cut + 4 == len(head):
+                return  # the head alone
+            if head is data:
+                skip = self.skip = cut + 4
+            else:  # a head over several reads (rare): its last read's body part, copied
+                data = head[cut + 4:]
+        size = len(data) - skip
+        self.left -= size
         if self.left < 0:
             self.fail(ErrorKind.MALFORMED, "response larger than the limit "
                       "(max_response_bytes): cut there")
             return
         self.reads.append((ns, data))
         if self.mode == "chunked":
-            if data.endswith(_LAST_CHUNK) or (len(data) < 5 and self._tail().endswith(_LAST_CHUNK)):
+            if data.endswith(_LAST_CHUNK) and size >= len(_LAST_CHUNK) or (
+                    size < len(_LAST_CHUNK) and self._tail().endswith(_LAST_CHUNK)):
                 self.finish(ns)
         elif self.mode == "length":
-            self.remaining -= len(data)
+            self.remaining -= size
             if self.remaining <= 0:
                 self.finish(ns)
 
     def _tail(self) -> bytes:
-        return b"".join(d for _, d in self.reads[-5:])[-5:]
+        """The body's last 5 bytes (or fewer), over the reads that hold them."""
+        pieces: list[bytes | memoryview] = [d for _, d in self.reads[-5:]]
+        if self.skip and len(self.reads) <= 5:
+            pieces[0] = memoryview(pieces[0])[self.skip:]
+        return b"".join(pieces)[-5:]
+
+    def body_reads(self) -> list[tuple[int, bytes]]:
+        """The reads with the body's bytes alone (the first read's head cut off: a copy)."""
+        if not self.skip:
+            return self.reads
+        ns, first = self.reads[0]
+        return [(ns, first[self.skip:]), *self.reads[1:]]
 
     def _read_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
+        # names and values compared lowercased, the head at once (~0.8 of ~1.7 us a response
+        # went to lowering and stripping each header, read or not)
+        lines = head.lower().split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         try:
             self.status = int(parts[1])
         except (IndexError, ValueError):
-            self.fail(ErrorKind.MALFORMED, f"bad HTTP status line {lines[0][:80]!r}")
+            status_line = head.split(b"\r\n", 1)[0]
+            self.fail(ErrorKind.MALFORMED, f"bad HTTP status line {status_line[:80]!r}")
             return
         self.mode = "close"
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            value = value.strip().lower()
+            name = name.strip()
+            if name not in _HEADERS_READ:
+                continue
+            value = value.strip()
             if name == b"transfer-encoding" and b"chunked" in value:
                 self.mode = "chunked"
             elif name == b"content-length" and self.mode != "chunked":
@@ -152,8 +180,8 @@ class _Exchange:
         """(arrival ns, payload) per piece of the body, de-chunked; the ns is that of the read
         which completed the piece."""
         if self.mode != "chunked":
-            return self.reads
-        return dechunk(self.reads)
+            return self.body_reads()
+        return dechunk(self.body_reads())
 
 
 class _Connection(asyncio.Protocol):
@@ -279,13 +307,16 @@ class StreamingClient:
                     exchange.fail(ErrorKind.CONNECTION, f"connect failed: {exc}")
                     record.sent_ns = _perf_ns()
                     return exchange
-            try:
-                exchange = await self._exchange(conn, request, record)
+            exchange = self._send(conn, request, record)
+            try:  # awaited here, not in a coroutine of its own: ~0.4 us a request less
+                await exchange.future
             except asyncio.CancelledError:  # the run stopped: drop the half-done exchange
                 conn.exchange = None
                 if conn.transport is not None:
                     conn.transport.abort()
                 raise
+            finally:
+                del self._deadlines[exchange]
             if reused and exchange.error_kind == "connection" and not exchange.received:
                 continue  # the server closed an idle keep-alive connection: retry fresh
             break
@@ -297,8 +328,9 @@ class StreamingClient:
             conn.transport.abort()
         return exchange
 
-    async def _exchange(self, conn: _Connection, request: bytes,
-                        record: RequestRecord) -> _Exchange:
+    def _send(self, conn: _Connection, request: bytes, record: RequestRecord) -> _Exchange:
+        """The request on its way; its exchange ends when ``exchange.future`` is done (the
+        caller awaits it, then forgets its deadline)."""
         loop = self._loop or self._bind_loop()
         exchange = _Exchange(loop.create_future(), self.max_response_bytes)
         conn.exchange = exchange
@@ -309,10 +341,6 @@ class StreamingClient:
         self._deadlines[exchange] = record.scheduled_ns + self.timeout_ns
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._tick_s, self._watch)
-        try:
-            await exchange.future
-        finally:
-            del self._deadlines[exchange]
         return exchange
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:

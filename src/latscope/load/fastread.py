@@ -46,7 +46,7 @@ def _fast_marks(raw: bytes, first: bytes, first_end: int) -> tuple[list[bytes], 
     return marks, total
 
 
-def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> bool:
+def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]], skip: int = 0) -> bool:
     """The usual stream, read with whole-buffer C-level counts instead of a Python loop per event.
 
     Applies only when the raw chunked body proves to be the common shape: compact JSON, one
@@ -61,8 +61,11 @@ def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]]) -> b
     (``_events_one_per_chunk``; coalesced chunks by whole-body counts); then one regex pass for
     the keys that need the exact reader (error, a late role) and two counts per token key
     present, the key and its compact mark (a spaced key, which the marks would miss, declines).
-    ``benchmarks/parse_cost.py`` measures it.
+    ``benchmarks/parse_cost.py`` measures it. ``skip``: the first read's bytes before the body
+    (its HTTP head).
     """
+    if skip:
+        reads = [(reads[0][0], reads[0][1][skip:]), *reads[1:]]
     raw = b"".join([d for _, d in reads]) if len(reads) > 1 else reads[0][1] if reads else b""
     first_end = raw.find(b"\n\n")
     if (not raw.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")

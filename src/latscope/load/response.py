@@ -102,6 +102,9 @@ class Exchange(Protocol):
     error: str | None
     mode: str
     reads: list[tuple[int, bytes]]
+    skip: int  # the first read's bytes before the body (its HTTP head)
+
+    def body_reads(self) -> list[tuple[int, bytes]]: ...
 
     def body_pieces(self) -> list[tuple[int, bytes]]: ...
 
@@ -120,7 +123,7 @@ def finalize(record: RequestRecord, exchange: Exchange, stream: bool) -> None:
         return
     record.end_ns = exchange.end_ns
     if (stream and exchange.mode == "chunked" and exchange.status < 400
-            and read_stream_quick(record, exchange.reads)):
+            and read_stream_quick(record, exchange.reads, exchange.skip)):
         return
     try:
         pieces = exchange.body_pieces()
@@ -141,12 +144,12 @@ def finalize(record: RequestRecord, exchange: Exchange, stream: bool) -> None:
         _set_error(record, ErrorKind.MALFORMED, problem)
 
 
-def _read_stream_c(record: RequestRecord, reads: list[tuple[int, bytes]]) -> bool:
+def _read_stream_c(record: RequestRecord, reads: list[tuple[int, bytes]], skip: int = 0) -> bool:
     """The usual stream, read by one C-level pass (``latscope/_native.c``): framing, events,
     token events and their times, exactly as the exact reader (``_read_stream`` over
     ``dechunk``) reads them; False where the stream is not the common shape, and the exact
-    reader runs instead."""
-    scanned = _native.scan_stream(reads) if _native is not None else None
+    reader runs instead. ``skip``: the first read's bytes before the body (its HTTP head)."""
+    scanned = _native.scan_stream(reads, skip) if _native is not None else None
     if scanned is None:
         return False
     chunk_ns, tail = scanned

@@ -385,3 +385,31 @@ def test_events_coalesced_in_one_chunk_are_timed_by_the_read_that_completed_each
     if not crlf:
         took_fast, fast, exact, problem = _both_readers([(2000, body[:cut]), (3000, body[cut:])])
         assert problem is None and took_fast and fast.chunk_ns == exact.chunk_ns == [2000, 3000]
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_head_however_it_arrives_gives_the_same_record(chat):
+    # the head alone, the head with the body in one read (kept whole: the body is not copied
+    # out of it), a head over several reads, the last chunk's bytes alone: every split of the
+    # same response reads as one record, and the body's size is counted without the head
+    events = CHAT if chat else [
+        b'data: {"choices":[{"index":0,"text":"a"}]}\n\n',
+        b'data: {"choices":[{"index":0,"text":""}]}\n\n',
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
+        b"data: [DONE]\n\n"]
+    body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+    whole = HEAD + body
+    splits = {"head alone": [HEAD, body], "one read": [whole],
+              "head over reads": [HEAD[:9], HEAD[9:40], HEAD[40:] + body[:30], body[30:]],
+              "end alone": [whole[:-3], whole[-3:]],
+              "every byte": [whole[i:i + 1] for i in range(len(whole))]}
+    records = {}
+    for name, reads in splits.items():
+        assert b"".join(reads) == whole
+        record, ex = run_exchange(reads)
+        assert record.ok and ex.size == len(body), name
+        records[name] = (record.output_tokens, record.prompt_tokens, len(record.chunk_ns))
+    assert len(set(records.values())) == 1, records
+    _, ex = run_exchange([whole])
+    assert ex.skip == len(HEAD) and ex.reads[0][1] is whole  # kept, not copied
+    assert b"".join(d for _, d in ex.body_reads()) == body
