@@ -152,6 +152,9 @@ class ServerTokenizer:
             return False
 
 
+_WORD_INDEX = {w: i for i, w in enumerate(_WORDS)}
+
+
 class WordTokenizer:
     """No tokenizer: one word = one token. Counts are approximate and the summary says so."""
 
@@ -162,7 +165,7 @@ class WordTokenizer:
         self.reason = reason  # why no real tokenizer was used (e.g. /tokenize failed)
 
     def encode(self, text: str) -> list[int]:
-        index = {w: i for i, w in enumerate(_WORDS)}
+        index = _WORD_INDEX  # built once: rebuilt per call it was ~10 of a prompt's ~26 us
         return [index.get(w, 0) for w in text.split()]
 
     def decode(self, ids: list[int]) -> str:
