@@ -6,7 +6,7 @@
  * (latscope.stats._Pooled.add_times).
  * last_int: a usage count from a response's tail (latscope.load.streamtail.last_int).
  * json_ints: a record's token times as JSON text, for its requests.jsonl line
- * (latscope.rundir.RunWriter.append).
+ * (latscope.rundir.RunWriter.append); json_gaps: the ITL gaps of such a line, read back.
  *
  * Why C: the parse of a finished response bounds one client process's ceiling
  * (benchmarks/client_ceiling.py). The pure-Python fast reader needs ~1.1 us per streamed token
@@ -565,6 +565,96 @@ static PyObject *json_ints(PyObject *module, PyObject *ints) {
     return result;
 }
 
+/* json_gaps(data, start=0, end=len) -> (start, end, gaps) | None
+ * A requests.jsonl line's token times (the line: data[start:end]) read where they lie, for the
+ * driver's merge of its workers' records (latscope.load.workers): the text between the '['
+ * and ']' of its "chunk_ns" array is data[start:end], and gaps is what gaps_ms gives for those
+ * ints (None
+ * for fewer than two). None where the line holds no such array or it is not a plain JSON list
+ * of 64-bit ints (the caller decodes the line whole). Decoding the array made a Python int of
+ * each time (~40 ns each, ~10 us of a 256-token record's ~31), to take their differences. */
+static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    Py_ssize_t from = 0, to = -1;
+    if (nargs < 1 || nargs > 3 || !PyBytes_Check(args[0])
+            || (nargs > 1 && (from = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+            || (nargs > 2 && (to = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "json_gaps(data: bytes, start=0, end=len)");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    if (to < 0 || to > size) to = size;
+    if (from < 0 || from > to) {
+        PyErr_SetString(PyExc_ValueError, "json_gaps: start outside the data");
+        return NULL;
+    }
+    static const char KEY[] = "\"chunk_ns\":[";
+    const char *text = PyBytes_AS_STRING(args[0]), *stop = text + to;
+    const char *at = memmem(text + from, stop - (text + from), KEY, sizeof(KEY) - 1);
+    if (at == NULL) Py_RETURN_NONE;
+    const char *start = at + sizeof(KEY) - 1, *p = start;
+    const char *end = memchr(start, ']', stop - start);
+    if (end == NULL) Py_RETURN_NONE;
+    Py_ssize_t count = 0, cap = (end - start) / 2 + 1;
+    float *gaps = malloc(sizeof(float) * (size_t)cap);
+    if (gaps == NULL) return PyErr_NoMemory();
+    double total = 0.0, total_sq = 0.0, lo = 0.0, hi = 0.0;
+    long long prev = 0;
+    const char *last = NULL;  /* the previous int's text, sign included */
+    Py_ssize_t last_len = 0;
+    int ok = 1;
+    while (p < end) {  /* -?digits, then ',' or the end */
+        const char *q = p + last_len;
+        long long now = prev;
+        /* the tokens of one read share its time: its text repeats, checked once */
+        if (last == NULL || q > end || (q < end && *q != ',')
+                || memcmp(p, last, (size_t)last_len) != 0) {
+            int negative = *p == '-';
+            const char *digits = p + negative;
+            for (q = digits; q < end && (unsigned char)(*q - '0') < 10; q++) {}
+            /* up to 18 digits (a longer int, rare, is decoded whole by the caller) */
+            if (q == digits || q - digits > 18 || (q < end && *q != ',')
+                    || (q - digits > 1 && *digits == '0')) {
+                ok = 0;
+                break;
+            }
+            long long value = 0;
+            for (const char *d = digits; d < q; d++) value = value * 10 + (*d - '0');
+            now = negative ? -value : value;
+            last = p;
+            last_len = q - p;
+        }
+        if (count > 0) {  /* as gaps_ms: the int64 difference, wrapping, over 1e6 */
+            unsigned long long diff = (unsigned long long)now - (unsigned long long)prev;
+            double gap = (double)(long long)diff / 1e6;
+            gaps[count - 1] = (float)gap;
+            total += gap;
+            total_sq += gap * gap;
+            if (count == 1 || gap < lo) lo = gap;
+            if (count == 1 || gap > hi) hi = gap;
+        }
+        prev = now;
+        count++;
+        p = q < end ? q + 1 : q;
+        if (q < end && p == end) ok = 0;  /* a trailing comma */
+    }
+    PyObject *result = NULL;
+    if (!ok) {
+        result = Py_NewRef(Py_None);
+    } else if (count < 2) {
+        result = Py_BuildValue("(nnO)", start - text, end - text, Py_None);
+    } else {
+        PyObject *f32 = PyBytes_FromStringAndSize((const char *)gaps,
+                                                  (count - 1) * (Py_ssize_t)sizeof(float));
+        if (f32 != NULL)
+            result = Py_BuildValue("(nn(Ndddd))", start - text, end - text, f32, total, total_sq,
+                                   lo, hi);
+    }
+    free(gaps);
+    return result;
+}
+
 /* last_int(text, key) -> int | None
  * The integer after the last `key` in text: rfind(key), then \s*:\s*(\d+) as the bytes regex
  * reads it (latscope.load.streamtail.last_int, whose pure-Python path this is held to): a
@@ -612,6 +702,10 @@ static PyMethodDef methods[] = {
     {"last_int", (PyCFunction)(void (*)(void))last_int, METH_FASTCALL,
      "last_int(text, key) -> int | None: the integer after the last key, as "
      "re.match(rb'\\s*:\\s*(\\d+)') reads it there."},
+    {"json_gaps", (PyCFunction)(void (*)(void))json_gaps, METH_FASTCALL,
+     "json_gaps(data, start=0, end=len) -> (start, end, gaps) | None: the chunk_ns array of "
+     "the requests.jsonl line data[start:end] (data[start:end] between its brackets) and "
+     "gaps_ms of its ints."},
     {"json_ints", json_ints, METH_O,
      "json_ints(ints) -> bytes | None: a list of ints as JSON text; None where an item is not "
      "an exact int of 64 bits."},

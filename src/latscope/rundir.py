@@ -259,6 +259,14 @@ class RunWriter:
                 or time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS):
             self.flush()
 
+    def append_lines(self, lines: bytes) -> None:
+        """Lines already written as ``requests.jsonl`` holds them (a worker's batch)."""
+        self._buffer.append(lines)
+        self._pending_bytes += len(lines)
+        if (self._pending_bytes >= _RECORD_BUFFER
+                or time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS):
+            self.flush()
+
     def flush_if_due(self) -> None:
         if self._buffer and time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS:
             self.flush()

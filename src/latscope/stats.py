@@ -39,6 +39,10 @@ try:  # the C gaps (setup.py builds latscope/_native.c where a compiler is found
 except ImportError:  # pragma: no cover - exercised where no compiler is found
     _native = None  # type: ignore[assignment]
 
+# One request's ITL gaps: float32 values (ms) as bytes, then their float64 sum, sum of squares,
+# min and max (``_native.gaps_ms`` of its token times, ``_native.json_gaps`` of its line)
+Gaps = tuple[bytes, float, float, float, float]
+
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "tpot", "itl", "e2e")
 _NS_PER_MS = 1e6
@@ -114,15 +118,13 @@ def itls_ms(r: RequestRecord) -> np.ndarray:
     return np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) / _NS_PER_MS
 
 
-def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+def meets_slo(r: RequestRecord, slo: dict[str, float], itl_max_ms: float | None = None) -> bool:
     """True when every SLO (in ms) given is met; an undefined metric (e.g. TPOT of a one-token
-    answer) counts as met, as in vllm bench serve's goodput."""
-    checks = {
-        "ttft": ttft_ms(r),
-        "tpot": tpot_ms(r),
-        "e2e": e2e_ms(r),
-        "itl": float(itls_ms(r).max()) if len(r.chunk_ns) > 1 else None,
-    }
+    answer) counts as met, as in vllm bench serve's goodput. ``itl_max_ms``: the record's
+    largest gap where the caller has it without its token times."""
+    if itl_max_ms is None and len(r.chunk_ns) > 1:
+        itl_max_ms = float(itls_ms(r).max())
+    checks = {"ttft": ttft_ms(r), "tpot": tpot_ms(r), "e2e": e2e_ms(r), "itl": itl_max_ms}
     return all((v := checks[k]) is None or v <= limit for k, limit in slo.items())
 
 
@@ -153,8 +155,19 @@ class _Pooled:
             return
         gaps = _native.gaps_ms(times)
         assert gaps is not None
+        self.add_gaps(gaps)
+
+    def add_gaps(self, gaps: Gaps) -> None:
+        """One request's gaps as ``_native.gaps_ms`` gives them (float32 values, float64 sum,
+        sum of squares, min, max): from its token times, or read from its requests.jsonl line
+        (``_native.json_gaps``, the driver's merge of its workers' records)."""
         f32, total, total_sq, lo, hi = gaps
-        self.n += len(times) - 1
+        count = len(f32) // 4
+        if len(self.values) + count > self.cap:  # folded with the values kept (float32 both)
+            self._fold_more(np.frombuffer(f32, dtype=np.float32).astype(np.float64), total,
+                            total_sq, lo, hi)
+            return
+        self.n += count
         self.total += total
         self.total_sq += total_sq
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
@@ -163,10 +176,17 @@ class _Pooled:
     def extend(self, gaps: np.ndarray) -> None:
         if not gaps.size:
             return
+        self._fold_more(gaps, float(gaps.sum()), float(np.square(gaps).sum()),
+                        float(gaps.min()), float(gaps.max()))
+
+    def _fold_more(self, gaps: np.ndarray, total: float, total_sq: float, lo: float,
+                   hi: float) -> None:
+        """``gaps`` (with their sums and extremes) counted, kept while under the cap, else
+        folded into the histogram."""
         self.n += int(gaps.size)
-        self.total += float(gaps.sum())
-        self.total_sq += float(np.square(gaps).sum())
-        self.lo, self.hi = min(self.lo, float(gaps.min())), max(self.hi, float(gaps.max()))
+        self.total += total
+        self.total_sq += total_sq
+        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
         if len(self.values) + gaps.size <= self.cap:
             # past the cap too: gaps wait here and are folded a cap-full at a time (numpy's
             # per-call overhead paid once per 65k gaps, not once per request)
@@ -243,8 +263,10 @@ class RunStats:
         self.last_ns: int | None = None
         self.steady = _SteadyWindow()
 
-    def add(self, r: RequestRecord) -> None:
-        """One finished record. The latency definitions of ``origin_ns``, ``send_lag_ms``,
+    def add(self, r: RequestRecord, gaps: Gaps | None = None) -> None:
+        """One finished record; ``gaps``: its ITL gaps where the caller read them without its
+        token times (``_Pooled.add_gaps``; ``r.chunk_ns`` is then empty). The latency
+        definitions of ``origin_ns``, ``send_lag_ms``,
         ``ttft_ms``, ``tpot_ms`` and ``e2e_ms`` written out inline (a test holds them equal): the calls cost
         ~0.7 us of the ~3.4 this took per record at the client's ceiling."""
         if r.warmup:
@@ -275,11 +297,14 @@ class RunStats:
             if out and out >= 2:
                 cols["tpot"].append((end - first) / _NS_PER_MS / (out - 1))
         cols["e2e"].append((end - start) / _NS_PER_MS)
-        self.itl.add_times(r.chunk_ns)
+        if gaps is None:
+            self.itl.add_times(r.chunk_ns)
+        else:
+            self.itl.add_gaps(gaps)
         self.out_tokens += out or 0
         self.in_tokens += r.prompt_tokens or 0
         self.output_source[r.output_tokens_source] += 1
-        if self.slo and meets_slo(r, self.slo):
+        if self.slo and meets_slo(r, self.slo, None if gaps is None else gaps[4]):
             self.good += 1
 
     def span_s(self) -> float | None:

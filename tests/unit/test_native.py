@@ -164,6 +164,39 @@ def test_the_head_before_the_body_is_skipped_in_place():
         _native.scan_stream([(1, head)], -1)
 
 
+def test_json_gaps_reads_a_lines_times_as_gaps_ms_reads_the_ints():
+    # the driver's merge reads a worker's line without decoding its token times: what it reads
+    # from the text must be what gaps_ms gives for the ints themselves, bit for bit, and any
+    # text that is not a plain JSON list of ints up to 18 digits must be declined (None)
+    import orjson
+    from hypothesis import strategies as st
+
+    from latscope import _native
+
+    def expected(times):
+        return _native.gaps_ms(times) if len(times) > 1 else None
+
+    ints = st.one_of(st.integers(-10**18 + 1, 10**18 - 1), st.integers(0, 99),
+                     st.sampled_from([10**13, 10**13 + 1, 10**12 + 5, -7]))
+
+    @settings(max_examples=500, deadline=None, database=None, derandomize=True)
+    @given(st.lists(ints, max_size=40), st.booleans())
+    def same(times, repeats):
+        if repeats:  # the tokens of one read share a time
+            times = [t for t in times for _ in range(3)]
+        for text in (orjson.dumps({"i": 1, "chunk_ns": times, "x": [2]}),
+                     b'{"chunk_ns":' + (_native.json_ints(times) or b"[]") + b"}"):
+            start, end, gaps = _native.json_gaps(text)
+            assert text[start - 1:end + 1] == orjson.dumps(times)
+            assert gaps == expected(times)
+
+    same()
+    for bad in (b'{"chunk_ns":[1,]}', b'{"chunk_ns":[01,2]}', b'{"chunk_ns":[1.5,2]}',
+                b'{"chunk_ns":[1, 2]}', b'{"chunk_ns":[-]}', b'{"chunk_ns":[1,2',
+                b'{"chunk_ns":[1234567890123456789,1]}', b'{"chunk_ns":["1"]}', b'{"x":[1,2]}'):
+        assert _native.json_gaps(bad) is None, bad
+
+
 def test_last_int_reads_as_the_regex_reads():
     # a response's usage counts, read from its tail: the C part's answer is the regex's
     from hypothesis import strategies as st

@@ -21,7 +21,7 @@ from latscope.load.response import finalize
 from latscope.load.workload import Prompt, Workload
 from latscope.model import ErrorKind, RequestRecord
 from latscope.rundir import RunWriter
-from latscope.stats import RunStats
+from latscope.stats import Gaps, RunStats
 
 # Finished responses wait to be parsed, at most _FINALIZE_SLICE_NS of parsing per loop turn (and
 # at least one response), so a burst of them never delays the timestamps of the others by more
@@ -117,15 +117,20 @@ class RequestFlow:
     def _finished(self, record: RequestRecord, line: bytes | None = None) -> None:
         """A record done: counted, written (as ``line`` where the caller has its
         ``requests.jsonl`` line already: a worker's record on the driver's clock)."""
-        self.stats.add(record)
+        self.count(record)
+        self.writer.append(record, line)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def count(self, record: RequestRecord, gaps: Gaps | None = None) -> None:
+        """A record in the run's statistics (and its group's); ``gaps``: its ITL gaps where
+        the caller read them from its line without its token times (``chunk_ns`` empty)."""
+        self.stats.add(record, gaps)
         if self.groups is not None:
             group = record.group or ""
             if group not in self.groups:
                 self.groups[group] = RunStats(self.config.percentiles)
-            self.groups[group].add(record)
-        self.writer.append(record, line)
-        if self.on_record is not None:
-            self.on_record(record)
+            self.groups[group].add(record, gaps)
 
     def cancel_in_flight(self) -> None:
         """Requests still in flight when the run stops are written as cancelled, not dropped."""

@@ -8,6 +8,7 @@ before the server wrote it would mean the clock merge is wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -250,3 +251,50 @@ def test_a_workers_batch_is_its_records_requests_jsonl_lines(tmp_path):
     assert lines.take() == b""
     lines.close()
     assert (tmp_path / "requests.jsonl").read_bytes() == b""  # the driver writes the run's file
+
+
+def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole():
+    # the driver's statistics read each worker's line with its token times left as text (the
+    # C part reads their gaps): the record is the one decoded whole but for chunk_ns, and the
+    # run's statistics come out identical; an unusual line is decoded whole instead
+    import orjson
+
+    from latscope.load.workers import read_for_merge
+    from latscope.rundir import record_line
+    from latscope.stats import RunStats
+
+    t = 10**13
+    records = [
+        RequestRecord(index=0, request_id="a", scheduled_ns=t, sent_ns=t + 5, end_ns=t + 9_000_000,
+                      first_token_ns=t + 1_000_000, status=200, output_tokens=40,
+                      output_tokens_source="usage", prompt_tokens=8,
+                      chunk_ns=[t + 1_000_000 + k * 200_000 for k in range(40)]),
+        RequestRecord(index=1, request_id="b", scheduled_ns=t, sent_ns=t, end_ns=t + 50,
+                      first_token_ns=t + 20, status=200, output_tokens=16, group="long",
+                      chunk_ns=[t + 20] * 12 + [t + 50] * 4, server={"metrics": {"x": 1.5}},
+                      chunk_tokens=[1] * 16),
+        RequestRecord(index=2, request_id="c", scheduled_ns=t, sent_ns=t + 1, status=500,
+                      error_kind="http_5xx", error="HTTP 500: boom"),
+        RequestRecord(index=3, request_id="d", scheduled_ns=t, sent_ns=t, end_ns=t + 9,
+                      first_token_ns=t + 9, status=200, output_tokens=1, chunk_ns=[t + 9]),
+        RequestRecord(index=4, request_id="e", scheduled_ns=t, sent_ns=t, end_ns=t + 9,
+                      status=200, open_loop=True, trace_id="ab" * 16),
+    ]
+    whole, light = RunStats(slo={"itl": 0.15, "ttft": 2.0}), RunStats(slo={"itl": 0.15,
+                                                                          "ttft": 2.0})
+    for record in records:
+        line = record_line(record)
+        read = read_for_merge(line)
+        assert read is not None
+        back, gaps = read
+        decoded = RequestRecord.from_dict(orjson.loads(line))
+        assert back.chunk_ns == [] and back == dataclasses.replace(decoded, chunk_ns=[])
+        whole.add(decoded)
+        light.add(back, gaps)
+    # "a" misses the ITL SLO alone (a 0.2 ms gap): the light read must see its largest gap
+    assert light.summary() == whole.summary() and whole.good == light.good == 3
+    # times past 18 digits, or an array written another way: decoded whole by the caller
+    assert read_for_merge(record_line(dataclasses.replace(records[1], chunk_ns=[10**19] * 9))) \
+        is None
+    assert read_for_merge(record_line(records[0]).replace(b'"chunk_ns":[', b'"chunk_ns": [')) \
+        is None
