@@ -102,7 +102,30 @@ def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> 
         assert text == scalar.json_ints(ints)
         assert text is None or text.count(b",") == max(len(ints) - 1, 0)
 
+    @conf
+    @given(st.binary(max_size=80), st.integers(-3, 90), st.integers(-3, 90),
+           st.lists(st.integers(-10**19, 10**19), max_size=30))
+    def line_gaps(noise, start, end, times):
+        array = b"[" + b",".join(b"%d" % t for t in times) + b"]"
+        line = noise + b'{"chunk_ns":' + array + b"}" + noise
+        assert simd.json_gaps(line) == scalar.json_gaps(line)
+        try:
+            simd.json_gaps(noise, start, end)
+        except ValueError:
+            pass
+        for cut in range(0, len(line), 5):  # a line cut anywhere
+            assert simd.json_gaps(line[:cut]) == scalar.json_gaps(line[:cut])
+
+    @conf
+    @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.binary(max_size=64)), max_size=8),
+           st.integers(0, 80))
+    def skipped_reads(reads, skip):
+        assert (simd.scan_stream(reads, skip) == sse2.scan_stream(reads, skip)
+                == scalar.scan_stream(reads, skip))
+
     alike()
+    line_gaps()
+    skipped_reads()
     random_reads()
     edge_times()
     json_text()
