@@ -459,6 +459,27 @@ static PyObject *scan_stream(PyObject *module, PyObject *const *args, Py_ssize_t
     return result;
 }
 
+/* The gaps of one request's token times, in ms, with their float64 sums and extremes. */
+typedef struct {
+    float *gaps;
+    Py_ssize_t n;
+    double total, total_sq, lo, hi;
+} GapSums;
+
+/* One more gap, from token time `prev` to `now`: the int64 difference as numpy takes it
+ * (wrapping past the range, not undefined) over 1e6 in double, stored as float32. The one
+ * arithmetic of gaps_ms and json_gaps (tests hold the two bit for bit equal). */
+static inline void add_gap(GapSums *g, long long prev, long long now) {
+    unsigned long long diff = (unsigned long long)now - (unsigned long long)prev;
+    double gap = (double)(long long)diff / 1e6;
+    g->gaps[g->n] = (float)gap;
+    g->total += gap;
+    g->total_sq += gap * gap;
+    if (g->n == 0 || gap < g->lo) g->lo = gap;
+    if (g->n == 0 || gap > g->hi) g->hi = gap;
+    g->n++;
+}
+
 /* gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None
  * The gaps between consecutive token times (ns, a list of ints) in ms, as stats.itls_ms gives
  * them (int64 differences over 1e6 in double, stored as float32) with their float64 sums and
@@ -474,8 +495,7 @@ static PyObject *gaps_ms(PyObject *module, PyObject *times) {
     if (n < 2) Py_RETURN_NONE;
     PyObject *out = PyBytes_FromStringAndSize(NULL, (n - 1) * (Py_ssize_t)sizeof(float));
     if (out == NULL) return NULL;
-    float *gaps = (float *)PyBytes_AS_STRING(out);
-    double total = 0.0, total_sq = 0.0, lo = 0.0, hi = 0.0;
+    GapSums sums = {(float *)PyBytes_AS_STRING(out), 0, 0.0, 0.0, 0.0, 0.0};
     PyObject *last = PyList_GET_ITEM(times, 0);
     long long prev = PyLong_AsLongLong(last), now = prev;
     for (Py_ssize_t i = 1; i < n && !PyErr_Occurred(); i++) {
@@ -486,21 +506,14 @@ static PyObject *gaps_ms(PyObject *module, PyObject *times) {
             now = PyLong_AsLongLong(item);
             last = item;
         }
-        /* the int64 difference as numpy takes it: wrapping past the range, not undefined */
-        unsigned long long diff = (unsigned long long)now - (unsigned long long)prev;
-        double gap = (double)(long long)diff / 1e6;
-        gaps[i - 1] = (float)gap;
-        total += gap;
-        total_sq += gap * gap;
-        if (i == 1 || gap < lo) lo = gap;
-        if (i == 1 || gap > hi) hi = gap;
+        add_gap(&sums, prev, now);
         prev = now;
     }
     if (PyErr_Occurred()) {
         Py_DECREF(out);
         return NULL;
     }
-    return Py_BuildValue("(Ndddd)", out, total, total_sq, lo, hi);
+    return Py_BuildValue("(Ndddd)", out, sums.total, sums.total_sq, sums.lo, sums.hi);
 }
 
 /* value's decimal digits (and sign) into out, as printf's %lld writes them, at a fraction of
@@ -597,9 +610,8 @@ static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t n
     const char *end = memchr(start, ']', stop - start);
     if (end == NULL) Py_RETURN_NONE;
     Py_ssize_t count = 0, cap = (end - start) / 2 + 1;
-    float *gaps = malloc(sizeof(float) * (size_t)cap);
-    if (gaps == NULL) return PyErr_NoMemory();
-    double total = 0.0, total_sq = 0.0, lo = 0.0, hi = 0.0;
+    GapSums sums = {malloc(sizeof(float) * (size_t)cap), 0, 0.0, 0.0, 0.0, 0.0};
+    if (sums.gaps == NULL) return PyErr_NoMemory();
     long long prev = 0;
     const char *last = NULL;  /* the previous int's text, sign included */
     Py_ssize_t last_len = 0;
@@ -625,15 +637,7 @@ static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t n
             last = p;
             last_len = q - p;
         }
-        if (count > 0) {  /* as gaps_ms: the int64 difference, wrapping, over 1e6 */
-            unsigned long long diff = (unsigned long long)now - (unsigned long long)prev;
-            double gap = (double)(long long)diff / 1e6;
-            gaps[count - 1] = (float)gap;
-            total += gap;
-            total_sq += gap * gap;
-            if (count == 1 || gap < lo) lo = gap;
-            if (count == 1 || gap > hi) hi = gap;
-        }
+        if (count > 0) add_gap(&sums, prev, now);
         prev = now;
         count++;
         p = q < end ? q + 1 : q;
@@ -645,13 +649,13 @@ static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t n
     } else if (count < 2) {
         result = Py_BuildValue("(nnO)", start - text, end - text, Py_None);
     } else {
-        PyObject *f32 = PyBytes_FromStringAndSize((const char *)gaps,
-                                                  (count - 1) * (Py_ssize_t)sizeof(float));
+        PyObject *f32 = PyBytes_FromStringAndSize((const char *)sums.gaps,
+                                                  sums.n * (Py_ssize_t)sizeof(float));
         if (f32 != NULL)
-            result = Py_BuildValue("(nn(Ndddd))", start - text, end - text, f32, total, total_sq,
-                                   lo, hi);
+            result = Py_BuildValue("(nn(Ndddd))", start - text, end - text, f32, sums.total,
+                                   sums.total_sq, sums.lo, sums.hi);
     }
-    free(gaps);
+    free(sums.gaps);
     return result;
 }
 
