@@ -266,9 +266,9 @@ class RunStats:
     def add(self, r: RequestRecord, gaps: Gaps | None = None) -> None:
         """One finished record; ``gaps``: its ITL gaps where the caller read them without its
         token times (``_Pooled.add_gaps``; ``r.chunk_ns`` is then empty). The latency
-        definitions of ``origin_ns``, ``send_lag_ms``,
-        ``ttft_ms``, ``tpot_ms`` and ``e2e_ms`` written out inline (a test holds them equal): the calls cost
-        ~0.7 us of the ~3.4 this took per record at the client's ceiling."""
+        definitions of ``origin_ns``, ``send_lag_ms``, ``ttft_ms``, ``tpot_ms`` and ``e2e_ms``
+        are written out inline (a test holds them equal): the calls cost ~0.7 us of the ~3.4
+        this took per record at the client's ceiling."""
         if r.warmup:
             self.warmup += 1
             self.steady.add_warmup(r)
