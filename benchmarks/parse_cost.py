@@ -76,9 +76,10 @@ def _reads(events: list[bytes], one_read: bool) -> list[tuple[int, bytes]]:
 
 def _exchange(reads: list[tuple[int, bytes]], loop: asyncio.AbstractEventLoop) -> _Exchange:
     ex = _Exchange(loop.create_future())
-    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-    ex.feed(reads[0][0], head + reads[0][1])
-    for ns, data in reads[1:]:
+    # the head in a read of its own (as vLLM's server writes it): the body's reads are then the
+    # exchange's own, which every revision's reader (--against) takes alike
+    ex.feed(reads[0][0], b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    for ns, data in reads:
         ex.feed(ns, data)
     assert ex.future.done(), "the body did not end"
     return ex

@@ -22,8 +22,9 @@
  * so the exact reader runs. tests/unit/fuzz (target "sse_chunked") and
  * tests/unit/load/test_client_parse.py hold the two readers equal.
  *
- * scan_stream(reads) -> (token_times, tail) | None
- *   reads: list of (arrival_ns, bytes), the raw chunked body as the socket gave it.
+ * scan_stream(reads, skip=0) -> (token_times, tail) | None
+ *   reads: list of (arrival_ns, bytes), the raw chunked body as the socket gave it, after the
+ *     first `skip` bytes of the first read (the HTTP head, when one read brought both).
  *   token_times: for each token event, the arrival_ns object of the read that holds the second
  *     LF of the event's terminating blank line (the read that completed the event).
  *   tail: the de-chunked body from the start of its last three events to its end (where the
@@ -48,7 +49,7 @@ static const char END[] = "data: [DONE]\n\n\r\n0\r\n\r\n";
 
 typedef struct {
     const char *raw;        /* the raw chunked body: the one read's buffer past the head, or */
-    char *joined;           /* the reads joined (owned) */
+    char *joined;           /* ... the reads joined (owned) */
     Py_ssize_t raw_len;
     Py_ssize_t *read_ends;  /* cumulative end offset of each read in raw */
     PyObject **read_ns;     /* borrowed: each read's arrival time */
