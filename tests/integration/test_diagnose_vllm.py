@@ -5,6 +5,8 @@ be proven (or refuted) by an A/B with an interval."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -137,10 +139,19 @@ def _check_gateway_ab(report: dict) -> None:
     assert exp["change"] == ("latscope gateway --policy sjf --max-inflight auto "
                              "--initial-inflight 2")
     assert exp["metric"] == "short_ttft_mean_ms" and exp["load"] == 16
-    # runs long enough for the requests sjf holds back to finish inside them
+    # runs long enough for the requests sjf holds back to finish inside them: five aging
+    # horizons after one of warm-up (gateway.fits.gateway_run_shape), never under the defaults
+    # at c=16 (16 + 64). The horizon in requests comes from the sweep's measured mix (~14-21
+    # here), so it is read from the note, not assumed past the minimum warm-up
+    shape = re.match(r"runs of (\d+) warm-up \+ (\d+) requests: sjf may hold a long request "
+                     r"back while ~(\d+) others", exp["note"])
+    assert shape, exp["note"]
+    warmup, requests, horizon = map(int, shape.groups())
     configs = [json.loads((Path(d) / "manifest.json").read_text())["config"]
                for d in exp["run_dirs"]]
-    assert all(c["num_requests"] > 64 and c["warmup"] > 16 for c in configs), configs
+    assert all(c["num_requests"] == requests and c["warmup"] == warmup for c in configs), configs
+    assert requests >= max(64, math.ceil(5 * (horizon - 0.5)))
+    assert warmup >= max(16, math.ceil(horizon - 0.5))
     assert "sjf may hold a long request back" in exp["note"]
     pairs = len(exp["arms"]) // 2
     assert pairs >= 2 and exp["arms"] == ["A", "B"] * pairs
