@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +127,24 @@ def fast_server(procs: int, ttft_ms: float, itl_ms: float, cpus: set[int] | None
                 p.wait(timeout=10)
 
 
+def _driver_moves_when_started(workers: int, cpus: set[int] | None) -> threading.Thread | None:
+    """With --driver-cpus: once the worker processes exist (they inherit the mask they were
+    spawned with, --client-cpus), the driver's main thread, and the threads it starts after
+    (one per worker, reading its records), move to ``cpus``: the workers' cores are theirs."""
+    if not cpus:
+        return None
+
+    def move() -> None:
+        deadline = time.monotonic() + 120
+        while len(multiprocessing.active_children()) < workers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.sched_setaffinity(os.getpid(), cpus)  # the main thread's (its tid is the pid)
+
+    thread = threading.Thread(target=move, daemon=True)
+    thread.start()
+    return thread
+
+
 def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace,
               out_dir: Path, server_pids: list[int]) -> dict:
     n = concurrency * args.requests_per_slot
@@ -135,7 +155,14 @@ def one_point(url: str, workers: int, concurrency: int, args: argparse.Namespace
     if workers == 0:
         result = run_bench(config)
     else:
-        result = run_workers(config, workers)
+        moving = _driver_moves_when_started(workers, cpu_list(args.driver_cpus))
+        try:
+            result = run_workers(config, workers)
+        finally:
+            if moving is not None:  # back with the workers' cores for the next point's spawn
+                moving.join()
+                os.sched_setaffinity(os.getpid(), cpu_list(args.client_cpus) or
+                                     range(os.cpu_count() or 1))
     s = result.summary
     # over the client's measured window (the workers' start is idle time for the server); the
     # warm-up's share of the server's CPU makes this an upper bound
@@ -175,6 +202,9 @@ def main() -> None:
                     "(zero delay only: a server cheap enough to leave the cores to the client)")
     ap.add_argument("--server-cpus", default=None, help="pin the server, e.g. 12-15")
     ap.add_argument("--client-cpus", default=None, help="pin latscope, e.g. 0-11")
+    ap.add_argument("--driver-cpus", default=None,
+                    help="with workers: move the driver to these cores once they started, "
+                         "e.g. 13 (the workers keep --client-cpus)")
     args = ap.parse_args()
     if args.client_cpus:
         os.sched_setaffinity(0, cpu_list(args.client_cpus))
