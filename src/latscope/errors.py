@@ -46,3 +46,7 @@ class TraceFormatError(LatscopeError):
 
 class HostCheckError(LatscopeError):
     pass
+
+
+class OutputError(LatscopeError):
+    """The run directory could not be written (a full disk, a lost mount)."""

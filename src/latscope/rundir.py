@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from latscope.errors import ConfigError
+from latscope.errors import ConfigError, OutputError
 from latscope.model import Finding, RequestRecord
 
 try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
@@ -246,21 +246,19 @@ class RunWriter:
         self._flushed_ns = time.perf_counter_ns()
         self._buffer: list[bytes] = []
         self._pending_bytes = 0
+        # a write that failed (a full disk): raised once, then the writer writes nothing more,
+        # so that the run's ending (the records in flight, the summary) does not fail again
+        self.failure: OutputError | None = None
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_json(self.run_dir / MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
+        self._write_whole(MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
 
     def append(self, record: RequestRecord, line: bytes | None = None) -> None:
         """``line``: the record's line where the caller has it (``record_line``'s bytes)."""
-        line = line or record_line(record)
-        self._buffer.append(line)
-        self._pending_bytes += len(line)
-        if (self._pending_bytes >= _RECORD_BUFFER
-                or time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS):
-            self.flush()
+        self.append_lines(line or record_line(record))
 
     def append_lines(self, lines: bytes) -> None:
-        """Lines already written as ``requests.jsonl`` holds them (a worker's batch)."""
+        """Lines written as ``requests.jsonl`` holds them (a record's, a worker's batch)."""
         self._buffer.append(lines)
         self._pending_bytes += len(lines)
         if (self._pending_bytes >= _RECORD_BUFFER
@@ -276,12 +274,28 @@ class RunWriter:
             data = memoryview(b"".join(self._buffer))
             self._buffer.clear()
             self._pending_bytes = 0
-            while data:  # an unbuffered write may take part of it (a signal, a pipe)
-                data = data[self._requests.write(data):]
+            if self.failure is None:
+                try:
+                    while data:  # an unbuffered write may take part of it (a signal, a pipe)
+                        data = data[self._requests.write(data):]
+                except OSError as exc:
+                    raise self._failed(REQUESTS, exc) from None
         self._flushed_ns = time.perf_counter_ns()
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json(self.run_dir / SUMMARY, summary)
+        self._write_whole(SUMMARY, summary)
+
+    def _write_whole(self, name: str, data: dict[str, Any]) -> None:
+        if self.failure is None:
+            try:
+                write_json(self.run_dir / name, data)
+            except OSError as exc:
+                raise self._failed(name, exc) from None
+
+    def _failed(self, name: str, exc: OSError) -> OutputError:
+        self.failure = OutputError(f"cannot write {self.run_dir / name}: "
+                                   f"{exc.strerror or exc}; the records written before are kept")
+        return self.failure
 
     def close(self) -> None:
         try:

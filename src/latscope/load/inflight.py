@@ -14,6 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from latscope.errors import OutputError
 from latscope.load.client import StreamingClient
 from latscope.load.config import BenchConfig
 from latscope.load.prepare import request_body
@@ -65,6 +66,8 @@ class RequestFlow:
 
     async def one(self, index: int, scheduled_ns: int, warmup: bool,
                   prepared: tuple[Prompt, bytes] | None = None, open_loop: bool = False) -> None:
+        if self.writer.failure is not None:  # the run directory cannot be written: stop
+            raise self.writer.failure
         prompt, body = prepared or self.prepare(index)
         record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
                                scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
@@ -86,16 +89,23 @@ class RequestFlow:
             self.backpressure_waits += 1
             self.drained.clear()
             await self.drained.wait()
+            if self.writer.failure is not None:
+                raise self.writer.failure
 
     def _finalize_one(self) -> None:
         """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
         so that parsing a burst of them never holds back the receive timestamps of the requests
         still streaming by more than that."""
         stop = time.perf_counter_ns() + _FINALIZE_SLICE_NS
-        while self.to_finalize:  # (finalize_all may have emptied it meanwhile)
-            self._finalize_next()
-            if time.perf_counter_ns() >= stop:
-                break
+        try:
+            while self.to_finalize:  # (finalize_all may have emptied it meanwhile)
+                self._finalize_next()
+                if time.perf_counter_ns() >= stop:
+                    break
+        except OutputError:  # a callback's error would only be logged: the sends stop on it
+            self.finalizing = False
+            self.drained.set()
+            return
         if self.backlog_bytes <= _FINALIZE_BACKLOG_BYTES // 2:
             self.drained.set()
         if self.to_finalize:

@@ -311,6 +311,8 @@ class _Run(RequestFlow):
             scheduled = t0 + offset
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
+            if self.writer.failure is not None:  # the run directory cannot be written
+                break
             prepared = self.prepare(index)  # before its time comes, not inside its send lag
             warm = index < warm_below
             if begin is not None and not warm:
@@ -334,6 +336,8 @@ class _Run(RequestFlow):
             raise
         if failures:
             raise failures[0]
+        if self.writer.failure is not None:
+            raise self.writer.failure
         self.finalize_all()
 
     async def measure(self, begin: Callable[[], Any] | None = None) -> None:

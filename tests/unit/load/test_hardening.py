@@ -226,3 +226,30 @@ def test_a_percent_in_the_url_path_is_sent_as_it_is():
     assert b"x-note: 100%s" in head and b"content-length: 2" in head
     with pytest.raises(ConfigError, match="space, CR, LF or NUL"):
         StreamingClient("http://127.0.0.1:8000/a b", "/v1/completions", {}, timeout_s=1.0)
+
+
+@pytest.mark.parametrize("extra", [("-c", "4"), ("--rate", "400")])
+def test_a_full_disk_stops_the_run_with_one_line_and_exit_1(tmp_path, capsys, monkeypatch, extra):
+    # requests.jsonl on /dev/full (every write: ENOSPC). The write fails in the callback that
+    # parses finished responses, where an exception was only logged: the run went on sending,
+    # its slots waited for a drain that never came, and it hung until killed
+    import os
+
+    from latscope import rundir
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    monkeypatch.setattr(rundir, "REQUESTS", "/dev/full")  # an absolute name: the run dir's / it
+    monkeypatch.setattr(rundir, "_FLUSH_NS", 0)  # every record written at once
+    import threading
+
+    with FakeServer(ttft_ms=1, itl_ms=1) as srv:
+        done: list[int] = []
+        run = threading.Thread(target=lambda: done.append(
+            main(_cli(srv.url, tmp_path / "run", "-n", "400", *extra))), daemon=True)
+        run.start()
+        run.join(120)  # a hang (as before) fails here rather than holding the suite
+    err = capsys.readouterr().err
+    assert done == [1], err[-500:]
+    assert err.startswith("error: cannot write /dev/full: No space left on device")
+    assert "Traceback" not in err and err.count("\n") == 1
