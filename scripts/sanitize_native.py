@@ -96,6 +96,34 @@ def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> 
         assert (simd.gaps_ms(times) is None) == (len(times) < 2)
 
     @conf
+    @given(st.integers(0, 40), st.lists(st.lists(st.integers(-2**64, 2**64), max_size=30),
+                                        max_size=12))
+    def gap_store(cap, requests):
+        # grown, refused at the cap, cleared, fed bad items: every write inside its buffer
+        store = simd.GapStore(cap)
+        for times in requests:
+            try:
+                if not store.add_times(times):
+                    store.clear()
+                    store.add_times(times)
+            except OverflowError:
+                pass
+            gaps = simd.gaps_ms(times) if all(abs(t) < 2**63 for t in times) else None
+            if gaps is not None:
+                store.add_gaps(gaps)
+            assert 0 <= store.kept <= cap and len(store.values()) == 4 * store.kept
+        for wrong in ([1, "x"], (1, 2), None):
+            try:
+                store.add_times(wrong)
+            except (TypeError, OverflowError):
+                pass
+        for wrong in ((b"abc", 1.0, 1.0, 1.0, 1.0), (b"", 1.0), None):
+            try:
+                store.add_gaps(wrong)
+            except (TypeError, ValueError):
+                pass
+
+    @conf
     @given(st.lists(st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.none()), max_size=50))
     def json_text(ints):
         text = simd.json_ints(ints)
@@ -128,6 +156,7 @@ def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> 
     skipped_reads()
     random_reads()
     edge_times()
+    gap_store()
     json_text()
     usage_counts()
     for chat in (False, True):

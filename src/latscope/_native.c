@@ -2,8 +2,8 @@
  *
  * scan_stream: one C-level pass over a finished streamed response: HTTP/1.1 chunked framing,
  * SSE events, token events and their arrival times (latscope.load.response._read_stream_c).
- * gaps_ms: the gaps between one request's token times, for the run's ITL statistics
- * (latscope.stats._Pooled.add_times).
+ * GapStore: a run's ITL gaps, added from each request's token times in one call
+ * (latscope.stats._Pooled); gaps_ms: the same gaps of one request as a tuple.
  * last_int: a usage count from a response's tail (latscope.load.streamtail.last_int).
  * json_ints: a record's token times as JSON text, for its requests.jsonl line
  * (latscope.rundir.RunWriter.append); json_gaps: the ITL gaps of such a line, read back.
@@ -35,6 +35,7 @@
 #define _GNU_SOURCE /* memmem */
 #endif
 #include <Python.h>
+#include <structmember.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
@@ -481,11 +482,34 @@ static inline void add_gap(GapSums *g, long long prev, long long now) {
     g->n++;
 }
 
+/* The gaps of token times (a list of at least two ints, ns) into sums->gaps: -1 with an
+ * error set where an item is not an int of 64 bits. The tokens of one read share its time
+ * object (scan_stream), so an item that is the one before is not converted again; and
+ * PyLong_AsLongLongAndOverflow, not PyLong_AsLongLong (~31 ns a 19-digit int in CPython 3.11,
+ * its byte-array path; ~20 here): 10.7 -> 7.8 us a record of 256 reads. */
+static int times_gaps(PyObject *times, GapSums *sums) {
+    Py_ssize_t n = PyList_GET_SIZE(times);
+    PyObject *last = PyList_GET_ITEM(times, 0);
+    int overflow = 0;
+    long long prev = PyLong_AsLongLongAndOverflow(last, &overflow), now = prev;
+    for (Py_ssize_t i = 1; i < n && !overflow && !PyErr_Occurred(); i++) {
+        PyObject *item = PyList_GET_ITEM(times, i);
+        if (item != last) {
+            now = PyLong_AsLongLongAndOverflow(item, &overflow);
+            last = item;
+        }
+        add_gap(sums, prev, now);
+        prev = now;
+    }
+    if (overflow) PyErr_SetString(PyExc_OverflowError, "a token time past 64 bits");
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 /* gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None
  * The gaps between consecutive token times (ns, a list of ints) in ms, as stats.itls_ms gives
  * them (int64 differences over 1e6 in double, stored as float32) with their float64 sums and
- * extremes; None for fewer than two times. One call instead of numpy's ~9 us per request
- * (a list to an array, diff, astype, sum, square, min, max). */
+ * extremes; None for fewer than two times. What GapStore.add_times keeps, as one tuple (the
+ * shape json_gaps gives a line's). */
 static PyObject *gaps_ms(PyObject *module, PyObject *times) {
     (void)module;
     if (!PyList_Check(times)) {
@@ -497,25 +521,193 @@ static PyObject *gaps_ms(PyObject *module, PyObject *times) {
     PyObject *out = PyBytes_FromStringAndSize(NULL, (n - 1) * (Py_ssize_t)sizeof(float));
     if (out == NULL) return NULL;
     GapSums sums = {(float *)PyBytes_AS_STRING(out), 0, 0.0, 0.0, 0.0, 0.0};
-    PyObject *last = PyList_GET_ITEM(times, 0);
-    long long prev = PyLong_AsLongLong(last), now = prev;
-    for (Py_ssize_t i = 1; i < n && !PyErr_Occurred(); i++) {
-        /* the tokens of one read share its time object (scan_stream): converted once, as
-         * PyLong_AsLongLong of a 13-digit int took ~9 ns a token (~5% of the client's CPU) */
-        PyObject *item = PyList_GET_ITEM(times, i);
-        if (item != last) {
-            now = PyLong_AsLongLong(item);
-            last = item;
-        }
-        add_gap(&sums, prev, now);
-        prev = now;
-    }
-    if (PyErr_Occurred()) {
+    if (times_gaps(times, &sums) < 0) {
         Py_DECREF(out);
         return NULL;
     }
     return Py_BuildValue("(Ndddd)", out, sums.total, sums.total_sq, sums.lo, sums.hi);
 }
+
+/* GapStore(cap): a run's ITL gaps (latscope.stats._Pooled). Every gap added is counted in
+ * float64 sums and extremes (count, total, total_sq, lo, hi); the float32 values of those not
+ * yet folded into the histogram are kept, up to `cap` of them (`kept`), and handed over by
+ * values() when full. add_times took ~2.8 us a request at the client's ceiling as gaps_ms and
+ * Python around it (a bytes object, a tuple, its unpacking, array.frombytes): one call now. */
+typedef struct {
+    PyObject_HEAD
+    float *values;
+    Py_ssize_t kept, alloc, cap;
+    Py_ssize_t count;
+    double total, total_sq, lo, hi;
+} GapStore;
+
+/* room for `more` values past those kept: 0 where they would pass the cap */
+static int store_room(GapStore *self, Py_ssize_t more) {
+    Py_ssize_t need = self->kept + more;
+    if (more > self->cap - self->kept) return 0;
+    if (need > self->alloc) {
+        Py_ssize_t size = self->alloc ? self->alloc : 1024;
+        while (size < need) size *= 2;
+        if (size > self->cap) size = self->cap;
+        float *grown = realloc(self->values, sizeof(float) * (size_t)size);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->values = grown;
+        self->alloc = size;
+    }
+    return 1;
+}
+
+/* sums of `n` more gaps (already written past `kept`) into the store's */
+static void store_count(GapStore *self, Py_ssize_t n, double total, double total_sq,
+                        double lo, double hi) {
+    if (n <= 0) return;
+    self->count += n;
+    self->total += total;  /* request by request, in _Pooled's order before (bit for bit) */
+    self->total_sq += total_sq;
+    if (lo < self->lo) self->lo = lo;
+    if (hi > self->hi) self->hi = hi;
+}
+
+static int GapStore_init(GapStore *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t cap;
+    static char *names[] = {"cap", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", names, &cap)) return -1;
+    if (cap < 0) {
+        PyErr_SetString(PyExc_ValueError, "GapStore: cap must be >= 0");
+        return -1;
+    }
+    free(self->values);
+    self->values = NULL;
+    self->kept = self->alloc = self->count = 0;
+    self->cap = cap;
+    self->total = self->total_sq = 0.0;
+    self->lo = Py_HUGE_VAL;
+    self->hi = -Py_HUGE_VAL;
+    return 0;
+}
+
+static void GapStore_dealloc(GapStore *self) {
+    free(self->values);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* add_times(times) -> bool: the gaps of one request's token times (a list of ints, ns), as
+ * gaps_ms computes them; False, adding nothing, where they would pass the cap. */
+static PyObject *GapStore_add_times(GapStore *self, PyObject *times) {
+    if (!PyList_Check(times)) {
+        PyErr_SetString(PyExc_TypeError, "add_times takes a list of ints");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(times);
+    if (n < 2) Py_RETURN_TRUE;
+    int room = store_room(self, n - 1);
+    if (room <= 0) return room < 0 ? NULL : Py_NewRef(Py_False);
+    GapSums sums = {self->values + self->kept, 0, 0.0, 0.0, 0.0, 0.0};
+    if (times_gaps(times, &sums) < 0) return NULL;  /* nothing counted: kept is unchanged */
+    self->kept += sums.n;
+    store_count(self, sums.n, sums.total, sums.total_sq, sums.lo, sums.hi);
+    Py_RETURN_TRUE;
+}
+
+/* add_gaps((float32 bytes, total, total_sq, lo, hi)) -> bool: gaps as gaps_ms or json_gaps
+ * gives them; False, adding nothing, where they would pass the cap. */
+static PyObject *GapStore_add_gaps(GapStore *self, PyObject *gaps) {
+    PyObject *f32;
+    double total, total_sq, lo, hi;
+    if (!PyTuple_Check(gaps)) {
+        PyErr_SetString(PyExc_TypeError, "add_gaps takes a tuple (bytes, 4 floats)");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(gaps, "Sdddd", &f32, &total, &total_sq, &lo, &hi)) return NULL;
+    Py_ssize_t n = PyBytes_GET_SIZE(f32) / (Py_ssize_t)sizeof(float);
+    if (PyBytes_GET_SIZE(f32) % (Py_ssize_t)sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "add_gaps: not float32 values");
+        return NULL;
+    }
+    int room = store_room(self, n);
+    if (room <= 0) return room < 0 ? NULL : Py_NewRef(Py_False);
+    if (n) memcpy(self->values + self->kept, PyBytes_AS_STRING(f32), sizeof(float) * (size_t)n);
+    self->kept += n;
+    store_count(self, n, total, total_sq, lo, hi);
+    Py_RETURN_TRUE;
+}
+
+/* add_sums(count, total, total_sq, lo, hi): gaps counted whose values were folded elsewhere */
+static PyObject *GapStore_add_sums(GapStore *self, PyObject *args) {
+    Py_ssize_t n;
+    double total, total_sq, lo, hi;
+    if (!PyArg_ParseTuple(args, "ndddd", &n, &total, &total_sq, &lo, &hi)) return NULL;
+    store_count(self, n, total, total_sq, lo, hi);
+    Py_RETURN_NONE;
+}
+
+/* values() -> bytes: the float32 values kept, in the order added */
+static PyObject *GapStore_values(GapStore *self, PyObject *unused) {
+    (void)unused;
+    return PyBytes_FromStringAndSize(self->values ? (const char *)self->values : "",
+                                     self->kept * (Py_ssize_t)sizeof(float));
+}
+
+/* clear(): the values kept dropped (folded by the caller); the sums stay */
+static PyObject *GapStore_clear(GapStore *self, PyObject *unused) {
+    (void)unused;
+    self->kept = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *GapStore_nbytes(GapStore *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSsize_t(self->alloc * (Py_ssize_t)sizeof(float));
+}
+
+static PyMethodDef GapStore_methods[] = {
+    {"add_times", (PyCFunction)GapStore_add_times, METH_O,
+     "add_times(times) -> bool: one request's gaps from its token times (ns); False, adding "
+     "nothing, where they would pass the cap."},
+    {"add_gaps", (PyCFunction)GapStore_add_gaps, METH_O,
+     "add_gaps((f32 bytes, total, total_sq, lo, hi)) -> bool: gaps as gaps_ms gives them; "
+     "False, adding nothing, where they would pass the cap."},
+    {"add_sums", (PyCFunction)GapStore_add_sums, METH_VARARGS,
+     "add_sums(count, total, total_sq, lo, hi): gaps counted, their values folded elsewhere."},
+    {"values", (PyCFunction)GapStore_values, METH_NOARGS,
+     "values() -> bytes: the float32 values kept."},
+    {"clear", (PyCFunction)GapStore_clear, METH_NOARGS,
+     "clear(): drop the values kept (the sums stay)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef GapStore_members[] = {
+    {"cap", T_PYSSIZET, offsetof(GapStore, cap), READONLY, "values kept at most"},
+    {"kept", T_PYSSIZET, offsetof(GapStore, kept), READONLY, "values kept now"},
+    {"count", T_PYSSIZET, offsetof(GapStore, count), READONLY, "gaps counted"},
+    {"total", T_DOUBLE, offsetof(GapStore, total), READONLY, "their sum (ms)"},
+    {"total_sq", T_DOUBLE, offsetof(GapStore, total_sq), READONLY, "sum of squares"},
+    {"lo", T_DOUBLE, offsetof(GapStore, lo), READONLY, "smallest (inf: none)"},
+    {"hi", T_DOUBLE, offsetof(GapStore, hi), READONLY, "largest (-inf: none)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef GapStore_getset[] = {
+    {"nbytes", (getter)GapStore_nbytes, NULL, "bytes held for values", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject GapStoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "latscope._native.GapStore",
+    .tp_doc = "GapStore(cap): a run's ITL gaps: sums of all, float32 values of up to cap.",
+    .tp_basicsize = sizeof(GapStore),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)GapStore_init,
+    .tp_dealloc = (destructor)GapStore_dealloc,
+    .tp_methods = GapStore_methods,
+    .tp_members = GapStore_members,
+    .tp_getset = GapStore_getset,
+};
 
 /* value's decimal digits (and sign) into out, as printf's %lld writes them, at a fraction of
  * its cost (snprintf took ~70 ns an int); returns how many. */
@@ -735,7 +927,12 @@ PyMODINIT_FUNC PyInit__native(void) {
         search_path = "avx2";
     }
 #endif
+    if (PyType_Ready(&GapStoreType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "GapStore", (PyObject *)&GapStoreType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     /* which key search this CPU runs (tests hold every path to the same answers) */
     if (m != NULL && PyModule_AddStringConstant(m, "KEY_SEARCH", search_path) < 0) {
         Py_DECREF(m);

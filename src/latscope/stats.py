@@ -128,102 +128,136 @@ def meets_slo(r: RequestRecord, slo: dict[str, float], itl_max_ms: float | None 
     return all((v := checks[k]) is None or v <= limit for k, limit in slo.items())
 
 
+class _GapStorePy:
+    """``_native.GapStore``'s pure-Python twin, where the C part is not built: the same values
+    (``itls_ms``'s), sums and answers (tests hold the two equal)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self._values = cap, array("f")
+        self.count, self.total, self.total_sq = 0, 0.0, 0.0
+        self.lo, self.hi = math.inf, -math.inf
+
+    @property
+    def kept(self) -> int:
+        return len(self._values)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._values) * self._values.itemsize
+
+    def add_times(self, times: list[int]) -> bool:
+        if len(times) < 2:
+            return True
+        return self.add_gaps(gap_sums(np.diff(np.asarray(times, dtype=np.int64)) / _NS_PER_MS))
+
+    def add_gaps(self, gaps: Gaps) -> bool:
+        f32, total, total_sq, lo, hi = gaps
+        if self.kept + len(f32) // 4 > self.cap:
+            return False
+        self._values.frombytes(f32)
+        self.add_sums(len(f32) // 4, total, total_sq, lo, hi)
+        return True
+
+    def add_sums(self, count: int, total: float, total_sq: float, lo: float, hi: float) -> None:
+        if count > 0:
+            self.count += count
+            self.total += total
+            self.total_sq += total_sq
+            self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+
+    def values(self) -> bytes:
+        return self._values.tobytes()
+
+    def clear(self) -> None:
+        self._values = array("f")
+
+
+def gap_sums(gaps: np.ndarray) -> Gaps:
+    """``gaps`` (ms) as ``_native.gaps_ms`` gives a request's: float32 values, float64 sum, sum
+    of squares, min and max."""
+    if not gaps.size:
+        return b"", 0.0, 0.0, math.inf, -math.inf
+    return (gaps.astype(np.float32).tobytes(), float(gaps.sum()), float(np.square(gaps).sum()),
+            float(gaps.min()), float(gaps.max()))
+
+
 class _Pooled:
     """One pooled metric (ITL): exact float32 values up to ``cap``, then a log histogram.
 
     Count, mean, std, min and max stay exact (running float64 sums); only percentiles of a
-    folded metric carry the histogram's +-0.1% relative error, and the summary says so.
+    folded metric carry the histogram's +-0.1% relative error, and the summary says so. Past
+    the cap, gaps still wait in the store and are folded a cap-full at a time (numpy's
+    per-call overhead paid once per 65k gaps, not once per request).
     """
 
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.values = array("f")
+    def __init__(self, cap: int, native: bool = True) -> None:
+        self.store = (_native.GapStore(cap) if native and _native is not None
+                      else _GapStorePy(cap))
         self.hist: np.ndarray | None = None
         self.zeros = 0  # exact zero gaps (chunks of one read) in the histogram
-        self.n = 0
-        self.total = self.total_sq = 0.0
-        self.lo, self.hi = math.inf, -math.inf
 
     def add_times(self, times: list[int]) -> None:
-        """The gaps between one request's token times (ns), as ``extend(itls_ms(r))`` adds them:
-        in one C call while the exact values are kept (numpy's per-call overhead was ~9 us a
-        request, a tenth of the client's whole cost per response at full speed)."""
-        if len(times) < 2:
-            return
-        if _native is None or len(self.values) + len(times) - 1 > self.cap:
-            self.extend(np.diff(np.asarray(times, dtype=np.int64)) / _NS_PER_MS)
-            return
-        gaps = _native.gaps_ms(times)
-        assert gaps is not None
-        self.add_gaps(gaps)
+        """The gaps between one request's token times (ns), ``itls_ms``'s values: in one C
+        call (numpy's per-call overhead was ~9 us a request, a tenth of the client's whole
+        cost per response at full speed; gaps_ms and the Python around it ~2.8)."""
+        if not self.store.add_times(times):  # full: fold what waits, then keep these
+            self._fold_kept()
+            if not self.store.add_times(times):  # one request past the whole cap
+                self.extend(np.diff(np.asarray(times, dtype=np.int64)) / _NS_PER_MS)
 
     def add_gaps(self, gaps: Gaps) -> None:
         """One request's gaps as ``_native.gaps_ms`` gives them (float32 values, float64 sum,
-        sum of squares, min, max): from its token times, or read from its requests.jsonl line
-        (``_native.json_gaps``, the driver's merge of its workers' records)."""
-        f32, total, total_sq, lo, hi = gaps
-        count = len(f32) // 4
-        if len(self.values) + count > self.cap:  # folded with the values kept (float32 both)
-            self._fold_more(np.frombuffer(f32, dtype=np.float32).astype(np.float64), total,
-                            total_sq, lo, hi)
-            return
-        self.n += count
-        self.total += total
-        self.total_sq += total_sq
-        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
-        self.values.frombytes(f32)
+        sum of squares, min, max): read from its requests.jsonl line (``_native.json_gaps``,
+        the driver's merge of its workers' records)."""
+        if not self.store.add_gaps(gaps):
+            self._fold_kept()
+            if not self.store.add_gaps(gaps):
+                self._fold_past_cap(np.frombuffer(gaps[0], dtype=np.float32), gaps)
 
     def extend(self, gaps: np.ndarray) -> None:
+        """Gaps (ms) given as an array: kept like a request's, folded where past the cap."""
         if not gaps.size:
             return
-        self._fold_more(gaps, float(gaps.sum()), float(np.square(gaps).sum()),
-                        float(gaps.min()), float(gaps.max()))
+        sums = gap_sums(gaps)
+        if not self.store.add_gaps(sums):
+            self._fold_kept()
+            if not self.store.add_gaps(sums):
+                self._fold_past_cap(gaps, sums)
 
-    def _fold_more(self, gaps: np.ndarray, total: float, total_sq: float, lo: float,
-                   hi: float) -> None:
-        """``gaps`` (with their sums and extremes) counted, kept while under the cap, else
-        folded into the histogram."""
-        self.n += int(gaps.size)
-        self.total += total
-        self.total_sq += total_sq
-        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
-        if len(self.values) + gaps.size <= self.cap:
-            # past the cap too: gaps wait here and are folded a cap-full at a time (numpy's
-            # per-call overhead paid once per 65k gaps, not once per request)
-            self.values.frombytes(gaps.astype(np.float32).tobytes())
-            return
-        if self.hist is None:
-            self.hist = np.zeros(_bin(np.float64(1e9)) + 2, dtype=np.int64)
-        self._fold_kept()
-        self._fold(gaps)
+    def _fold_past_cap(self, gaps: np.ndarray, sums: Gaps) -> None:
+        """One request's gaps, more than the store ever keeps: counted and folded at once."""
+        self.store.add_sums(len(sums[0]) // 4, *sums[1:])
+        self._fold(gaps.astype(np.float32).astype(np.float64))
 
     def _fold_kept(self) -> None:
-        if self.values:
-            self._fold(np.frombuffer(self.values, dtype=np.float32).astype(np.float64))
-            self.values = array("f")
+        if self.store.kept:
+            self._fold(np.frombuffer(self.store.values(), dtype=np.float32).astype(np.float64))
+            self.store.clear()
 
     def _fold(self, gaps: np.ndarray) -> None:
-        assert self.hist is not None
+        if self.hist is None:
+            self.hist = np.zeros(_bin(np.float64(1e9)) + 2, dtype=np.int64)
         positive = gaps[gaps > 0]
         self.zeros += int(gaps.size - positive.size)
         np.add.at(self.hist, np.minimum(_bin(positive), self.hist.size - 1), 1)
 
     def nbytes(self) -> int:
         """Bytes of gap storage held (exact values or histogram): bounded whatever the count."""
-        return len(self.values) * self.values.itemsize + (0 if self.hist is None else
-                                                         self.hist.nbytes)
+        return int(self.store.nbytes) + (0 if self.hist is None else self.hist.nbytes)
 
     def distribution(self, percentiles: Sequence[float]) -> dict[str, Any]:
         if self.hist is None:
-            return distribution(np.frombuffer(self.values, dtype=np.float32), percentiles)
+            return distribution(np.frombuffer(self.store.values(), dtype=np.float32),
+                                percentiles)
         self._fold_kept()  # the gaps still waiting, so that every percentile counts them
-        mean = self.total / self.n
-        out: dict[str, Any] = {"count": self.n, "mean": mean,
-                               "std": math.sqrt(max(self.total_sq / self.n - mean * mean, 0.0)),
-                               "min": self.lo, "max": self.hi}
+        s = self.store
+        mean = s.total / s.count
+        out: dict[str, Any] = {"count": s.count, "mean": mean,
+                               "std": math.sqrt(max(s.total_sq / s.count - mean * mean, 0.0)),
+                               "min": s.lo, "max": s.hi}
         cum = np.cumsum(self.hist) + self.zeros
         for p in percentiles:
-            rank = p / 100 * (self.n - 1)  # numpy's linear rank between two order statistics
+            rank = p / 100 * (s.count - 1)  # numpy's linear rank between two order statistics
             lo, hi = self._at(cum, math.floor(rank)), self._at(cum, math.ceil(rank))
             out[_pkey(p)] = lo + (hi - lo) * (rank - math.floor(rank))
         out["percentile_rel_error"] = _HIST_STEP / 2
@@ -235,7 +269,7 @@ class _Pooled:
             return 0.0
         b = int(np.searchsorted(cum, k, side="right"))
         mid = _HIST_LO_MS * (1 + _HIST_STEP) ** (b + 0.5)
-        return float(min(max(mid, self.lo), self.hi))
+        return float(min(max(mid, self.store.lo), self.store.hi))
 
 
 def _bin(v: np.ndarray | np.float64) -> np.ndarray:
@@ -389,16 +423,25 @@ class _SteadyWindow:
             self.warm.append(entry)
 
     def add_measured(self, r: RequestRecord, origin: int) -> None:
-        self.first = origin if self.first is None else min(self.first, origin)
-        if self.last is None or origin > self.last:
-            self.last = origin
-            while self.pending and self.pending[0][0] <= origin:
-                self._settle(heapq.heappop(self.pending))
-        if (entry := self._entry(r)) is not None:
-            if entry[0] <= self.last:
-                self._settle(entry)
-            else:
-                heapq.heappush(self.pending, entry)
+        # (_entry and _settle written out: once per record at the client's ceiling)
+        last = self.last
+        if self.first is None or origin < self.first:
+            self.first = origin
+        if last is None or origin > last:
+            self.last = last = origin
+            pending = self.pending
+            while pending and pending[0][0] <= origin:
+                self._settle(heapq.heappop(pending))
+        end = r.end_ns
+        if end is None or r.error_kind is not None:  # not r.ok
+            return
+        if end <= last:
+            settled = self.settled
+            settled[0] += 1
+            settled[1] += r.output_tokens or 0
+            settled[2] += r.prompt_tokens or 0
+        else:
+            heapq.heappush(self.pending, (end, r.output_tokens or 0, r.prompt_tokens or 0))
 
     def _settle(self, entry: tuple[int, int, int]) -> None:
         self.settled[0] += 1

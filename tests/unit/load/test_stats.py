@@ -162,10 +162,11 @@ def test_small_send_lag_next_to_a_long_ttft_is_no_warning():
     assert client_warnings({"send_lag_p99_ms": 3.0}, {"ttft_ms": {"p50": 20.0}})  # 15% of it
 
 
-@pytest.mark.parametrize("cap", [ITL_EXACT_MAX, 300])
-def test_itl_gaps_from_the_c_call_equal_numpys(monkeypatch, cap):
-    # the C gaps (latscope/_native.c) and numpy's (stats.itls_ms) must keep the same values,
-    # bit for bit, and the same count, sums and extremes; past a small cap, the histogram too
+@pytest.mark.parametrize("cap", [ITL_EXACT_MAX, 300, 50])
+def test_itl_gaps_kept_in_c_equal_numpys(cap):
+    # the C store (latscope/_native.c GapStore) and its pure-Python twin (numpy's itls_ms) must
+    # keep the same values, bit for bit, and the same count, sums and extremes; past a small
+    # cap, the same histogram; past a cap smaller than one request, that request folded at once
     from latscope import stats
 
     if stats._native is None:
@@ -174,19 +175,57 @@ def test_itl_gaps_from_the_c_call_equal_numpys(monkeypatch, cap):
     requests = [list(np.cumsum(rng.integers(0, 50_000_000, size=n)) + 10**15)
                 for n in rng.integers(0, 120, size=40)]
     requests = [[int(t) for t in times] for times in requests]
-    fast, slow = stats._Pooled(cap), stats._Pooled(cap)
-    for times in requests:
-        fast.add_times(times)
+    requests[5] = [requests[5][0]] * 30 + requests[5]  # one read's tokens: zero gaps
+    fast, slow = stats._Pooled(cap), stats._Pooled(cap, native=False)
+    assert type(fast.store) is not type(slow.store)
+    for i, times in enumerate(requests):
+        if i % 3:
+            fast.add_times(times)
+        else:  # as the driver adds a worker's line: gaps_ms's tuple
+            gaps = stats._native.gaps_ms(times)
+            if gaps is not None:
+                fast.add_gaps(gaps)
         slow.extend(stats.itls_ms(RequestRecord(index=0, request_id="x", scheduled_ns=0,
                                                 chunk_ns=times)))
-    assert fast.n == slow.n == sum(max(len(t) - 1, 0) for t in requests)
-    assert bytes(fast.values) == bytes(slow.values)
-    assert (fast.lo, fast.hi) == (slow.lo, slow.hi)
-    assert fast.total == pytest.approx(slow.total, rel=1e-12)
-    assert fast.total_sq == pytest.approx(slow.total_sq, rel=1e-12)
-    if cap == 300:  # folded: the same histogram
+    want = sum(max(len(t) - 1, 0) for t in requests)
+    assert fast.store.count == slow.store.count == want
+    assert fast.store.values() == slow.store.values()
+    assert (fast.store.lo, fast.store.hi) == (slow.store.lo, slow.store.hi)
+    assert fast.store.total == pytest.approx(slow.store.total, rel=1e-12)
+    assert fast.store.total_sq == pytest.approx(slow.store.total_sq, rel=1e-12)
+    if cap < ITL_EXACT_MAX:  # folded: the same histogram
         assert fast.hist is not None and np.array_equal(fast.hist, slow.hist)
+        assert fast.zeros == slow.zeros >= 30
+    else:
+        assert fast.hist is None and fast.store.kept == want
     assert fast.distribution((50, 99)) == pytest.approx(slow.distribution((50, 99)), rel=1e-9)
+    assert fast.nbytes() <= cap * 4 + (0 if fast.hist is None else fast.hist.nbytes)
+
+
+def test_the_gap_store_refuses_what_passes_its_cap_and_adds_nothing():
+    from latscope import stats
+
+    kinds = [stats._GapStorePy] + ([stats._native.GapStore] if stats._native else [])
+    for kind in kinds:
+        store = kind(4)
+        assert store.add_times([10, 10, 2_000_010]) and store.kept == 2
+        assert store.add_times([5]) and store.count == 2  # one time: no gap
+        assert not store.add_times([0, 1, 2, 3])  # 3 more would make 5 > 4
+        assert (store.kept, store.count, store.lo, store.hi) == (2, 2, 0.0, 2.0)
+        assert np.frombuffer(store.values(), dtype=np.float32).tolist() == [0.0, 2.0]
+        store.clear()
+        assert store.kept == 0 and store.count == 2 and store.values() == b""
+        store.add_sums(3, 9.0, 27.0, 1.0, 5.0)  # folded elsewhere: counted, not kept
+        assert (store.kept, store.count, store.total, store.hi) == (0, 5, 11.0, 5.0)
+    if stats._native is not None:
+        with pytest.raises(TypeError):  # not a list (the C loop reads list items)
+            stats._native.GapStore(4).add_times((1, 2))
+        with pytest.raises(TypeError):  # not gaps_ms's tuple
+            stats._native.GapStore(4).add_gaps([b"", 0.0, 0.0, 0.0, 0.0])
+        with pytest.raises(OverflowError):  # past 64 bits: an error, nothing kept
+            bad = stats._native.GapStore(4)
+            bad.add_times([1, 2**70])
+        assert bad.kept == bad.count == 0
 
 
 def test_a_busy_client_without_the_c_pass_is_told_how_to_get_it():
