@@ -560,10 +560,11 @@ static int store_room(GapStore *self, Py_ssize_t more) {
     return 1;
 }
 
-/* sums of `n` more gaps (already written past `kept`) into the store's */
+/* sums of `n` more gaps (written past `kept`, or folded by the caller) into the store's; no
+ * gaps (n = 0, lo = inf, hi = -inf) change nothing, and sums with a count of 0 are a merge's
+ * (GapStore.add_sums: a worker's sums, its values added before) */
 static void store_count(GapStore *self, Py_ssize_t n, double total, double total_sq,
                         double lo, double hi) {
-    if (n <= 0) return;
     self->count += n;
     self->total += total;  /* request by request, in _Pooled's order before (bit for bit) */
     self->total_sq += total_sq;
@@ -773,12 +774,12 @@ static PyObject *json_ints(PyObject *module, PyObject *ints) {
 
 /* json_gaps(data, start=0, end=len) -> (start, end, gaps) | None
  * A requests.jsonl line's token times (the line: data[start:end]) read where they lie, for the
- * driver's merge of its workers' records (latscope.load.workers): the text between the '['
+ * driver's count of a dead worker's records (latscope.load.workers): the text between the '['
  * and ']' of its "chunk_ns" array is data[start:end], and gaps is what gaps_ms gives for those
- * ints (None
- * for fewer than two). None where the line holds no such array or it is not a plain JSON list
- * of 64-bit ints (the caller decodes the line whole). Decoding the array made a Python int of
- * each time (~40 ns each, ~10 us of a 256-token record's ~31), to take their differences. */
+ * ints (None for fewer than two). None where the line holds no such array or it is not a
+ * plain JSON list of 64-bit ints (the caller decodes the line whole). Decoding the array made
+ * a Python int of each time (~40 ns each, ~10 us of a 256-token record's ~31), to take their
+ * differences. */
 static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     Py_ssize_t from = 0, to = -1;

@@ -159,11 +159,10 @@ class _GapStorePy:
         return True
 
     def add_sums(self, count: int, total: float, total_sq: float, lo: float, hi: float) -> None:
-        if count > 0:
-            self.count += count
-            self.total += total
-            self.total_sq += total_sq
-            self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+        self.count += count
+        self.total += total
+        self.total_sq += total_sq
+        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
 
     def values(self) -> bytes:
         return self._values.tobytes()
@@ -207,8 +206,8 @@ class _Pooled:
 
     def add_gaps(self, gaps: Gaps) -> None:
         """One request's gaps as ``_native.gaps_ms`` gives them (float32 values, float64 sum,
-        sum of squares, min, max): read from its requests.jsonl line (``_native.json_gaps``,
-        the driver's merge of its workers' records)."""
+        sum of squares, min, max): read from its requests.jsonl line (``_native.json_gaps``:
+        a dead worker's records, counted from the file by the driver)."""
         if not self.store.add_gaps(gaps):
             self._fold_kept()
             if not self.store.add_gaps(gaps):
@@ -223,6 +222,39 @@ class _Pooled:
             self._fold_kept()
             if not self.store.add_gaps(sums):
                 self._fold_past_cap(gaps, sums)
+
+    def merge(self, other: _Pooled) -> None:
+        """Another run's gaps (a worker's share of this run): its histogram added, the values
+        it still kept kept here (or folded), its sums added once."""
+        if other.hist is not None:
+            if self.hist is None:
+                self.hist = np.zeros_like(other.hist)
+            self.hist += other.hist
+            self.zeros += other.zeros
+        store = other.store
+        self._take_in(store.values(), store.count, store.total, store.total_sq, store.lo,
+                      store.hi)
+
+    def _take_in(self, values: bytes, count: int, total: float, total_sq: float, lo: float,
+                 hi: float) -> None:
+        """``count`` gaps with these sums, of which ``values`` (float32) are the ones not
+        folded yet: the values kept like a request's (counted by their number, no sums),
+        then the rest of the count and every sum."""
+        self.add_gaps((values, 0.0, 0.0, math.inf, -math.inf))
+        self.store.add_sums(count - len(values) // 4, total, total_sq, lo, hi)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A worker's statistics go to the driver pickled; the C store as its values and sums."""
+        store = self.store
+        return {"cap": store.cap, "native": not isinstance(store, _GapStorePy),
+                "hist": self.hist, "zeros": self.zeros,
+                "gaps": (store.values(), store.count, store.total, store.total_sq, store.lo,
+                         store.hi)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["cap"], state["native"])  # type: ignore[misc]
+        self.hist, self.zeros = state["hist"], state["zeros"]
+        self._take_in(*state["gaps"])
 
     def _fold_past_cap(self, gaps: np.ndarray, sums: Gaps) -> None:
         """One request's gaps, more than the store ever keeps: counted and folded at once."""
@@ -341,6 +373,33 @@ class RunStats:
         if self.slo and meets_slo(r, self.slo, None if gaps is None else gaps[4]):
             self.good += 1
 
+    def merge(self, other: RunStats, shift_ns: int = 0) -> None:
+        """Another run's statistics added to these: a worker's share of this run, its times
+        moved ``shift_ns`` earlier onto this run's clock (as ``clocks.shift_record`` moves its
+        records). The summary is the one ``add`` of every record would give: the same values
+        and counts (percentiles exact, the ITL histogram's bins too), sums in another order."""
+        for metric in self._METRICS:
+            self.cols[metric].extend(other.cols[metric])
+        self.itl.merge(other.itl)
+        self.total += other.total
+        self.completed += other.completed
+        self.warmup += other.warmup
+        self.good += other.good
+        self.errors.update(other.errors)
+        for kind, example in other.error_examples.items():
+            self.error_examples.setdefault(kind, example)
+        self.out_tokens += other.out_tokens
+        self.in_tokens += other.in_tokens
+        self.output_source.update(other.output_source)
+        self.loops.update(other.loops)
+        if other.first_ns is not None:
+            first = other.first_ns - shift_ns
+            self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
+        if other.last_ns is not None:
+            last = other.last_ns - shift_ns
+            self.last_ns = last if self.last_ns is None else max(self.last_ns, last)
+        self.steady.merge(other.steady, shift_ns)
+
     def span_s(self) -> float | None:
         """From the earliest latency origin to the latest end among the measured requests: in a
         closed loop from the first *send*, so the client's start-up is not counted as traffic."""
@@ -442,6 +501,24 @@ class _SteadyWindow:
             settled[2] += r.prompt_tokens or 0
         else:
             heapq.heappush(self.pending, (end, r.output_tokens or 0, r.prompt_tokens or 0))
+
+    def merge(self, other: _SteadyWindow, shift_ns: int = 0) -> None:
+        """Another window's completions, its times moved ``shift_ns`` earlier. A completion
+        settles once it ended before the latest send seen, whichever record brought that send:
+        the ones the other had settled ended before its latest, so before the merged one; its
+        pending ones (and these) settle against the merged latest."""
+        if other.first is not None:
+            first = other.first - shift_ns
+            self.first = first if self.first is None else min(self.first, first)
+        self.settled = [a + b for a, b in zip(self.settled, other.settled)]
+        self.warm += [(end - shift_ns, out, inp) for end, out, inp in other.warm]
+        for end, out, inp in other.pending:
+            heapq.heappush(self.pending, (end - shift_ns, out, inp))
+        if other.last is not None:
+            last = other.last - shift_ns
+            self.last = last if self.last is None else max(self.last, last)
+        while self.pending and self.last is not None and self.pending[0][0] <= self.last:
+            self._settle(heapq.heappop(self.pending))
 
     def _settle(self, entry: tuple[int, int, int]) -> None:
         self.settled[0] += 1

@@ -200,6 +200,12 @@ def test_bench_ray_merges_the_records_of_actors_on_both_nodes(ray_cluster, tmp_p
     clocks = manifest["workers"]["clocks"]
     assert all(abs(c["offset_ns"]) <= c["bound_ns"] for c in clocks)  # one host: offset ~0
     assert all(c["applied_ns"] == 0 for c in clocks)
+    # each actor's statistics came back with its result (pickled) and were merged: the
+    # summary is what its records give
+    from latscope.stats import summarize
+    again = summarize(records)
+    assert summary["requests"] == again["requests"] and summary["requests"]["completed"] == 40
+    assert summary["ttft_ms"]["p90"] == again["ttft_ms"]["p90"]
 
 
 def test_trace_ray_analyses_rank_files_as_tasks(ray_cluster, tmp_path, fixtures_dir):

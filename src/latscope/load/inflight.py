@@ -124,10 +124,13 @@ class RequestFlow:
             self._finalize_next()
         self.drained.set()
 
-    def _finished(self, record: RequestRecord, line: bytes | None = None) -> None:
-        """A record done: counted, written (as ``line`` where the caller has its
+    def _finished(self, record: RequestRecord, line: bytes | None = None, *,
+                  count: bool = True) -> None:
+        """A record done: counted (unless ``count`` is False: a worker's, in the statistics
+        it sends at its end), written (as ``line`` where the caller has its
         ``requests.jsonl`` line already: a worker's record on the driver's clock)."""
-        self.count(record)
+        if count:
+            self.count(record)
         self.writer.append(record, line)
         if self.on_record is not None:
             self.on_record(record)

@@ -133,6 +133,8 @@ class WorkerRun:
         figures = run.summary()["client"]
         figures["requests"] = run.stats.total + run.stats.warmup
         figures["stagger"] = run.staggers
+        # this share's statistics, for the driver to merge (it writes the lines, counts none)
+        figures["stats"], figures["groups"] = run.stats, run.groups
         return figures
 
     async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:

@@ -15,7 +15,10 @@ would be:
 The driver does the setup (model, tokenizer, prompts) and the warm-up once, then gives
 every worker its share and one common start time. Workers stream finished records back in
 batches; the driver appends them to ``requests.jsonl`` as they come, so a worker that dies loses
-only what it had in flight, and the run says which worker died and why.
+only what it had in flight, and the run says which worker died and why. Each worker counts its
+share's statistics itself and sends them at its end; the driver merges them
+(``merge_worker_stats``: the summary is the one counting every record gives) and counts from
+the file only the records of a worker whose statistics never came.
 
 Clocks: records carry each worker's ``perf_counter_ns``. The driver measures every worker's
 offset with a ping exchange (NTP's: offset = t_worker - (t_send + t_recv) / 2, error bound = half
@@ -39,7 +42,7 @@ from typing import Any, Callable, Iterable, Protocol
 import msgspec
 import orjson
 
-from latscope.errors import ConfigError
+from latscope.errors import ConfigError, OutputError
 from latscope.load.client import check_headers
 from latscope.load.clocks import ClockOffset, measure_offset, shift_record
 from latscope.load.config import BenchConfig
@@ -58,7 +61,8 @@ from latscope.load.summary import off_cpu_share
 from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
 from latscope.load.workload import build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
-from latscope.stats import Gaps, distribution
+from latscope.rundir import REQUESTS
+from latscope.stats import Gaps, RunStats, distribution
 
 try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
     from latscope import _native
@@ -159,6 +163,10 @@ class WorkerState:
     error: str | None = None
     received: int = 0
     thread: threading.Thread | None = None
+    # the worker's statistics of its share (and per group), sent at its end; None where it
+    # never ended (it died, the run was stopped)
+    stats: RunStats | None = None
+    groups: dict[str, RunStats] | None = None
 
     def report(self) -> dict[str, Any]:
         fig = self.figures or {}
@@ -298,6 +306,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
             for obs in started:
                 with contextlib.suppress(Exception):  # one observer's failure must not lose data
                     await obs.stop(ctx)
+        merge_worker_stats(run, states)
         summary = run.summary()
         summary["client"] = merged_client_figures([s.report() for s in states], summary)
         summary["client"]["prompts"] = _summed_prompt_figures(  # the driver built the warm-up's
@@ -360,7 +369,9 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
 
     def follow(state: WorkerState) -> None:
         try:
-            state.figures = state.handle.stream(lambda data: inbox.put((state, data)))
+            figures = state.handle.stream(lambda data: inbox.put((state, data)))
+            state.stats, state.groups = figures.pop("stats", None), figures.pop("groups", None)
+            state.figures = figures
         except WorkerDied as exc:
             state.error = str(exc)
         except Exception as exc:  # a backend error: still "this worker, this reason"
@@ -379,16 +390,18 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
                 state, data = inbox.get_nowait()
             except queue.Empty:
                 break
+            # counted in the worker's statistics, merged at its end (merge_worker_stats): the
+            # driver only writes them (reading each for the statistics took ~7 us of its CPU
+            # a record, and bounded how many workers it could take)
             offset = state.clock.applied_ns if state.clock else 0
             if not offset and run.on_record is None:
                 # on the driver's clock already: the worker's lines are the run's, as they came
-                state.received += count_lines(run, data)
+                # (not even their newlines counted: bytes.count took ~1.5 us a line)
                 run.writer.append_lines(data)
                 continue
             for line in data.splitlines(keepends=True):
                 record = shift_record(RequestRecord.from_dict(orjson.loads(line)), offset)
-                run._finished(record, None if offset else line)
-                state.received += 1
+                run._finished(record, None if offset else line, count=False)
         run.writer.flush_if_due()  # what came in reaches the file even when nothing follows
         if not alive:
             return
@@ -398,31 +411,75 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
 _RECORD_DECODER = msgspec.json.Decoder(RequestRecord)
 
 
-def count_lines(run: _Run, lines: bytes) -> int:
-    """A worker's batch of ``requests.jsonl`` lines counted in the run's statistics (each read
-    by ``read_for_merge``, else decoded whole); how many."""
-    count = pos = 0
-    while pos < len(lines):
-        end = lines.find(b"\n", pos) + 1 or len(lines)
-        read = read_for_merge(lines, pos, end)
-        if read is None:
-            run.count(RequestRecord.from_dict(orjson.loads(lines[pos:end])))
-        else:
-            run.count(*read)
-        count += 1
-        pos = end
-    return count
+def merge_worker_stats(run: _Run, states: list[WorkerState]) -> None:
+    """Each worker's statistics merged into the run's, moved onto the driver's clock. A
+    worker whose statistics never came (it died, the run was stopped) is counted from its
+    records in requests.jsonl, read back, so that the summary counts every record the run
+    wrote, as it did when the driver counted each record as it came."""
+    missing: list[WorkerState] = []
+    for state in states:
+        offset = state.clock.applied_ns if state.clock else 0
+        if state.stats is None:
+            missing.append(state)
+            continue
+        state.received = state.stats.total + state.stats.warmup  # every one sent before "done"
+        run.stats.merge(state.stats, offset)
+        if run.groups is not None:
+            for group, stats in (state.groups or {}).items():
+                if group not in run.groups:
+                    run.groups[group] = RunStats(run.config.percentiles)
+                run.groups[group].merge(stats, offset)
+    if missing:
+        try:
+            run.writer.flush()
+            count_records_of(run, missing)
+        except (OSError, OutputError):  # the file cannot be written or read back: the summary
+            pass  # counts the other workers' statistics, workers_failed says who is missing
+
+
+def count_records_of(run: _Run, states: list[WorkerState]) -> None:
+    """The records of these workers' shares, read back from the run's requests.jsonl: counted
+    in its statistics (each read by ``read_for_merge``, else decoded whole) and in each
+    worker's ``received``."""
+    shares = [(s, s.share.indices if isinstance(s.share.indices, range)
+               else set(s.share.indices)) for s in states]
+    with open(run.writer.run_dir / REQUESTS, "rb") as lines:
+        for line in lines:
+            if not line.endswith(b"\n"):
+                break  # a torn last line (a killed process): not a record
+            index = _line_index(line)
+            if index is not None and not any(index in indices for _, indices in shares):
+                continue  # another worker's (or the warm-up's): counted already
+            read = read_for_merge(line)
+            record, gaps = read or (RequestRecord.from_dict(orjson.loads(line)), None)
+            owner = next((state for state, indices in shares if record.index in indices), None)
+            if owner is not None:
+                run.count(record, gaps)
+                owner.received += 1
+
+
+_INDEX_KEY = b'{"index":'
+
+
+def _line_index(line: bytes) -> int | None:
+    """A record line's index, read off its start (``record_line`` writes it first), without
+    decoding the rest; None where the line does not start so."""
+    if line.startswith(_INDEX_KEY):
+        end = line.find(b",", len(_INDEX_KEY))
+        digits = line[len(_INDEX_KEY):end]
+        if end > 0 and digits.isdigit():
+            return int(digits)
+    return None
 
 
 def read_for_merge(data: bytes, start: int = 0,
                    end: int | None = None) -> tuple[RequestRecord, Gaps | None] | None:
-    """A worker's ``requests.jsonl`` line (``data[start:end]``) read for the driver's
-    statistics without its token times: the record with ``chunk_ns`` empty, and the ITL gaps
-    the C part read from the line's text (None for fewer than two times). Decoding the times
-    made a Python int of each: ~10 of the ~31 us of driver CPU a 256-token record took
-    (orjson.loads 15, from_dict 5, the statistics 9, of ints that no longer shared objects).
-    None where the C part is not built or the line is not the usual form: the caller decodes
-    it whole."""
+    """A ``requests.jsonl`` line (``data[start:end]``) read for the statistics without its
+    token times (``count_records_of``: a dead worker's records): the record with ``chunk_ns``
+    empty, and the ITL gaps the C part read from the line's text (None for fewer than two
+    times). Decoding the times made a Python int of each: ~10 of the ~31 us a 256-token record
+    took (orjson.loads 15, from_dict 5, the statistics 9). None where the C part is not built
+    or the line is not the usual form: the caller decodes it whole."""
     end = len(data) if end is None else end
     found = _native.json_gaps(data, start, end) if _native is not None else None
     if found is None:

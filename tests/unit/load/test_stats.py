@@ -266,3 +266,88 @@ def test_the_run_statistics_keep_the_one_definition_of_each_latency():
         assert run.values_ms(metric).tolist() == pytest.approx(expected, rel=1e-6), metric
     assert run.first_ns == min(stats.origin_ns(r) for r in records)
     assert dict(run.loops) == {"scheduled": 2, "sent": 4}
+
+
+def _split_summary_equal(got: dict, want: dict) -> None:
+    """Counts, windows and percentiles exact; means and spreads summed in another order; an
+    error's example is the first of its kind a worker saw (which worker's came first: any)."""
+    for key in ("requests", "errors", "duration_s", "throughput", "tokens", "latency_origin",
+                "goodput"):
+        assert got.get(key) == want.get(key), key
+    assert got["error_examples"].keys() == want["error_examples"].keys()
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "send_lag_ms"):
+        a, b = got[key], want[key]
+        assert {k: v for k, v in a.items() if k not in ("mean", "std")} == \
+            {k: v for k, v in b.items() if k not in ("mean", "std")}, key
+        assert (a["mean"], a["std"]) == pytest.approx((b["mean"], b["std"]), rel=1e-9), key
+
+
+@pytest.mark.parametrize("cap", [ITL_EXACT_MAX, 700, 40])
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("deal", ["random", "by time"])
+def test_workers_statistics_merged_are_the_runs(cap, native, deal):
+    # a run's records dealt to three "workers" (at random, or early / middle / late: a worker
+    # whose completions wait for a later worker's sends to settle), each counting its own on
+    # its own clock (shifted), merged on the driver's: the summary one process counting every
+    # record gives, whether the ITL values stay exact, fold in one worker, or fold only once
+    # merged; failures, warm-up, a goodput SLO and the steady window's pending completions
+    import pickle
+
+    from latscope import stats
+
+    rng = np.random.default_rng(11)
+    records = []
+    for i in range(150):
+        start = float(rng.uniform(0, 400))
+        chunks = list(start + 5 + np.cumsum(rng.exponential(3, int(rng.integers(1, 30)))))
+        r = rec(i, start, chunks, open_loop=bool(i % 2), warmup=i < 6)
+        if i % 17 == 3:
+            r.error_kind, r.error, r.end_ns = "http_5xx", f"HTTP 500 number {i}", None
+        records.append(r)
+    slo = {"ttft": 9.0, "itl": 8.0}
+    one = RunStats((50, 90, 99), slo, itl_cap=cap)
+    for r in records:
+        one.add(r)
+    offsets = [0, 7 * MS, -123 * MS]  # worker clock = driver clock + offset
+    workers = [RunStats((50, 90, 99), slo, itl_cap=cap) for _ in offsets]
+    for w in workers:
+        w.itl = stats._Pooled(cap, native)
+    dealt = (rng.integers(0, 3, len(records)) if deal == "random"
+             else [min(int(r.scheduled_ns / MS // 134), 2) for r in records])
+    for r, k in zip(records, dealt):
+        shifted = RequestRecord.from_dict(r.to_dict())
+        for name in ("scheduled_ns", "sent_ns", "first_token_ns", "end_ns"):
+            if getattr(shifted, name):
+                setattr(shifted, name, getattr(shifted, name) + offsets[k])
+        shifted.chunk_ns = [t + offsets[k] for t in shifted.chunk_ns]
+        workers[k].add(shifted)
+    merged = RunStats((50, 90, 99), slo, itl_cap=cap)
+    for w, offset in zip(workers, offsets):
+        merged.merge(pickle.loads(pickle.dumps(w)), offset)  # as a worker sends them
+    got, want = merged.summary(), one.summary()
+    _split_summary_equal(got, want)
+    assert got["error_examples"]["http_5xx"] in {r.error for r in records if r.error}
+    assert want["requests"]["failed"] > 0 and want["requests"]["warmup_excluded"] == 6
+    assert ("percentile_rel_error" in want["itl_ms"]) == (cap < 2000)
+    assert merged.steady.settled == one.steady.settled
+    assert sorted(merged.steady.pending) == sorted(one.steady.pending)
+
+
+def test_a_pickled_itl_store_keeps_its_values_sums_and_histogram():
+    from latscope import stats
+
+    rng = np.random.default_rng(5)
+    for native in (True, False):
+        pooled = stats._Pooled(50, native)
+        for _ in range(7):
+            pooled.add_times([int(t) for t in np.cumsum(rng.integers(1, 10**7, 20))])
+        import pickle
+        back = pickle.loads(pickle.dumps(pooled))
+        assert type(back.store) is type(pooled.store)
+        assert back.store.values() == pooled.store.values()
+        assert (back.store.count, back.store.kept, back.store.total, back.store.total_sq,
+                back.store.lo, back.store.hi) == (pooled.store.count, pooled.store.kept,
+                                                  pooled.store.total, pooled.store.total_sq,
+                                                  pooled.store.lo, pooled.store.hi)
+        assert np.array_equal(back.hist, pooled.hist) and back.zeros == pooled.zeros
+        assert back.distribution((50, 99)) == pooled.distribution((50, 99))

@@ -121,11 +121,18 @@ def _check_merged(result, truth, sent: int) -> None:
         t = truth[rec.request_id]
         assert rec.scheduled_ns <= rec.sent_ns <= t.recv_ns  # causality on one clock
         assert rec.first_token_ns >= t.chunk_ns[0]
-    # the merged summary is what the same records give in one process
+    # the merged summary (the workers' statistics merged) is what the same records give in
+    # one process: counts, windows and percentiles exact, means and spreads summed in another
+    # order
     again = summarize(records, percentiles=result.config.percentiles)
-    for key in ("requests", "errors", "duration_s", "throughput", "tokens", "ttft_ms", "itl_ms",
-                "e2e_ms"):
+    for key in ("requests", "errors", "duration_s", "throughput", "tokens"):
         assert summary[key] == again[key], key
+    for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        got, want = summary[key], again[key]
+        assert {k: v for k, v in got.items() if k not in ("mean", "std")} == \
+            {k: v for k, v in want.items() if k not in ("mean", "std")}, key
+        assert (got["mean"], got["std"]) == pytest.approx((want["mean"], want["std"]),
+                                                          rel=1e-12), key
 
 
 @pytest.mark.slow
@@ -182,6 +189,12 @@ def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_p
     assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
     assert len({r.request_id for r in records}) == len(records)
     assert np.all([r.ok for r in records])
+    # the summary counts every record written: the dead worker's statistics never came, its
+    # records are counted from requests.jsonl
+    again = summarize(records, percentiles=config.percentiles)
+    assert summary["requests"] == again["requests"]
+    assert summary["requests"]["total"] == len(records)
+    assert summary["ttft_ms"]["p50"] == again["ttft_ms"]["p50"]
 
 
 def test_auto_workers_follow_the_load_and_the_spare_cores():
@@ -298,3 +311,18 @@ def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole(
         is None
     assert read_for_merge(record_line(records[0]).replace(b'"chunk_ns":[', b'"chunk_ns": [')) \
         is None
+
+
+def test_a_lines_index_is_read_off_its_start():
+    # a dead worker's records are found in requests.jsonl by their index, read off the line's
+    # start (record_line writes it first) without decoding the rest
+    from latscope.load.workers import _line_index
+    from latscope.rundir import record_line
+
+    for index in (0, 7, 10**12):
+        line = record_line(RequestRecord(index=index, request_id="r", scheduled_ns=1,
+                                         chunk_ns=[5] * 20))
+        assert _line_index(line) == index
+    for other in (b'{"request_id":"r","index":3}\n', b'{"index":-1,"x":1}\n', b'{"index":7}\n',
+                  b"", b'{"index":,\n'):
+        assert _line_index(other) is None
