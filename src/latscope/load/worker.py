@@ -9,8 +9,10 @@ import copy
 import functools
 import os
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
 import traceback
 from collections import deque
@@ -93,6 +95,11 @@ class WorkerRun:
         self.run.writer = self.lines = _LinesForTheDriver(self.scratch)
         self.run.tag = spec.tag  # the driver's tag: request ids read as in one-process runs
         self.run.request_time_ns = spec.request_time_ns
+        # asked to stop (the driver was interrupted): the load ends, the share's figures and
+        # statistics still go back (``stop``)
+        self.stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._load: asyncio.Future[None] | None = None
         # this worker's own prompts (the workload came as a recipe), the first before the start
         spec.workload.prompts.prebuild(spec.share.indices, spec.share.size)
 
@@ -114,13 +121,21 @@ class WorkerRun:
                                    stagger_offset=self.spec.stagger_offset)
         else:
             load = self._open_loop(start_ns, deadline)
-        task = asyncio.ensure_future(load)
+        task = self._load = asyncio.ensure_future(load)
+        self._loop = asyncio.get_running_loop()
+        if self.stopping:  # asked before the load began
+            task.cancel()
         try:
             if deadline is None:
                 await task
             else:  # --duration bounds the share as it bounds a one-process run: a grace, then
                 # the requests still in flight are written as cancelled
                 await run._until(task, deadline + int(run.grace_s() * 1e9))
+        except asyncio.CancelledError:
+            if not self.stopping or not task.cancelled():
+                raise
+            # stopped by the driver: what is in flight is written as cancelled (below), and
+            # the figures go back as at a normal end
         finally:
             monitor.cancel()
             run.stop_clock()
@@ -136,6 +151,14 @@ class WorkerRun:
         # this share's statistics, for the driver to merge (it writes the lines, counts none)
         figures["stats"], figures["groups"] = run.stats, run.groups
         return figures
+
+    def stop(self) -> None:
+        """From any thread: end the load now; ``measure`` then returns as at its end."""
+        self.stopping = True
+        loop, load = self._loop, self._load
+        if loop is not None and load is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the run ended already
+                loop.call_soon_threadsafe(load.cancel)
 
     async def _open_loop(self, start_ns: int, deadline_ns: int | None) -> None:
         run, share = self.run, self.spec.share
@@ -195,10 +218,25 @@ def run_loop(coro_fn: Callable[[], Any], use_uvloop: bool) -> Any:
         return runner.run(coro_fn())
 
 
+def _listen_for_stop(conn: Any, worker: WorkerRun) -> None:
+    """A local worker's ear during its run (the run's own thread only sends, this one only
+    receives, on the two directions of the pipe): the driver's "stop" ends the run, and so
+    does the driver's end (its side of the pipe closed: killed). A worker whose driver died
+    once went on loading the server until its share ended (~2 min in a test), its records
+    sent nowhere."""
+    with contextlib.suppress(EOFError, OSError):
+        while conn.recv()[0] != "stop":
+            pass
+    worker.stop()
+
+
 def _local_main(conn: Any) -> None:
     """A local worker process: setup, answer pings, run on "go", stream records back."""
     worker = None
     try:
+        # a terminal's Ctrl-C reaches the whole process group: the driver, not each worker,
+        # handles it (it asks every worker to stop and send its statistics back)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         spec: WorkerSpec = conn.recv()
         worker = WorkerRun(spec)
         conn.send(("ready", host_facts()))
@@ -208,6 +246,8 @@ def _local_main(conn: Any) -> None:
                 conn.send(("pong", time.perf_counter_ns()))
             elif msg[0] == "go":
                 break
+        threading.Thread(target=_listen_for_stop, args=(conn, worker), daemon=True,
+                         name="latscope-worker-stop").start()
 
         def flush() -> None:
             data = worker.take()

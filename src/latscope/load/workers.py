@@ -55,7 +55,14 @@ from latscope.load.prepare import (
     request_headers,
     split_url,
 )
-from latscope.load.runner import BenchResult, OnRecord, _Run, client_warnings
+from latscope.load.runner import (
+    BenchResult,
+    OnRecord,
+    RunInterrupted,
+    _Run,
+    _stoppable,
+    client_warnings,
+)
 from latscope.load.shares import Share, plan_shares
 from latscope.load.summary import off_cpu_share
 from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
@@ -71,6 +78,9 @@ except ImportError:  # pragma: no cover - exercised where no compiler was found
 
 _START_MARGIN_NS = 300_000_000  # the common start lies this far after the "go" is sent
 _READY_TIMEOUT_S = 120.0
+# how long workers asked to stop (the driver interrupted) have to send their records and
+# statistics back before they are stopped (a worker ends its run in ~0.1 s)
+_STOP_GRACE_S = 10.0
 
 class WorkerHandle(Protocol):
     name: str
@@ -139,6 +149,13 @@ class LocalWorker:
                 sink(msg[1])
             elif msg[0] == "done":
                 return msg[1]
+
+    def request_stop(self) -> None:
+        """Asks the worker to end its run now: it sends what it finished and its statistics
+        ("done"), as at a normal end (``stop`` ends what does not)."""
+        if self.proc.is_alive():
+            with contextlib.suppress(OSError, ValueError):  # gone, or its pipe closed
+                self.conn.send(("stop",))
 
     def stop(self) -> None:
         """Stops only the process this handle started (by its PID, via the Process object)."""
@@ -237,10 +254,15 @@ def run_workers(config: BenchConfig, workers: int | None, *, backend: str = "loc
                 on_record: OnRecord | None = None) -> BenchResult:
     """``run_bench`` with the load split over ``workers`` processes (``backend`` local | ray).
     The result's summary has a ``workers`` list; ``summary["workers_failed"]`` names any that
-    died (their finished records are in the run)."""
-    return run_loop(lambda: arun_workers(config, workers, backend=backend,
-                                         ray_address=ray_address, observers=observers,
-                                         on_record=on_record), config.use_uvloop)
+    died (their finished records are in the run). Raises ``RunInterrupted`` after SIGTERM and
+    KeyboardInterrupt after Ctrl-C, as ``run_bench`` does, with the workers' records and
+    statistics and the summary on disk."""
+    result, signum = run_loop(lambda: _stoppable(arun_workers(
+        config, workers, backend=backend, ray_address=ray_address, observers=observers,
+        on_record=on_record)), config.use_uvloop)
+    if signum:
+        raise RunInterrupted(signum, config.output_dir)
+    return result
 
 
 async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str = "local",
@@ -270,6 +292,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
                            else "open: global arrival schedule thinned per worker"}
     run.writer.write_manifest(manifest)
     states: list[WorkerState] = []
+    inbox: Inbox = queue.SimpleQueue()
     observers = list(observers)
     started: list[RunObserver] = []
     ctx = None
@@ -293,15 +316,13 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         for obs in observers:
             await obs.start(ctx)
             started.append(obs)
-        await _drive(run, states, start_ns)
+        await _drive(run, states, start_ns, inbox)
         await asyncio.to_thread(_clocks_after, states)
         manifest["workers"]["clocks_after"] = [
             {"worker": s.index, **s.clock_after.to_dict()} for s in states if s.clock_after]
         run.writer.write_manifest(manifest)
     finally:
-        for state in states:
-            with contextlib.suppress(Exception):
-                state.handle.stop()
+        end_workers(run, states, inbox)
         if ctx is not None:  # observers start only once ctx is set
             for obs in started:
                 with contextlib.suppress(Exception):  # one observer's failure must not lose data
@@ -363,9 +384,11 @@ def _clocks_after(states: list[WorkerState]) -> None:
                 state.clock_after = measure_offset(state.handle.ping_after_run, 5)
 
 
-async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
-    """Send "go", then merge what the workers stream back until every one finished or died."""
-    inbox: queue.SimpleQueue[tuple[WorkerState, bytes]] = queue.SimpleQueue()
+Inbox = queue.SimpleQueue  # (WorkerState, bytes): the batches of lines the workers sent
+
+
+async def _drive(run: _Run, states: list[WorkerState], start_ns: int, inbox: Inbox) -> None:
+    """Send "go", then write what the workers stream back until every one finished or died."""
 
     def follow(state: WorkerState) -> None:
         try:
@@ -385,27 +408,53 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int) -> None:
         state.thread.start()
     while True:
         alive = any(s.thread and s.thread.is_alive() for s in states)
-        while True:
-            try:
-                state, data = inbox.get_nowait()
-            except queue.Empty:
-                break
-            # counted in the worker's statistics, merged at its end (merge_worker_stats): the
-            # driver only writes them (reading each for the statistics took ~7 us of its CPU
-            # a record, and bounded how many workers it could take)
-            offset = state.clock.applied_ns if state.clock else 0
-            if not offset and run.on_record is None:
-                # on the driver's clock already: the worker's lines are the run's, as they came
-                # (not even their newlines counted: bytes.count took ~1.5 us a line)
-                run.writer.append_lines(data)
-                continue
-            for line in data.splitlines(keepends=True):
-                record = shift_record(RequestRecord.from_dict(orjson.loads(line)), offset)
-                run._finished(record, None if offset else line, count=False)
+        write_batches(run, inbox)
         run.writer.flush_if_due()  # what came in reaches the file even when nothing follows
         if not alive:
             return
         await asyncio.sleep(0.05)
+
+
+def write_batches(run: _Run, inbox: Inbox) -> None:
+    """The batches of lines the workers sent so far, written to the run's requests.jsonl.
+    They are counted in each worker's statistics, merged at its end (``merge_worker_stats``):
+    the driver only writes them (reading each for the statistics took ~7 us of its CPU a
+    record, and bounded how many workers it could take)."""
+    while True:
+        try:
+            state, data = inbox.get_nowait()
+        except queue.Empty:
+            return
+        offset = state.clock.applied_ns if state.clock else 0
+        if not offset and run.on_record is None:
+            # on the driver's clock already: the worker's lines are the run's, as they came
+            # (not even their newlines counted: bytes.count took ~1.5 us a line)
+            run.writer.append_lines(data)
+            continue
+        for line in data.splitlines(keepends=True):
+            record = shift_record(RequestRecord.from_dict(orjson.loads(line)), offset)
+            run._finished(record, None if offset else line, count=False)
+
+
+def end_workers(run: _Run, states: list[WorkerState], inbox: Inbox) -> None:
+    """Every worker ended and what it sent written. One still running (the driver was
+    interrupted, or failed) is asked to stop and send its records and statistics, for
+    ``_STOP_GRACE_S``; then any process left is stopped."""
+    # (local workers; a Ray actor is stopped at once, as before: its records since the last
+    # poll are lost and its records are counted from the file)
+    asked = [s for s in states if s.thread is not None and s.thread.is_alive()
+             and hasattr(s.handle, "request_stop")]
+    for state in asked:
+        state.handle.request_stop()
+    deadline = time.monotonic() + _STOP_GRACE_S
+    for state in asked:
+        assert state.thread is not None
+        state.thread.join(max(deadline - time.monotonic(), 0.0))
+    for state in states:
+        with contextlib.suppress(Exception):
+            state.handle.stop()
+    with contextlib.suppress(OutputError):  # a full disk: the writer said so already
+        write_batches(run, inbox)
 
 
 _RECORD_DECODER = msgspec.json.Decoder(RequestRecord)

@@ -12,7 +12,10 @@ import dataclasses
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -326,3 +329,71 @@ def test_a_lines_index_is_read_off_its_start():
     for other in (b'{"request_id":"r","index":3}\n', b'{"index":-1,"x":1}\n', b'{"index":7}\n',
                   b"", b'{"index":,\n'):
         assert _line_index(other) is None
+
+
+def _workers_bench(url: str, run_dir) -> subprocess.Popen:
+    # its own session: a terminal's Ctrl-C goes to the whole process group, workers included
+    return subprocess.Popen(
+        [sys.executable, "-m", "latscope", "bench", "--url", url, "-n", "5000", "-c", "4",
+         "--output-len", "10", "--workers", "2", "--output-dir", str(run_dir), "--no-progress",
+         "--scrape-interval", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started, from any of its threads (the workers start from one)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+def _wait_for_lines(run_dir, count: int) -> None:
+    requests = run_dir / "requests.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+            not requests.exists() or requests.read_bytes().count(b"\n") < count):
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM to the driver", "Ctrl-C to the group"])
+def test_a_stopped_workers_run_keeps_every_workers_records_and_statistics(tmp_path, how):
+    # the driver asks its workers to stop: each sends what it finished and its statistics, the
+    # summary counts every record written and no worker is reported dead (SIGTERM once left
+    # the workers loading the server, with no summary, until their shares ended)
+    run_dir = tmp_path / "run"
+    with FakeServer(ttft_ms=20, itl_ms=20) as srv:
+        proc = _workers_bench(srv.url, run_dir)
+        _wait_for_lines(run_dir, 12)
+        if how == "SIGTERM to the driver":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # the group this test started
+        _, err = proc.communicate(timeout=60)
+    want = 128 + signal.SIGTERM if how.startswith("SIGTERM") else 130
+    assert proc.returncode == want, err
+    _, records, summary = read_run(run_dir)
+    assert summary["requests"]["total"] == len(records) >= 12
+    assert not summary["workers_failed"]
+    assert all(w["error"] is None for w in summary["workers"])
+    assert sum(w["requests"] for w in summary["workers"]) == len(records)
+    assert summary["errors"].get("cancelled", 0) <= 4  # the ones in flight, written
+
+
+@pytest.mark.slow
+def test_workers_stop_when_their_driver_is_killed(tmp_path):
+    # a worker whose driver died (SIGKILL: no chance to stop it) stops loading the server
+    with FakeServer(ttft_ms=20, itl_ms=20) as srv:
+        proc = _workers_bench(srv.url, tmp_path / "run")
+        _wait_for_lines(tmp_path / "run", 8)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+        proc.kill()  # the driver this test started
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists()
+                                                  for w in workers):
+            time.sleep(0.1)
+        left = [w for w in workers if Path(f"/proc/{w}").exists()]
+        for w in left:  # (a process this test's run started)
+            os.kill(w, signal.SIGKILL)
+    assert not left, "workers kept running after their driver died"
