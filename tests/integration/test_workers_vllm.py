@@ -4,6 +4,7 @@ the merged summary is what the same records give in one process."""
 from __future__ import annotations
 
 import pytest
+from merged import assert_merged_summary
 
 from latscope.stats import summarize
 from latscope.load import BenchConfig, read_run
@@ -24,10 +25,8 @@ def test_two_workers_on_vllm_merge_every_record_once(vllm_target, tmp_path):
     assert len(measured) == 16 and all(r.ok for r in measured)
     assert sorted(r.index for r in measured) == list(range(2, 18))
     assert {w["requests"] for w in summary["workers"]} == {8}
-    again = summarize(records, percentiles=config.percentiles)
-    for key in ("requests", "errors", "duration_s", "throughput", "tokens", "ttft_ms", "tpot_ms",
-                "itl_ms", "e2e_ms"):
-        assert summary[key] == again[key], key
+    # the workers' statistics merged: the summary the same records give in one process
+    assert_merged_summary(summary, summarize(records, percentiles=config.percentiles))
     # ignore_eos: exactly 8 tokens a request, as the server counted them (usage), all merged
     assert summary["tokens"]["output_total"] == 16 * 8
     assert manifest["workers"]["count"] == 2 and not summary["workers_failed"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from merged import assert_merged_summary
 
 from latscope.model import RequestRecord
 from latscope.stats import ITL_EXACT_MAX, RunStats, e2e_ms, summarize, ttft_ms
@@ -268,20 +269,6 @@ def test_the_run_statistics_keep_the_one_definition_of_each_latency():
     assert dict(run.loops) == {"scheduled": 2, "sent": 4}
 
 
-def _split_summary_equal(got: dict, want: dict) -> None:
-    """Counts, windows and percentiles exact; means and spreads summed in another order; an
-    error's example is the first of its kind a worker saw (which worker's came first: any)."""
-    for key in ("requests", "errors", "duration_s", "throughput", "tokens", "latency_origin",
-                "goodput"):
-        assert got.get(key) == want.get(key), key
-    assert got["error_examples"].keys() == want["error_examples"].keys()
-    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "send_lag_ms"):
-        a, b = got[key], want[key]
-        assert {k: v for k, v in a.items() if k not in ("mean", "std")} == \
-            {k: v for k, v in b.items() if k not in ("mean", "std")}, key
-        assert (a["mean"], a["std"]) == pytest.approx((b["mean"], b["std"]), rel=1e-9), key
-
-
 @pytest.mark.parametrize("cap", [ITL_EXACT_MAX, 700, 40])
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("deal", ["random", "by time"])
@@ -325,7 +312,7 @@ def test_workers_statistics_merged_are_the_runs(cap, native, deal):
     for w, offset in zip(workers, offsets):
         merged.merge(pickle.loads(pickle.dumps(w)), offset)  # as a worker sends them
     got, want = merged.summary(), one.summary()
-    _split_summary_equal(got, want)
+    assert_merged_summary(got, want)
     assert got["error_examples"]["http_5xx"] in {r.error for r in records if r.error}
     assert want["requests"]["failed"] > 0 and want["requests"]["warmup_excluded"] == 6
     assert ("percentile_rel_error" in want["itl_ms"]) == (cap < 2000)
