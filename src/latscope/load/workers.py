@@ -440,8 +440,8 @@ def end_workers(run: _Run, states: list[WorkerState], inbox: Inbox) -> None:
     """Every worker ended and what it sent written. One still running (the driver was
     interrupted, or failed) is asked to stop and send its records and statistics, for
     ``_STOP_GRACE_S``; then any process left is stopped."""
-    # (local workers; a Ray actor is stopped at once, as before: its records since the last
-    # poll are lost and its records are counted from the file)
+    # local workers only: a Ray actor is stopped at once, as before (what it finished since
+    # its last poll is lost; what it sent is counted from the file)
     asked = [s for s in states if s.thread is not None and s.thread.is_alive()
              and hasattr(s.handle, "request_stop")]
     for state in asked:
@@ -462,9 +462,9 @@ _RECORD_DECODER = msgspec.json.Decoder(RequestRecord)
 
 def merge_worker_stats(run: _Run, states: list[WorkerState]) -> None:
     """Each worker's statistics merged into the run's, moved onto the driver's clock. A
-    worker whose statistics never came (it died, the run was stopped) is counted from its
-    records in requests.jsonl, read back, so that the summary counts every record the run
-    wrote, as it did when the driver counted each record as it came."""
+    worker whose statistics never came (it died; a Ray actor of a stopped run) is counted
+    from its records in requests.jsonl, read back, so that the summary counts every record
+    the run wrote, as it did when the driver counted each record as it came."""
     missing: list[WorkerState] = []
     for state in states:
         offset = state.clock.applied_ns if state.clock else 0
