@@ -215,6 +215,25 @@ static const char *event_scalar(const char *ev, const char *limit, int *token, i
 }
 
 #if defined(__SSE2__) && !defined(LATSCOPE_NO_SIMD)
+/* One block's byte masks (bit i: the byte at at + i), as both SIMD widths compute them:
+ * `keys` (a quote followed by a key's first two letters), `lfs`, `crs`. The key candidates
+ * and CRs before the block's first LF are the event's (each candidate checked up to that LF);
+ * returns the LF's address, or NULL where the block holds none (the event goes on). */
+static inline const char *block_masks(const char *at, unsigned keys, unsigned lfs,
+                                      unsigned crs, const char *limit, int *token, int *role,
+                                      int *cr) {
+    const char *end = limit;
+    if (lfs) {
+        unsigned before = (unsigned)((1ull << __builtin_ctz(lfs)) - 1);
+        keys &= before;
+        crs &= before;
+        end = at + __builtin_ctz(lfs);
+    }
+    *cr |= crs != 0;
+    for (; keys; keys &= keys - 1) key_of(at + __builtin_ctz(keys) + 1, end, token, role);
+    return lfs ? end : NULL;
+}
+
 static const char *event_sse2(const char *ev, const char *limit, int *token, int *role,
                               int *cr) {
     const Py_ssize_t width = 16;
@@ -234,16 +253,8 @@ static const char *event_sse2(const char *ev, const char *limit, int *token, int
             _mm_and_si128(_mm_and_si128(_mm_cmpeq_epi8(b0, quote), first), second));
         unsigned lfs = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(b0, nl));
         unsigned crs = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(b0, ret));
-        const char *end = limit;
-        if (lfs) {
-            unsigned before = (1u << __builtin_ctz(lfs)) - 1;
-            keys &= before;
-            crs &= before;
-            end = at + __builtin_ctz(lfs);
-        }
-        *cr |= crs != 0;
-        for (; keys; keys &= keys - 1) key_of(at + __builtin_ctz(keys) + 1, end, token, role);
-        if (lfs) return end;
+        const char *end = block_masks(at, keys, lfs, crs, limit, token, role, cr);
+        if (end != NULL) return end;
         if (at + width >= limit) return NULL;
     }
 }
@@ -275,16 +286,8 @@ static const char *event_avx2(const char *ev, const char *limit, int *token, int
             _mm256_and_si256(_mm256_and_si256(_mm256_cmpeq_epi8(b0, quote), first), second));
         unsigned lfs = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, nl));
         unsigned crs = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, ret));
-        const char *end = limit;
-        if (lfs) {
-            unsigned before = (unsigned)((1ull << __builtin_ctz(lfs)) - 1);
-            keys &= before;
-            crs &= before;
-            end = at + __builtin_ctz(lfs);
-        }
-        *cr |= crs != 0;
-        for (; keys; keys &= keys - 1) key_of(at + __builtin_ctz(keys) + 1, end, token, role);
-        if (lfs) return end;
+        const char *end = block_masks(at, keys, lfs, crs, limit, token, role, cr);
+        if (end != NULL) return end;
         if (at + width >= limit) return NULL;
     }
 }

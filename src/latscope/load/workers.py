@@ -499,8 +499,11 @@ def count_records_of(run: _Run, states: list[WorkerState]) -> None:
             index = _line_index(line)
             if index is not None and not any(index in indices for _, indices in shares):
                 continue  # another worker's (or the warm-up's): counted already
-            read = read_for_merge(line)
-            record, gaps = read or (RequestRecord.from_dict(orjson.loads(line)), None)
+            try:
+                read = read_for_merge(line)
+                record, gaps = read or (RequestRecord.from_dict(orjson.loads(line)), None)
+            except (ValueError, TypeError):  # not a record (this runs while the run ends:
+                continue  # one bad line must not cost the summary)
             owner = next((state for state, indices in shares if record.index in indices), None)
             if owner is not None:
                 run.count(record, gaps)

@@ -389,3 +389,30 @@ def test_workers_stop_when_their_driver_is_killed(tmp_path):
         for w in left:  # (a process this test's run started)
             os.kill(w, signal.SIGKILL)
     assert not left, "workers kept running after their driver died"
+
+
+def test_a_dead_workers_records_are_counted_from_the_file_by_its_share(tmp_path):
+    # the workers whose statistics never came: their records (by index) read back and counted,
+    # the others' skipped, a line that is not a record and a torn last line passed over
+    from types import SimpleNamespace
+
+    from latscope.load.shares import Share
+    from latscope.load.workers import WorkerState, count_records_of
+    from latscope.rundir import record_line
+
+    t = 10**13
+    lines = [record_line(RequestRecord(index=i, request_id=f"r-{i}", scheduled_ns=t,
+                                       sent_ns=t + 1, end_ns=t + 50, first_token_ns=t + 9,
+                                       chunk_ns=[t + 9, t + 20, t + 50], output_tokens=3,
+                                       status=200)) for i in range(5, 9)]
+    (tmp_path / "requests.jsonl").write_bytes(
+        lines[0] + b'{"index":6,"request_id": broken\n' + lines[2] + lines[3][:40])
+    counted: list = []
+    run = SimpleNamespace(writer=SimpleNamespace(run_dir=tmp_path),
+                          count=lambda record, gaps=None: counted.append((record, gaps)))
+    dead = WorkerState(1, None, Share(1, [5, 6, 7, 8], None, 2))
+    other = WorkerState(2, None, Share(2, range(100, 200), None, 2))
+    count_records_of(run, [dead, other])  # type: ignore[arg-type]
+    assert [r.index for r, _ in counted] == [5, 7]  # 6 is not a record, 8 was torn
+    assert dead.received == 2 and other.received == 0
+    assert all(r.chunk_ns == [] and gaps is not None for r, gaps in counted)  # read light
