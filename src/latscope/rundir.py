@@ -120,6 +120,31 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         yield obj
 
 
+_RECORD_START = b'{"index":'  # every requests.jsonl line starts so (``record_line``)
+
+
+def mend_torn_lines(path: Path) -> int:
+    """Blank out what a process killed in the middle of a write left of its last line in a
+    requests.jsonl that other processes append to: the fragment before the next whole record
+    on the same line is overwritten with spaces (JSON's whitespace: the line reads as that
+    record), and a fragment at the end, with no newline, is cut off. Returns how many were
+    mended. Without this the fragment would join another worker's line and make the file
+    unreadable (``iter_jsonl`` refuses a bad line that is not the last)."""
+    mended = 0
+    with open(path, "r+b") as f:
+        offset = 0
+        for line in f:
+            start = line.rfind(_RECORD_START)
+            if line.endswith(b"\n") and start > 0 and line[:start].strip():
+                os.pwrite(f.fileno(), b" " * start, offset)
+                mended += 1
+            elif not line.endswith(b"\n"):
+                os.truncate(f.fileno(), offset)
+                mended += 1
+            offset += len(line)
+    return mended
+
+
 def redacted_command(argv: Iterable[str] | None = None) -> str:
     """The command line as typed, with secret-bearing flags and URL passwords redacted."""
     import shlex
@@ -226,6 +251,17 @@ def _utc_now() -> str:
 # A load run (bench, and each step of sweep/tune/diagnose): its records and summary
 
 
+def append_fresh(path: Path) -> int:
+    """A file descriptor of ``path`` emptied and opened for appending only: writes of whole
+    lines from several processes land one after another, never over each other."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+
+
+def append_to(path: Path) -> int:
+    """A file descriptor of ``path`` (already there) opened for appending only."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
 class RunWriter:
     """Writes a run directory. Record lines are kept in a list and written out together at least
     every ``_FLUSH_NS`` (on an append, and on ``flush_if_due``, which a run calls as it goes) or
@@ -242,7 +278,9 @@ class RunWriter:
         # A reused --output-dir starts clean: appending would mix an earlier run's records (and
         # leave its summary) into this run's directory, and every reader would average them.
         (self.run_dir / SUMMARY).unlink(missing_ok=True)
-        self._requests = open(self.run_dir / REQUESTS, "wb", buffering=0)
+        # appended to (O_APPEND): a --workers run's local workers append their lines to the
+        # same file (latscope.load.worker), and each write lands whole at its end
+        self._requests = open(append_fresh(self.run_dir / REQUESTS), "wb", buffering=0)
         self._flushed_ns = time.perf_counter_ns()
         self._buffer: list[bytes] = []
         self._pending_bytes = 0

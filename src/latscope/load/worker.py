@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from latscope.errors import LatscopeError
+from latscope.errors import LatscopeError, OutputError
 from latscope.load.config import BenchConfig
 from latscope.load.runner import _forget, _Run
 from latscope.load.shares import Share
 from latscope.load.workload import Prompt, Workload
 from latscope.model import RequestRecord
-from latscope.rundir import RunWriter, record_line
+from latscope.rundir import RunWriter, append_to, record_line
 
-_FLUSH_S = 0.1  # how often a worker sends its finished records back
+_FLUSH_S = 0.1  # how often a worker appends (or sends back) its finished records
 
 
 class WorkerDied(LatscopeError):
@@ -52,9 +52,9 @@ class WorkerSpec:
 
 class _LinesForTheDriver(RunWriter):
     """A worker's writer: each finished record's ``requests.jsonl`` line, kept until the
-    driver takes it (the driver writes the run's file). A worker once wrote a scratch file
-    nobody read and serialised each record again for the driver: ~10 us of its ~55 a
-    response at its ceiling."""
+    worker's flush takes it (to append it to the run's file, or send it to the driver). A
+    worker once wrote a scratch file nobody read and serialised each record again for the
+    driver: ~10 us of its ~55 a response at its ceiling."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__(run_dir)
@@ -230,6 +230,37 @@ def _listen_for_stop(conn: Any, worker: WorkerRun) -> None:
     worker.stop()
 
 
+def _records_sink(conn: Any, worker: WorkerRun, path: str | None) -> Callable[[bytes], None]:
+    """Where a local worker's batches of lines go: appended to the run's ``requests.jsonl``
+    itself where the driver gave its path (``workers._appends_itself``), else sent to the
+    driver. A write that fails (a full disk) stops this worker's load as it stops a
+    one-process run (``RequestFlow.one`` raises the writer's failure); the driver reports the
+    worker failed with that cause."""
+    if path is None:
+        return lambda data: conn.send(("records", data))
+    fd = append_to(Path(path))
+    writer = worker.run.writer
+
+    def append(data: bytes) -> None:
+        if writer.failure is not None:
+            return
+        try:
+            write_whole(fd, data)
+        except OSError as exc:
+            writer.failure = OutputError(f"cannot write {path}: {exc.strerror or exc}; the "
+                                         "records written before are kept")
+    return append
+
+
+def write_whole(fd: int, data: bytes) -> None:
+    """``data`` written in full: one write() a batch (lines from other processes appended to
+    the same file land before or after it, not inside, on a local file system); another only
+    where the kernel took part of it (a signal)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _local_main(conn: Any) -> None:
     """A local worker process: setup, answer pings, run on "go", stream records back."""
     worker = None
@@ -249,13 +280,17 @@ def _local_main(conn: Any) -> None:
         threading.Thread(target=_listen_for_stop, args=(conn, worker), daemon=True,
                          name="latscope-worker-stop").start()
 
+        put = _records_sink(conn, worker, msg[2] if len(msg) > 2 else None)
+
         def flush() -> None:
             data = worker.take()
             if data:
-                conn.send(("records", data))
+                put(data)
 
         figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)
         flush()
+        if worker.run.writer.failure is not None:  # its last lines could not be written
+            raise worker.run.writer.failure
         conn.send(("done", figures))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the driver went away or stopped us: nothing to report to

@@ -140,6 +140,8 @@ def test_two_workers_closed_loop_merge_everything_once(server, tmp_path, capfd):
     assert "Traceback" not in capfd.readouterr().err
     workers = result.summary["workers"]
     assert [w["requests"] for w in workers] == [30, 30]
+    # local workers on the driver's clock append their own lines (the driver writes none)
+    assert [w["records_written_by"] for w in workers] == ["worker", "worker"]
     assert len({w["pid"] for w in workers}) == 2 and os.getpid() not in {w["pid"] for w in workers}
     for w in workers:  # each worker's own cost and clock are reported
         assert w["cpu_s"] > 0 and w["loop_lag_ms"]["count"] > 0
@@ -181,6 +183,8 @@ def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_p
     by_worker = {w["worker"]: w for w in summary["workers"]}
     assert by_worker[0]["requests"] == 100 and by_worker[0]["error"] is None
     assert by_worker[1]["requests"] < 100 and by_worker[1]["requests_not_returned"] > 0
+    # the driver calls back per record here: the workers' lines come through it
+    assert {w["records_written_by"] for w in summary["workers"]} == {"driver"}
     assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
     assert len({r.request_id for r in records}) == len(records)
     assert np.all([r.ok for r in records])
@@ -416,3 +420,84 @@ def test_a_dead_workers_records_are_counted_from_the_file_by_its_share(tmp_path)
     assert [r.index for r, _ in counted] == [5, 7]  # 6 is not a record, 8 was torn
     assert dead.received == 2 and other.received == 0
     assert all(r.chunk_ns == [] and gaps is not None for r, gaps in counted)  # read light
+
+
+@pytest.mark.slow
+def test_a_dead_workers_own_appended_records_are_kept_and_counted(server, tmp_path):
+    # the workers append their lines to requests.jsonl themselves: one killed mid-run leaves
+    # what it appended, the file stays readable (a line it tore is mended) and the summary
+    # counts every record in it
+    import threading
+
+    server.reset()
+    config = _config(server, tmp_path, num_requests=200, concurrency=4)
+    config.workload.output_len = "30"  # ~170 ms a request: the kill lands mid-run
+    requests = tmp_path / "run" / "requests.jsonl"
+    killed: list[int] = []
+
+    def kill_worker_1_after_some_lines() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            if requests.exists() and requests.read_bytes().count(b"\n") >= 20:
+                for child in multiprocessing.active_children():
+                    if child.name == "latscope-bench-worker-1":
+                        killed.append(child.pid)
+                        os.kill(child.pid, signal.SIGKILL)  # a process this test's run started
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=kill_worker_1_after_some_lines, daemon=True)
+    watcher.start()
+    result = run_workers(config, 2)
+    watcher.join(5)
+    assert killed
+    failed = result.summary["workers_failed"]
+    assert len(failed) == 1 and "worker 1" in failed[0] and "SIGKILL" in failed[0]
+    _, records, summary = read_run(result.run_dir)  # readable: no torn line in the middle
+    by_worker = {w["worker"]: w for w in summary["workers"]}
+    assert by_worker[0]["requests"] == 100
+    assert 0 < by_worker[1]["requests"] < 100
+    assert {w["records_written_by"] for w in summary["workers"]} == {"worker"}
+    assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
+    assert len({r.request_id for r in records}) == len(records)
+    assert summary["requests"]["total"] == len(records)
+
+
+def test_a_line_torn_by_a_killed_writer_is_mended_among_the_others(tmp_path):
+    # a worker killed in the middle of its write leaves part of a line, and the next process's
+    # append lands right after it: the fragment is blanked (the line reads as the whole record
+    # after it), a fragment at the very end is cut, and the file reads whole
+    from latscope.rundir import iter_jsonl, mend_torn_lines, record_line
+
+    t = 10**13
+    lines = [record_line(RequestRecord(index=i, request_id=f"r-{i}", scheduled_ns=t,
+                                       sent_ns=t + 1, end_ns=t + 50, first_token_ns=t + 9,
+                                       chunk_ns=[t + 9 + k for k in range(20)],
+                                       output_tokens=20, status=200)) for i in range(5)]
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(lines[0] + lines[1][:70] + lines[2] + lines[3] + lines[4][:33])
+    with pytest.raises(ConfigError):  # as torn, unreadable
+        list(iter_jsonl(path))
+    assert mend_torn_lines(path) == 2
+    assert [obj["index"] for obj in iter_jsonl(path)] == [0, 2, 3]
+    assert path.read_bytes().endswith(lines[3])
+    assert mend_torn_lines(path) == 0  # mended once: a blanked fragment is not mended again
+
+
+def test_a_worker_that_cannot_append_stops_its_load_with_the_cause(tmp_path):
+    # a full disk (here /dev/full) while a worker appends its lines: its writer's failure is
+    # set, which stops its load (RequestFlow.one raises it) and names the cause; nothing more
+    # is written
+    from types import SimpleNamespace
+
+    from latscope.errors import OutputError
+    from latscope.load.worker import _records_sink
+
+    writer = SimpleNamespace(failure=None)
+    worker = SimpleNamespace(run=SimpleNamespace(writer=writer))
+    append = _records_sink(None, worker, "/dev/full")  # type: ignore[arg-type]
+    append(b'{"index":1}\n')
+    assert isinstance(writer.failure, OutputError)
+    assert "No space left" in str(writer.failure) and "/dev/full" in str(writer.failure)
+    first = writer.failure
+    append(b'{"index":2}\n')
+    assert writer.failure is first
