@@ -19,10 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakeserver import FakeServer
-from merged import assert_merged_summary
 
-from latscope.stats import summarize
+from fakeserver import FakeServer
 from latscope.errors import ConfigError
 from latscope.load import BenchConfig, read_run
 from latscope.load.arrival import arrival_offsets_ns
@@ -30,6 +28,8 @@ from latscope.load.clocks import measure_offset, shift_record
 from latscope.load.shares import plan_shares, split_evenly, split_proportionally
 from latscope.load.workers import run_workers
 from latscope.model import RequestRecord
+from latscope.stats import summarize
+from merged import assert_merged_summary
 
 
 @pytest.mark.parametrize("total,parts", [(7, 3), (4096, 16), (3, 3), (0, 2)])
