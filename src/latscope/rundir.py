@@ -257,11 +257,6 @@ def append_fresh(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
 
 
-def append_to(path: Path) -> int:
-    """A file descriptor of ``path`` (already there) opened for appending only."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND)
-
-
 class RunWriter:
     """Writes a run directory. Record lines are kept in a list and written out together at least
     every ``_FLUSH_NS`` (on an append, and on ``flush_if_due``, which a run calls as it goes) or

@@ -18,7 +18,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from latscope.errors import LatscopeError, OutputError
 from latscope.load.config import BenchConfig
@@ -26,7 +26,7 @@ from latscope.load.runner import _forget, _Run
 from latscope.load.shares import Share
 from latscope.load.workload import Prompt, Workload
 from latscope.model import RequestRecord
-from latscope.rundir import RunWriter, append_to, record_line
+from latscope.rundir import RunWriter, record_line
 
 _FLUSH_S = 0.1  # how often a worker appends (or sends back) its finished records
 
@@ -230,35 +230,39 @@ def _listen_for_stop(conn: Any, worker: WorkerRun) -> None:
     worker.stop()
 
 
-def _records_sink(conn: Any, worker: WorkerRun, path: str | None) -> Callable[[bytes], None]:
+@contextlib.contextmanager
+def _records_sink(conn: Any, worker: WorkerRun,
+                  path: str | None) -> Iterator[Callable[[bytes], None]]:
     """Where a local worker's batches of lines go: appended to the run's ``requests.jsonl``
     itself where the driver gave its path (``workers._appends_itself``), else sent to the
     driver. A write that fails (a full disk) stops this worker's load as it stops a
     one-process run (``RequestFlow.one`` raises the writer's failure); the driver reports the
     worker failed with that cause."""
     if path is None:
-        return lambda data: conn.send(("records", data))
-    fd = append_to(Path(path))
+        yield lambda data: conn.send(("records", data))
+        return
     writer = worker.run.writer
 
     def append(data: bytes) -> None:
         if writer.failure is not None:
             return
         try:
-            write_whole(fd, data)
+            write_whole(records, data)
         except OSError as exc:
             writer.failure = OutputError(f"cannot write {path}: {exc.strerror or exc}; the "
                                          "records written before are kept")
-    return append
+
+    with open(path, "ab", buffering=0) as records:  # unbuffered, O_APPEND
+        yield append
 
 
-def write_whole(fd: int, data: bytes) -> None:
-    """``data`` written in full: one write() a batch (lines from other processes appended to
-    the same file land before or after it, not inside, on a local file system); another only
-    where the kernel took part of it (a signal)."""
+def write_whole(records: Any, data: bytes) -> None:
+    """``data`` written to the unbuffered file ``records`` in full: one write() a batch (lines
+    from other processes appended to the same file land before or after it, not inside, on a
+    local file system); another only where the kernel took part of it (a signal)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[records.write(view):]
 
 
 def _local_main(conn: Any) -> None:
@@ -280,15 +284,15 @@ def _local_main(conn: Any) -> None:
         threading.Thread(target=_listen_for_stop, args=(conn, worker), daemon=True,
                          name="latscope-worker-stop").start()
 
-        put = _records_sink(conn, worker, msg[2] if len(msg) > 2 else None)
+        with _records_sink(conn, worker, msg[2] if len(msg) > 2 else None) as put:
 
-        def flush() -> None:
-            data = worker.take()
-            if data:
-                put(data)
+            def flush() -> None:
+                data = worker.take()
+                if data:
+                    put(data)
 
-        figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)
-        flush()
+            figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)
+            flush()
         if worker.run.writer.failure is not None:  # its last lines could not be written
             raise worker.run.writer.failure
         conn.send(("done", figures))

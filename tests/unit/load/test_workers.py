@@ -494,10 +494,10 @@ def test_a_worker_that_cannot_append_stops_its_load_with_the_cause(tmp_path):
 
     writer = SimpleNamespace(failure=None)
     worker = SimpleNamespace(run=SimpleNamespace(writer=writer))
-    append = _records_sink(None, worker, "/dev/full")  # type: ignore[arg-type]
-    append(b'{"index":1}\n')
-    assert isinstance(writer.failure, OutputError)
-    assert "No space left" in str(writer.failure) and "/dev/full" in str(writer.failure)
-    first = writer.failure
-    append(b'{"index":2}\n')
-    assert writer.failure is first
+    with _records_sink(None, worker, "/dev/full") as append:  # type: ignore[arg-type]
+        append(b'{"index":1}\n')
+        assert isinstance(writer.failure, OutputError)
+        assert "No space left" in str(writer.failure) and "/dev/full" in str(writer.failure)
+        first = writer.failure
+        append(b'{"index":2}\n')
+        assert writer.failure is first
