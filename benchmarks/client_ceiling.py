@@ -25,14 +25,16 @@ the responses that ended in it; the floor: its whole run) and the server's durin
 run. CPU time, unlike tokens/s, barely moves with what else runs on the box. Everything shares
 the box with the server: the figures are a contended client's, and only the ratio in one run
 means much. Under each latscope row: its tokens/s from first send to last *end* (what this
-script printed before: when the unparsed queue, up to 16 MiB, holds most of the run, as 512
-responses of 34 KB at c=64 do, that is the receive rate with the parsing left for after the
-last end, not a rate the client sustains), its CPU share of one core over the window, the
-unparsed queue's peak and how often a slot waited for it (``client.backpressure_waits``).
+script printed before: when the unparsed queue held most of the run, as 512 responses of 34 KB
+at c=64 did when it was bounded at 16 MiB, that was the receive rate with the parsing left for
+after the last end, not a rate the client sustains), its CPU share of one core over the window,
+the unparsed queue's peak and how often a slot waited for it (``client.backpressure_waits``).
+``--client-cpus`` / ``--server-cpus`` pin the two to their own cores.
 
     python3 benchmarks/client_ceiling.py [--reps 3] [--concurrency 64,256,1024] [--tokens 256]
     python3 benchmarks/client_ceiling.py --src /tmp/old/src   # another build, same run
     python3 benchmarks/client_ceiling.py --word-prompts   # prompts as sent (no /tokenize)
+    python3 benchmarks/client_ceiling.py --server c --client-cpus 2 --server-cpus 10
 
 ``--src DIR`` (repeatable) adds the latscope build at DIR (a copy of an older ``src``) as one
 more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run; its
@@ -266,15 +268,19 @@ class _CServer:
 
 
 @contextlib.contextmanager
-def _server(kind: str, tokens: int, word_prompts: bool) -> Iterator[Any]:
+def _server(kind: str, tokens: int, word_prompts: bool,
+            cpus: set[int] | None = None) -> Iterator[Any]:
     if kind == "c":
         from bench_workers import fast_server
 
-        with fast_server(1, 0, 0, kind="c", tokens=tokens) as (url, pids):
+        with fast_server(1, 0, 0, cpus, kind="c", tokens=tokens) as (url, pids):
             yield _CServer(url, pids[0])
         return
     tokenize = "off" if word_prompts else None  # None: the server's /tokenize
     with FakeServer(ttft_ms=0, itl_ms=0, tokenize_mode=tokenize) as srv:
+        if cpus:
+            assert srv.proc is not None
+            os.sched_setaffinity(srv.proc.pid, cpus)
         yield srv
 
 
@@ -296,17 +302,28 @@ def main() -> None:
                         "ceiling; words as tokens, no true TTFT)")
     parser.add_argument("--src", action="append", default=[],
                         help="another latscope src directory to run beside this one")
+    parser.add_argument("--client-cpus", default=None,
+                        help="pin both clients (this process and the builds it starts), e.g. 2")
+    parser.add_argument("--server-cpus", default=None,
+                        help="pin the server, e.g. 10 (unpinned, on the 16-core GPU host "
+                        "every client's runs fell in two groups, ~3.2M and ~5.3M tok/s)")
     args = parser.parse_args()
+    from bench_workers import cpu_list
+
+    if args.client_cpus:
+        os.sched_setaffinity(0, cpu_list(args.client_cpus))
+    server_cpus = cpu_list(args.server_cpus)
     clients: dict[str, str | None] = {"floor": None, "latscope": str(REPO / "src")}
     for i, src in enumerate(args.src):
         clients[f"src{i + 1}"] = str(Path(src).resolve())
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a contended box "
-          "reads lower for every client; compare within a row)")
+          "reads lower for every client; compare within a row); client cpus "
+          f"{args.client_cpus or 'any'}, server cpus {args.server_cpus or 'any'}")
     header = (f"{'c':>5} {'client':<9} {'tok/s':>10} {'/floor':>7} {'TTFT':>8} {'true':>8} "
               f"{'lag p50':>8} {'lag p99':>8} {'cpu/tok':>8} {'srv/tok':>8}")
     print(header)
     for c in (int(x) for x in args.concurrency.split(",")):
-        with _server(args.server, args.tokens, args.word_prompts) as srv:
+        with _server(args.server, args.tokens, args.word_prompts, server_cpus) as srv:
             rows = measure(srv, clients, args.reps, c, c * args.requests_per_slot, args.tokens)
         floor = _med(rows["floor"]["tok_s"])
         for name, row in rows.items():

@@ -31,9 +31,15 @@ from latscope.stats import Gaps, RunStats
 # was then parsed all at once past 16 MiB, which blocked the loop for ~150 ms at c=256 (event-loop
 # lag p99 357 ms). Now past _FINALIZE_BACKLOG_BYTES a closed-loop slot waits before its next send
 # until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
-# so); only past 4x that (open loops, whose sends follow a schedule) is the queue parsed at once.
+# so); only past _FINALIZE_OPEN_LOOP_BYTES (open loops, whose sends follow a schedule) is the
+# queue parsed as responses end. The bound is small so that a response is parsed while its bytes
+# are still in the core's cache: at 16 MiB the queue held 16-25 MB on the 16-core GPU hosts (2 MB
+# of L2 a core), where 1 MiB cut the client's CPU per token by a fifth to a third at c=64
+# (docs/bench.md). A real vLLM's responses end slower than they are parsed here: on an H200 at
+# c=256 its queue peaked at 0.8 MB, so its slots seldom wait.
 _FINALIZE_SLICE_NS = 1_000_000
-_FINALIZE_BACKLOG_BYTES = 16 << 20
+_FINALIZE_BACKLOG_BYTES = 1 << 20
+_FINALIZE_OPEN_LOOP_BYTES = 64 << 20
 
 
 class RequestFlow:
@@ -80,7 +86,7 @@ class RequestFlow:
         self.to_finalize.append((record, exchange))
         self.backlog_bytes += exchange.size
         self.backlog_peak = max(self.backlog_peak, self.backlog_bytes)
-        while self.backlog_bytes > 4 * _FINALIZE_BACKLOG_BYTES:
+        while self.backlog_bytes > _FINALIZE_OPEN_LOOP_BYTES:
             self._finalize_next()
         if not self.finalizing:
             self.finalizing = True

@@ -25,6 +25,23 @@ def test_a_zero_delay_stream_keeps_the_unparsed_backlog_bounded(tmp_path, monkey
     assert client["backpressure_waits"] > 0  # the slots waited instead of the loop parsing it all
 
 
+def test_an_open_loop_never_waits_and_parses_as_responses_end_past_its_bound(tmp_path,
+                                                                           monkeypatch):
+    # An open loop's sends follow its schedule: past the closed loops' bound it keeps sending,
+    # and past its own the responses are parsed as they end, so its queue stays bounded too.
+    monkeypatch.setattr(inflight, "_FINALIZE_BACKLOG_BYTES", 64 << 10)
+    monkeypatch.setattr(inflight, "_FINALIZE_OPEN_LOOP_BYTES", 256 << 10)
+    with FakeServer(ttft_ms=0, itl_ms=0) as srv:
+        config = BenchConfig(url=srv.url, model="fake-model", num_requests=400, rate=4000.0,
+                             concurrency=64, output_dir=tmp_path / "run")
+        config.workload.output_len = "256"
+        result = run_bench(config)
+    s, client = result.summary, result.summary["client"]
+    assert s["requests"]["completed"] == 400
+    assert client["backpressure_waits"] == 0, client
+    assert client["unparsed_peak_bytes"] > 64 << 10  # past the closed loops' bound
+    assert 0 < client["unparsed_peak_bytes"] <= (256 << 10) + (34 << 10)
+
 def _stub_run(tmp_path, monkeypatch, log: list[tuple[str, int]]):
     """A ``_Run`` whose client answers every request one loop turn after it was sent (no
     sockets), and whose parser notes what it parsed: the order of sends and parses is then the
