@@ -32,10 +32,10 @@ from latscope.stats import Gaps, RunStats
 # lag p99 357 ms). Now past _FINALIZE_BACKLOG_BYTES a closed-loop slot waits before its next send
 # until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
 # so); only past _FINALIZE_OPEN_LOOP_BYTES (open loops, whose sends follow a schedule) is the
-# queue parsed as responses end. The bound is small so that a response is parsed while its bytes
-# are still in the core's cache: at 16 MiB the queue held 16-25 MB on the 16-core GPU hosts (2 MB
-# of L2 a core), where 1 MiB cut the client's CPU per token by a fifth to a third at c=64
-# (docs/bench.md). A real vLLM's responses end slower than they are parsed here: on an H200 at
+# queue parsed as responses end. The bound was 16 MiB; at 1 MiB the event-loop lag p99 at c=256
+# is 6-7 ms instead of 15-16 and the queue's peak 9 MB instead of 25, at the same CPU per token
+# on a quiet host (less on two busy ones, where 16-25 MB of queue fell out of the core's cache:
+# docs/bench.md). A real vLLM's responses end slower than they are parsed here: on an H200 at
 # c=256 its queue peaked at 0.8 MB, so its slots seldom wait.
 _FINALIZE_SLICE_NS = 1_000_000
 _FINALIZE_BACKLOG_BYTES = 1 << 20
