@@ -33,10 +33,10 @@ from latscope.stats import Gaps, RunStats
 # until the queue is half as long (backpressure: the client is the bottleneck, and its figures say
 # so); only past _FINALIZE_OPEN_LOOP_BYTES (open loops, whose sends follow a schedule) is the
 # queue parsed as responses end. The bound was 16 MiB; at 1 MiB the event-loop lag p99 at c=256
-# is 6-7 ms instead of 15-16 and the queue's peak 9 MB instead of 25, at the same CPU per token
-# on a quiet host (less on two busy ones, where 16-25 MB of queue fell out of the core's cache:
-# docs/bench.md). A real vLLM's responses end slower than they are parsed here: on an H200 at
-# c=256 its queue peaked at 0.8 MB, so its slots seldom wait.
+# is ~6 ms instead of ~15 and the queue's peak ~9 MB instead of ~25, at the same CPU per token on
+# a quiet host and less on two busy ones (where 16-25 MB of queue likely fell out of the core's
+# cache: docs/bench.md). A real vLLM's responses end slower than they are parsed here: on an H200
+# at c=256 its queue peaked at 0.8 MB, so its slots seldom wait.
 _FINALIZE_SLICE_NS = 1_000_000
 _FINALIZE_BACKLOG_BYTES = 1 << 20
 _FINALIZE_OPEN_LOOP_BYTES = 64 << 20
