@@ -14,7 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from latscope.errors import OutputError
+from latscope.errors import LatscopeError, OutputError
 from latscope.load.client import StreamingClient
 from latscope.load.config import BenchConfig
 from latscope.load.prepare import request_body
@@ -63,6 +63,7 @@ class RequestFlow:
     backpressure_waits: int
     drained: asyncio.Event
     finalizing: bool
+    reader_failure: LatscopeError | None  # a response latscope could not read: the run stops
 
     def prepare(self, index: int) -> tuple[Prompt, bytes]:
         """Request ``index``'s prompt (taken from the workload: built before the run or as it
@@ -72,8 +73,7 @@ class RequestFlow:
 
     async def one(self, index: int, scheduled_ns: int, warmup: bool,
                   prepared: tuple[Prompt, bytes] | None = None, open_loop: bool = False) -> None:
-        if self.writer.failure is not None:  # the run directory cannot be written: stop
-            raise self.writer.failure
+        self.stop_if_failed()
         prompt, body = prepared or self.prepare(index)
         record = RequestRecord(index=index, request_id=f"latscope-{self.tag}-{index}",
                                scheduled_ns=scheduled_ns, warmup=warmup, open_loop=open_loop,
@@ -95,8 +95,15 @@ class RequestFlow:
             self.backpressure_waits += 1
             self.drained.clear()
             await self.drained.wait()
-            if self.writer.failure is not None:
-                raise self.writer.failure
+            self.stop_if_failed()
+
+    def stop_if_failed(self) -> None:
+        """Raises what stops the sends: the run directory cannot be written, or a response
+        could not be read (a latscope bug)."""
+        if self.writer.failure is not None:
+            raise self.writer.failure
+        if self.reader_failure is not None:
+            raise self.reader_failure
 
     def _finalize_one(self) -> None:
         """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
@@ -122,8 +129,23 @@ class RequestFlow:
     def _finalize_next(self) -> None:
         record, exchange = self.to_finalize.popleft()
         self.backlog_bytes -= exchange.size
-        finalize(record, exchange, self.config.stream)
+        try:
+            finalize(record, exchange, self.config.stream)
+        except Exception as exc:  # a reader's bug: in a loop callback it would only be logged,
+            # the queue left undrained and the slots waiting on it waiting for ever
+            self._not_read(record, exc)
         self._finished(record)
+
+    def _not_read(self, record: RequestRecord, exc: Exception) -> None:
+        """A response the readers failed on: written as an error, and the run stops with it."""
+        cause = f"{type(exc).__name__}: {exc}"
+        record.error_kind = ErrorKind.MALFORMED.value
+        record.error = f"latscope could not read this response ({cause})"
+        if self.reader_failure is None:
+            self.reader_failure = LatscopeError(
+                f"reading the response to request {record.index} failed, a latscope bug "
+                f"({cause}); please report it")
+            self.reader_failure.__cause__ = exc
 
     def finalize_all(self) -> None:
         while self.to_finalize:

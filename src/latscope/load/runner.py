@@ -238,6 +238,7 @@ class _Run(RequestFlow):
         self.backpressure_waits = 0
         self.drained = asyncio.Event()
         self.finalizing = False
+        self.reader_failure = None
         self.lag_ms = array("f")
         # one request's time, measured by a closed loop's first request: the next closed loop
         # staggers its slots by it without a pilot request of its own
@@ -282,6 +283,7 @@ class _Run(RequestFlow):
                 self.request_time_ns = self.request_time_ns or stagger.request_ns
             self.staggers.append(stagger.describe(warmup))
         self.finalize_all()
+        self.stop_if_failed()
 
     def arrival_offsets(self, count: int) -> np.ndarray:
         cfg = self.config
@@ -311,8 +313,8 @@ class _Run(RequestFlow):
             scheduled = t0 + offset
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
-            if self.writer.failure is not None:  # the run directory cannot be written
-                break
+            if self.writer.failure is not None or self.reader_failure is not None:
+                break  # the run directory cannot be written, or a response could not be read
             prepared = self.prepare(index)  # before its time comes, not inside its send lag
             warm = index < warm_below
             if begin is not None and not warm:
@@ -336,9 +338,9 @@ class _Run(RequestFlow):
             raise
         if failures:
             raise failures[0]
-        if self.writer.failure is not None:
-            raise self.writer.failure
+        self.stop_if_failed()
         self.finalize_all()
+        self.stop_if_failed()
 
     async def measure(self, begin: Callable[[], Any] | None = None) -> None:
         """The measured requests. With ``begin`` (a closed loop without --duration), the

@@ -118,3 +118,51 @@ def test_a_deep_backlog_is_parsed_a_slice_per_loop_turn_at_least_one_response_ea
     assert [i for _, i in log] == list(range(6))  # in order, every one
     assert turns == 6  # one response per turn: the loop's other callbacks run in between
     assert run.drained.is_set() and not run.finalizing
+
+
+def test_a_response_the_reader_fails_on_stops_the_run_with_its_cause_and_keeps_the_rest(
+        tmp_path, monkeypatch):
+    # A reader's bug used to be logged by the event loop and leave the queue undrained: the
+    # slots waiting on it waited for ever. Now the run stops with a one-line cause, the
+    # response is written as an error and every record read before it is on disk.
+    import threading
+
+    from latscope.errors import LatscopeError
+    from latscope.load import read_run
+
+    read = inflight.finalize
+    parsed: list[int] = []
+
+    def flaky(record, exchange, stream):
+        if not record.warmup and len(parsed) == 20:
+            raise ValueError("a reader bug")
+        parsed.append(record.index)
+        read(record, exchange, stream)
+
+    monkeypatch.setattr(inflight, "_FINALIZE_BACKLOG_BYTES", 64 << 10)  # slots wait on it
+    monkeypatch.setattr(inflight, "finalize", flaky)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
+            config = BenchConfig(url=srv.url, model="fake-model", num_requests=400,
+                                 concurrency=16, output_dir=tmp_path / "run")
+            config.workload.output_len = "256"
+            try:
+                run_bench(config)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+                outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the run hung on a response it could not read"
+    assert outcome and isinstance(outcome[0], LatscopeError)
+    assert "a latscope bug (ValueError: a reader bug)" in str(outcome[0])
+    assert "\n" not in str(outcome[0])
+    _, records, summary = read_run(tmp_path / "run")
+    failed = [r for r in records if r.error and "could not read" in r.error]
+    assert len(failed) >= 1 and failed[0].error_kind == "malformed_response"
+    assert sum(r.ok for r in records) >= 20  # those read before it, kept
+    assert summary["requests"]["completed"] + summary["requests"]["failed"] == len(records)
