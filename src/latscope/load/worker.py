@@ -291,8 +291,12 @@ def _local_main(conn: Any) -> None:
                 if data:
                     put(data)
 
-            figures = run_loop(lambda: worker.measure(msg[1], flush), spec.config.use_uvloop)
-            flush()
+            try:
+                figures = run_loop(lambda: worker.measure(msg[1], flush),
+                                   spec.config.use_uvloop)
+            finally:  # the last lines, those a failed load wrote on its way out included
+                with contextlib.suppress(OSError):  # (the driver gone: nobody to send them)
+                    flush()
         if worker.run.writer.failure is not None:  # its last lines could not be written
             raise worker.run.writer.failure
         conn.send(("done", figures))
