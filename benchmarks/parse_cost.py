@@ -5,7 +5,8 @@ times it alone, in CPU time (``time.process_time``: a contended box slows wall t
 on streamed bodies shaped like vLLM's: a completions stream and a chat stream (role event first,
 usage event last) of ``--tokens`` tokens, one HTTP chunk per event, received either one read
 per event (a slow server) or in one read (a fast one). With ``--against REV`` the same bodies
-are also read by ``response.py`` as it is at git revision REV, the two alternated round by round;
+are also read by ``response.py`` as it is at git revision REV, with REV's ``_native.c``
+compiled here where both exist (``cc``), the two alternated round by round;
 the figure is the median over rounds of the mean µs per response. Where the C pass
 (``_native.c``) is built, the current build is timed twice: with it (``current``) and with the
 pure-Python fast reader it replaces (``python``), as a build without a compiler reads. Usage::
@@ -19,9 +20,11 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -85,15 +88,41 @@ def _exchange(reads: list[tuple[int, bytes]], loop: asyncio.AbstractEventLoop) -
     return ex
 
 
-def _module_at(rev: str) -> ModuleType:
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:src/latscope/load/response.py"],
-                          check=True, capture_output=True).stdout
-    path = Path(tempfile.mkdtemp()) / "response_at_rev.py"
-    path.write_bytes(text)
-    spec = importlib.util.spec_from_file_location("response_at_rev", path)
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _native_at(rev: str, folder: Path) -> ModuleType | None:
+    """REV's ``_native.c`` compiled into ``folder``, or None (no C part at REV, no compiler)."""
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:src/latscope/_native.c"],
+                           capture_output=True)
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if shown.returncode or compiler is None:
+        return None
+    (folder / "_native.c").write_bytes(shown.stdout)
+    built = folder / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-I" + sysconfig.get_paths()["include"],
+                    str(folder / "_native.c"), "-o", str(built)], check=True)
+    return _load("_native", built)
+
+
+def _module_at(rev: str) -> ModuleType:
+    """``response.py`` at REV, reading with REV's C pass where it has one and a compiler is
+    here (else with this build's)."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:src/latscope/load/response.py"],
+                          check=True, capture_output=True).stdout
+    folder = Path(tempfile.mkdtemp())
+    (folder / "response_at_rev.py").write_bytes(text)
+    module = _load("response_at_rev", folder / "response_at_rev.py")
+    native = _native_at(rev, folder) if getattr(module, "_native", None) is not None else None
+    if native is not None:
+        module._native = native  # _read_stream_c looks it up at each call
+    print(f"{rev}: response.py with {'its own' if native else 'this build' + chr(39) + 's'} "
+          "C pass" if getattr(module, "_native", None) is not None else f"{rev}: no C pass")
     return module
 
 

@@ -1,8 +1,9 @@
 """latscope's C part under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-Builds ``src/latscope/_native.c`` three times with ``-fsanitize=address,undefined`` (the key
-search this CPU takes, AVX2 where it has it; the SSE2 one, ``-DLATSCOPE_NO_AVX2``; the portable
-one, ``-DLATSCOPE_NO_SIMD``) into a temporary folder, then runs itself again with the sanitizer
+Builds ``src/latscope/_native.c`` four times with ``-fsanitize=address,undefined`` (the key
+search this CPU takes, AVX-512BW or AVX2 where it has them; the AVX2 one,
+``-DLATSCOPE_NO_AVX512``; the SSE2 one, ``-DLATSCOPE_NO_AVX2``; the portable one,
+``-DLATSCOPE_NO_SIMD``) into a temporary folder, then runs itself again with the sanitizer
 runtimes preloaded (CPython is not built with them) and feeds every build: the fuzz target's
 chunked bodies (they must answer alike), random reads, vLLM-shaped bodies at every split size
 and cut anywhere, usage counts in random tails, wrong argument types, and token times at the
@@ -38,7 +39,7 @@ def _runtime(compiler: str, name: str) -> str | None:
 
 
 def build(folder: Path) -> tuple[list[Path], list[str]]:
-    """The three sanitized builds and the runtimes to preload; SystemExit(2) if this host lacks
+    """The four sanitized builds and the runtimes to preload; SystemExit(2) if this host lacks
     a compiler or the runtimes."""
     compiler = shutil.which("gcc") or shutil.which("cc")
     runtimes = [_runtime(compiler, n) for n in ("libasan.so", "libubsan.so")] if compiler else []
@@ -46,8 +47,8 @@ def build(folder: Path) -> tuple[list[Path], list[str]]:
         raise SystemExit(2)
     include = "-I" + sysconfig.get_paths()["include"]
     built = []
-    for name, extra in (("simd", []), ("sse2", ["-DLATSCOPE_NO_AVX2"]),
-                        ("scalar", ["-DLATSCOPE_NO_SIMD"])):
+    for name, extra in (("simd", []), ("avx2", ["-DLATSCOPE_NO_AVX512"]),
+                        ("sse2", ["-DLATSCOPE_NO_AVX2"]), ("scalar", ["-DLATSCOPE_NO_SIMD"])):
         out = folder / f"_native_{name}.so"
         subprocess.run([compiler, *FLAGS, *extra, include, str(SOURCE), "-o", str(out)],
                        check=True)
@@ -63,7 +64,20 @@ def _load(path: Path):
     return module
 
 
-def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> None:
+class _Alike:
+    """The searches between the CPU's own and the portable one (AVX2's where the CPU takes
+    AVX-512BW's, SSE2's): their scan_stream, held to one answer among them."""
+
+    def __init__(self, modules: list) -> None:
+        self.modules = modules
+
+    def scan_stream(self, *args):
+        answers = [m.scan_stream(*args) for m in self.modules]
+        assert all(a == answers[0] for a in answers), [m.KEY_SEARCH for m in self.modules]
+        return answers[0]
+
+
+def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples: int) -> None:
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "unit" / "fuzz")]
     import fuzztargets
     from hypothesis import HealthCheck, given, settings
@@ -71,7 +85,8 @@ def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> 
 
     import fakeserver
 
-    simd, sse2, scalar = _load(simd_path), _load(sse2_path), _load(scalar_path)
+    simd, scalar = _load(simd_path), _load(scalar_path)
+    sse2 = _Alike([_load(path) for path in middle_paths])
     conf = settings(max_examples=examples, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
@@ -192,15 +207,16 @@ def feed(simd_path: Path, sse2_path: Path, scalar_path: Path, examples: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=3000)
-    parser.add_argument("--feed", nargs=3, help=argparse.SUPPRESS)  # the preloaded run
+    parser.add_argument("--feed", nargs="+", help=argparse.SUPPRESS)  # the preloaded run
     args = parser.parse_args()
     if args.feed:
-        feed(Path(args.feed[0]), Path(args.feed[1]), Path(args.feed[2]), args.examples)
+        paths = [Path(path) for path in args.feed]
+        feed(paths[0], paths[1:-1], paths[-1], args.examples)
         print(f"sanitized: no error over {args.examples} examples per strategy")
         return
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            (simd, sse2, scalar), runtimes = build(Path(tmp))
+            builds, runtimes = build(Path(tmp))
         except SystemExit:
             print("no C compiler with AddressSanitizer here", file=sys.stderr)
             raise
@@ -209,7 +225,7 @@ def main() -> None:
                "PYTHONPATH": os.pathsep.join([str(REPO / "src"),
                                               os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run([sys.executable, __file__, "--examples", str(args.examples),
-                               "--feed", str(simd), str(sse2), str(scalar)], env=env)
+                               "--feed", *map(str, builds)], env=env)
         raise SystemExit(done.returncode)
 
 

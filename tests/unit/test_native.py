@@ -34,7 +34,8 @@ def test_the_c_part_is_built_and_chosen():
 
 def _variant_build(tmp_path: Path, flag: str):
     """_native.c built with ``flag``: -DLATSCOPE_NO_SIMD, the key search hosts without SSE2
-    take; -DLATSCOPE_NO_AVX2, the one x86 hosts without AVX2 take."""
+    take; -DLATSCOPE_NO_AVX2, the one x86 hosts without AVX2 take; -DLATSCOPE_NO_AVX512, the
+    one AVX2 hosts without AVX-512BW take."""
     from latscope import _native
 
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -54,17 +55,31 @@ def _variant_build(tmp_path: Path, flag: str):
     return module
 
 
-def test_every_key_search_answers_alike(tmp_path):
-    # the module takes AVX2's where the CPU has it, else SSE2's; aarch64 hosts (Grace Hopper)
-    # build the portable one: all held to the same answers on vLLM-shaped bodies read at
-    # awkward splits and on the fuzz target's bodies
+def _searches(tmp_path: Path) -> list:
+    """Every key search this host can run: the module's (AVX-512BW's where the CPU has it,
+    else AVX2's, else SSE2's), AVX2's where the module took AVX-512BW's, SSE2's, the
+    portable one (aarch64 hosts, Grace Hopper, build that one)."""
     from latscope import _native
 
-    sse2 = _variant_build(tmp_path, "-DLATSCOPE_NO_AVX2")
-    scalar = _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")
+    searches = [_native]
+    if _native.KEY_SEARCH == "avx512bw":
+        searches.append(_variant_build(tmp_path, "-DLATSCOPE_NO_AVX512"))
+        assert searches[-1].KEY_SEARCH == "avx2"
+    return searches + [_variant_build(tmp_path, "-DLATSCOPE_NO_AVX2"),
+                       _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")]
+
+
+def test_every_key_search_answers_alike(tmp_path):
+    # all held to the same answers on vLLM-shaped bodies read at awkward splits and on the
+    # fuzz target's bodies
+    from latscope import _native
+
+    searches = _searches(tmp_path)
+    sse2, scalar = searches[-2:]
     assert scalar.KEY_SEARCH == "portable"
     if platform.machine() in ("x86_64", "AMD64"):
-        assert sse2.KEY_SEARCH == "sse2" and _native.KEY_SEARCH in ("avx2", "sse2")
+        assert sse2.KEY_SEARCH == "sse2"
+        assert _native.KEY_SEARCH in ("avx512bw", "avx2", "sse2")
     for chat in (False, True):
         events = list(fakeserver._events(chat, 40, 11, True, False))
         body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
@@ -72,13 +87,14 @@ def test_every_key_search_answers_alike(tmp_path):
             reads = [(i, body[i:i + step]) for i in range(0, len(body), step)]
             answer = scalar.scan_stream(reads)
             assert answer is not None and len(answer[0]) == 40
-            assert answer == sse2.scan_stream(reads) == _native.scan_stream(reads)
+            assert all(search.scan_stream(reads) == answer for search in searches)
 
     @settings(max_examples=300, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(fuzztargets.chunked_reads())
     def same(reads):
-        assert scalar.scan_stream(reads) == sse2.scan_stream(reads) == _native.scan_stream(reads)
+        answer = scalar.scan_stream(reads)
+        assert all(search.scan_stream(reads) == answer for search in searches)
 
     same()
 
@@ -87,12 +103,10 @@ def test_a_key_is_found_at_every_place_in_an_event(tmp_path):
     # the SIMD searches test 16 or 32 places at once and the event's end by a block that
     # overlaps the one before: a key (or a role that unmarks it) at any offset, in events of
     # any length around those widths, must be found exactly as the exact reader finds it
-    from latscope import _native
     from latscope.load import response
     from latscope.model import RequestRecord
 
-    searches = [_native, _variant_build(tmp_path, "-DLATSCOPE_NO_AVX2"),
-                _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")]
+    searches = _searches(tmp_path)
     marks = [b'"text":"a"', b'"content" : "a"', b'"reasoning_content":"a"', b'"reasoning":"a"',
              b'"role":"x","content":"a"', b'"created":"a"', b'"text" :1', b'"tex":"a"']
     seen = set()
@@ -117,12 +131,10 @@ def test_events_are_read_where_chunks_cut_them(tmp_path):
     # the pass reads each chunk's events in place when every chunk holds whole events (a
     # server's write of one or more), and the de-chunked copy where a chunk ends inside an
     # event (a proxy that re-chunks): both, in all three searches, answer as the exact reader
-    from latscope import _native
     from latscope.load import response
     from latscope.model import RequestRecord
 
-    searches = [_native, _variant_build(tmp_path, "-DLATSCOPE_NO_AVX2"),
-                _variant_build(tmp_path, "-DLATSCOPE_NO_SIMD")]
+    searches = _searches(tmp_path)
     for chat in (False, True):
         events = list(fakeserver._events(chat, 30, 7, True, False))  # each ends "\n\n"
         data = b"".join(events[:-1])  # [DONE] stays whole in the last chunk, which the pass
@@ -249,6 +261,20 @@ def test_json_ints_writes_what_orjson_writes_and_declines_the_rest():
             assert _native.json_ints(ints) == orjson.dumps(ints)
 
     same()
+
+    # token times: each written from the one before where both are positive (only the digits
+    # that differ), so steps that cross a power of ten up and down, zeros and signs
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
+    @given(st.sampled_from([0, 1, 9, 10**6 - 3, 10**15 - 40, 2**63 - 300]),
+           st.lists(st.integers(-60, 60), max_size=60))
+    def steps(origin, deltas):
+        ints, value = [], origin
+        for delta in deltas:
+            value = max(-2**63, min(2**63 - 1, value + delta))
+            ints.append(value)
+        assert _native.json_ints(ints) == orjson.dumps(ints)
+
+    steps()
     for declined in ([2**63], [-2**63 - 1], [True], [1.0], [1, "2"], [None]):
         assert _native.json_ints(declined) is None
     with pytest.raises(TypeError):

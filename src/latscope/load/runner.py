@@ -34,7 +34,7 @@ import numpy as np
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
-from latscope.load.inflight import RequestFlow
+from latscope.load.inflight import Gate, RequestFlow
 from latscope.load.offcpu import RunQueueClock
 from latscope.load.prepare import (
     check_lengths,
@@ -236,8 +236,9 @@ class _Run(RequestFlow):
         self.backlog_bytes = 0  # body bytes in to_finalize
         self.backlog_peak = 0
         self.backpressure_waits = 0
-        self.drained = asyncio.Event()
+        self.drained = Gate()
         self.finalizing = False
+        self.loop = None
         self.reader_failure = None
         self.lag_ms = array("f")
         # one request's time, measured by a closed loop's first request: the next closed loop

@@ -166,3 +166,37 @@ def test_a_response_the_reader_fails_on_stops_the_run_with_its_cause_and_keeps_t
     assert len(failed) >= 1 and failed[0].error_kind == "malformed_response"
     assert sum(r.ok for r in records) >= 20  # those read before it, kept
     assert summary["requests"]["completed"] + summary["requests"]["failed"] == len(records)
+
+
+def test_the_gate_the_slots_wait_on_opens_for_every_waiter_and_survives_a_cancelled_one():
+    # inflight.Gate stands in for asyncio.Event on the hot path (its wait looks the loop up
+    # once): the same set / clear / wait, including a waiter cancelled while it waits
+    import asyncio
+
+    async def scenario() -> list[str]:
+        gate, woke = inflight.Gate(), []
+
+        async def waiter(name: str) -> None:
+            await gate.wait()
+            woke.append(name)
+
+        tasks = [asyncio.create_task(waiter(n)) for n in ("a", "b", "c")]
+        await asyncio.sleep(0)
+        assert not gate.is_set() and woke == []  # closed: all three wait
+        tasks[1].cancel()
+        await asyncio.sleep(0)
+        gate.set()  # opens for the two still waiting; the cancelled one is skipped
+        await asyncio.wait_for(asyncio.gather(tasks[0], tasks[2]), 10)  # (a gate that never
+        # opens fails here, not by hanging)
+        assert tasks[1].cancelled()
+        await asyncio.wait_for(gate.wait(), 10)  # open: returns at once
+        woke.append("open")
+        gate.clear()
+        late = asyncio.create_task(waiter("d"))
+        await asyncio.sleep(0)
+        assert not late.done()  # closed again: it waits for the next set
+        gate.set()
+        await asyncio.wait_for(late, 10)
+        return woke
+
+    assert asyncio.run(scenario()) == ["a", "c", "open", "d"]
