@@ -6,10 +6,11 @@ search this CPU takes, AVX-512BW or AVX2 where it has them; the AVX2 one,
 ``-DLATSCOPE_NO_SIMD``) into a temporary folder, then runs itself again with the sanitizer
 runtimes preloaded (CPython is not built with them) and feeds every build: the fuzz target's
 chunked bodies (they must answer alike), random reads, vLLM-shaped bodies at every split size
-and cut anywhere, usage counts in random tails, wrong argument types, and token times at the
-edges of int64. Any out-of-bounds access, use after free or undefined behaviour stops it with the
-sanitizer's report and a non-zero exit. ``tests/unit/test_native.py`` runs it with a few hundred
-examples; run it longer after changing the C::
+and cut anywhere, usage counts in random tails, record lines of random fields, wrong argument
+types, and token times at the edges of int64. Any out-of-bounds access, use after free or
+undefined behaviour stops it with the sanitizer's report and a non-zero exit.
+``tests/unit/test_native.py`` runs it with a few hundred examples; run it longer after changing
+the C::
 
     python3 scripts/sanitize_native.py [--examples 20000]
 """
@@ -146,6 +147,22 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
         assert text is None or text.count(b",") == max(len(ints) - 1, 0)
 
     @conf
+    @given(st.lists(st.tuples(st.text(max_size=8), st.one_of(
+        st.integers(-2**70, 2**70), st.booleans(), st.none(), st.text(max_size=40),
+        st.lists(st.integers(-2**64, 2**64), max_size=300), st.dictionaries(st.text(), st.none(),
+                                                                            max_size=1),
+        st.floats())), max_size=24))
+    def record_lines(fields):
+        import orjson
+
+        keys, values = tuple(k for k, _ in fields), tuple(v for _, v in fields)
+        line = simd.record_line(keys, values)
+        assert line == scalar.record_line(keys, values)
+        if line is not None:  # what orjson writes for the same fields, in the same order
+            assert line == orjson.dumps(dict(fields), option=orjson.OPT_APPEND_NEWLINE) or (
+                len(set(keys)) < len(keys))  # (a dict keeps one of a repeated key)
+
+    @conf
     @given(st.binary(max_size=80), st.integers(-3, 90), st.integers(-3, 90),
            st.lists(st.integers(-10**19, 10**19), max_size=30))
     def line_gaps(noise, start, end, times):
@@ -173,6 +190,7 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
     edge_times()
     gap_store()
     json_text()
+    record_lines()
     usage_counts()
     for chat in (False, True):
         events = list(fakeserver._events(chat, 60, 11, True, False))

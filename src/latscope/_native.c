@@ -859,23 +859,47 @@ static int int_text(long long value, char *text, long long last, int start) {
     return at;
 }
 
-/* json_ints(ints) -> bytes | None
- * A list of ints as JSON text ("[1,2,3]"), what orjson writes for it; None where an item is
- * not an exact int or does not fit 64 bits (the caller lets orjson write it). For a record's
- * token times: orjson took ~31 ns an item for 13-digit ints (PyLong_AsLongLong's slow path in
- * CPython 3.11), 8 us of a 256-token record's 9; the tokens of one read share its time object
- * (scan_stream), so an item that is the one before is written by copying its digits. */
-static PyObject *json_ints(PyObject *module, PyObject *ints) {
-    (void)module;
-    if (!PyList_Check(ints)) {
-        PyErr_SetString(PyExc_TypeError, "json_ints takes a list of ints");
-        return NULL;
+/* A growing text buffer for json_ints and record_line. */
+typedef struct {
+    char *text;
+    Py_ssize_t len, cap;
+} Text;
+
+static int text_room(Text *t, Py_ssize_t more) {
+    if (t->len + more <= t->cap) return 1;
+    Py_ssize_t cap = (t->cap + more) * 2;
+    char *grown = realloc(t->text, (size_t)cap);
+    if (grown == NULL) { PyErr_NoMemory(); return -1; }
+    t->text = grown;
+    t->cap = cap;
+    return 1;
+}
+
+static inline void text_add(Text *t, const char *bytes, Py_ssize_t n) {  /* room made before */
+    memcpy(t->text + t->len, bytes, (size_t)n);
+    t->len += n;
+}
+
+/* An exact int of 64 bits into value: 1, or 0 for anything else (no exception left set). */
+static int int64_of(PyObject *item, long long *value) {
+    if (!PyLong_CheckExact(item)) return 0;
+    int overflow = 0;
+    *value = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (overflow || (*value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
     }
+    return 1;
+}
+
+/* A list of ints as JSON text, as orjson writes it: 1, 0 where an item is not an exact int of
+ * 64 bits, -1 on a memory error. The token times of one read share one time object
+ * (scan_stream), so an item that is the one before is written by copying its digits. */
+static int add_ints(Text *t, PyObject *ints) {
     Py_ssize_t n = PyList_GET_SIZE(ints);
     /* 20 digits and a sign at most per item, a comma each, the brackets */
-    char *text = malloc((size_t)n * 22 + 2), *out = text;
-    if (text == NULL) return PyErr_NoMemory();
-    *out++ = '[';
+    if (text_room(t, n * 22 + 2) < 0) return -1;
+    t->text[t->len++] = '[';
     PyObject *last = NULL;
     long long last_value = 0;  /* 0: none (int_text writes every digit) */
     char digits[INT_TEXT];
@@ -883,26 +907,122 @@ static PyObject *json_ints(PyObject *module, PyObject *ints) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(ints, i);
         if (item != last) {
-            int overflow = 0;
-            long long value = PyLong_CheckExact(item)
-                ? PyLong_AsLongLongAndOverflow(item, &overflow) : 0;
-            if (!PyLong_CheckExact(item) || overflow || (value == -1 && PyErr_Occurred())) {
-                PyErr_Clear();
-                free(text);
-                Py_RETURN_NONE;
-            }
+            long long value;
+            if (!int64_of(item, &value)) return 0;
             if (last == NULL || value != last_value)  /* equal values: records read back */
                 start = int_text(value, digits, last_value, start);
             last = item;
             last_value = value;
         }
-        if (i) *out++ = ',';
-        memcpy(out, digits + start, (size_t)(INT_TEXT - start));
-        out += INT_TEXT - start;
+        if (i) t->text[t->len++] = ',';
+        text_add(t, digits + start, INT_TEXT - start);
     }
-    *out++ = ']';
-    PyObject *result = PyBytes_FromStringAndSize(text, out - text);
-    free(text);
+    t->text[t->len++] = ']';
+    return 1;
+}
+
+/* json_ints(ints) -> bytes | None
+ * A list of ints as JSON text ("[1,2,3]"), what orjson writes for it; None where an item is
+ * not an exact int or does not fit 64 bits (the caller lets orjson write it). For a record's
+ * token times: orjson took ~31 ns an item for 13-digit ints (PyLong_AsLongLong's slow path in
+ * CPython 3.11), 8 us of a 256-token record's 9. */
+static PyObject *json_ints(PyObject *module, PyObject *ints) {
+    (void)module;
+    if (!PyList_Check(ints)) {
+        PyErr_SetString(PyExc_TypeError, "json_ints takes a list of ints");
+        return NULL;
+    }
+    Text t = {NULL, 0, 0};
+    int ok = add_ints(&t, ints);
+    PyObject *result = ok == 1 ? PyBytes_FromStringAndSize(t.text, t.len)
+                               : ok == 0 ? Py_NewRef(Py_None) : NULL;
+    free(t.text);
+    return result;
+}
+
+/* A str as orjson writes it, where nothing in it needs an escape (a quote, a backslash, a
+ * control character): 1, else 0 (the caller lets orjson write the line), -1 on memory. Other
+ * characters are written as their UTF-8, as orjson writes them. */
+static int add_str(Text *t, PyObject *str) {
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(str, &n);
+    if (utf8 == NULL) {  /* a lone surrogate: orjson refuses it, and says so */
+        PyErr_Clear();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)utf8[i];
+        if (c < 0x20 || c == '"' || c == '\\') return 0;
+    }
+    if (text_room(t, n + 2) < 0) return -1;
+    t->text[t->len++] = '"';
+    text_add(t, utf8, n);
+    t->text[t->len++] = '"';
+    return 1;
+}
+
+/* One field's value: 1, 0 to decline, -1 on memory. */
+static int add_value(Text *t, PyObject *value) {
+    if (value == Py_None || value == Py_True || value == Py_False) {
+        const char *word = value == Py_None ? "null" : value == Py_True ? "true" : "false";
+        Py_ssize_t n = (Py_ssize_t)strlen(word);
+        if (text_room(t, n) < 0) return -1;
+        text_add(t, word, n);
+        return 1;
+    }
+    if (PyLong_CheckExact(value)) {
+        long long v;
+        if (!int64_of(value, &v)) return 0;
+        char digits[INT_TEXT];
+        int start = int_text(v, digits, 0, INT_TEXT);
+        if (text_room(t, INT_TEXT - start) < 0) return -1;
+        text_add(t, digits + start, INT_TEXT - start);
+        return 1;
+    }
+    if (PyUnicode_CheckExact(value)) return add_str(t, value);
+    if (PyList_CheckExact(value)) return add_ints(t, value);
+    if (PyDict_CheckExact(value) && PyDict_GET_SIZE(value) == 0) {
+        if (text_room(t, 2) < 0) return -1;
+        text_add(t, "{}", 2);
+        return 1;
+    }
+    return 0;
+}
+
+/* record_line(keys, values) -> bytes | None
+ * A requests.jsonl line, "{...}\n", of a record whose fields are `values` (a tuple, in its
+ * dataclass's field order), named by `keys` (a tuple of str, as long): byte for byte what
+ * orjson.dumps(record, option=OPT_APPEND_NEWLINE) writes; None where a value is anything but
+ * the usual (an exact int of 64 bits, None, a bool, a str with nothing to escape, a list of
+ * such ints, an empty dict), and the caller lets orjson write the line. For the line of every
+ * request at the client's ceiling: orjson's dataclass path took ~4.6 us of a response there
+ * (benchmarks/client_ceiling.py, a 9-field line in its place: 0.87 -> 1.02 of the floor). */
+static PyObject *record_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])
+        || PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "record_line(keys, values): two tuples as long");
+        return NULL;
+    }
+    PyObject *keys = args[0], *values = args[1];
+    Text t = {NULL, 0, 0};
+    int ok = text_room(&t, 512);
+    if (ok == 1) t.text[t.len++] = '{';
+    for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(keys); i++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        if (!PyUnicode_CheckExact(key)) {
+            ok = 0;
+            break;
+        }
+        if (i && (ok = text_room(&t, 1)) == 1) t.text[t.len++] = ',';
+        if (ok == 1) ok = add_str(&t, key);
+        if (ok == 1 && (ok = text_room(&t, 1)) == 1) t.text[t.len++] = ':';
+        if (ok == 1) ok = add_value(&t, PyTuple_GET_ITEM(values, i));
+    }
+    if (ok == 1 && (ok = text_room(&t, 2)) == 1) text_add(&t, "}\n", 2);
+    PyObject *result = ok == 1 ? PyBytes_FromStringAndSize(t.text, t.len)
+                               : ok == 0 ? Py_NewRef(Py_None) : NULL;
+    free(t.text);
     return result;
 }
 
@@ -1038,6 +1158,9 @@ static PyMethodDef methods[] = {
      "json_gaps(data, start=0, end=len) -> (start, end, gaps) | None: the chunk_ns array of "
      "the requests.jsonl line data[start:end] (data[start:end] between its brackets) and "
      "gaps_ms of its ints."},
+    {"record_line", (PyCFunction)(void (*)(void))record_line, METH_FASTCALL,
+     "record_line(keys, values) -> bytes | None: a record's requests.jsonl line as orjson "
+     "writes it, from its fields' names and values; None for values it leaves to orjson."},
     {"json_ints", json_ints, METH_O,
      "json_ints(ints) -> bytes | None: a list of ints as JSON text; None where an item is not "
      "an exact int of 64 bits."},

@@ -1,15 +1,18 @@
 """latscope's optional C part (src/latscope/_native.c, built by setup.py where a compiler is
 found); every caller falls back to pure Python without it."""
 
+from typing import Any
+
 def scan_stream(reads: list[tuple[int, bytes]], skip: int = 0, /
                 ) -> tuple[list[int], bytes] | None: ...
 def gaps_ms(times: list[int], /) -> tuple[bytes, float, float, float, float] | None: ...
 def json_ints(ints: list[int], /) -> bytes | None: ...
+def record_line(keys: tuple[str, ...], values: tuple[Any, ...], /) -> bytes | None: ...
 def json_gaps(data: bytes, start: int = 0, end: int = -1, /
               ) -> tuple[int, int, tuple[bytes, float, float, float, float] | None] | None: ...
 def last_int(text: bytes, key: bytes, /) -> int | None: ...
 
-KEY_SEARCH: str  # the key search this CPU runs: "avx2", "sse2" or "portable"
+KEY_SEARCH: str  # the key search this CPU runs: "avx512bw", "avx2", "sse2" or "portable"
 
 class GapStore:
     cap: int

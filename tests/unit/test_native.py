@@ -297,3 +297,58 @@ def test_gaps_of_time_objects_shared_by_tokens_equal_numpys():
     assert (lo, hi) == (gaps.min(), gaps.max())
     assert total == pytest.approx(gaps.sum(), rel=1e-12)
     assert total_sq == pytest.approx(np.square(gaps).sum(), rel=1e-12)
+
+
+def test_a_record_line_is_byte_for_byte_what_orjson_writes():
+    # every request's requests.jsonl line is written by the C part where it is built: it must
+    # be orjson's own line for every record, or None (then orjson writes it), and the usual
+    # record must take the C path (else the ceiling silently loses it)
+    import dataclasses
+
+    import orjson
+    from hypothesis import strategies as st
+
+    from latscope import _native, rundir
+    from latscope.model import RequestRecord
+
+    text = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+        ["", "latscope-1a2b3c4d-7", 'a "quoted" one', "back\\slash", "tab\there", "é ü 漢字 🙂",
+         "line\nbreak", "\x00", "\x1f", "\x7f", "lone \ud800"])
+    ints = st.integers(-2**63, 2**63 - 1) | st.sampled_from([2**63, -2**63 - 1, 0, -1])
+    maybe_int = st.none() | ints
+    server = st.just({}) | st.dictionaries(st.sampled_from(["metrics", "id"]),
+                                           st.integers(0, 9) | st.text(max_size=4), max_size=2)
+    records = st.builds(
+        RequestRecord, index=ints, request_id=text, scheduled_ns=ints, sent_ns=ints,
+        headers_ns=maybe_int, first_token_ns=maybe_int, end_ns=maybe_int,
+        chunk_ns=st.lists(ints, max_size=30) | st.lists(st.just(1_700_000_000_123_456), max_size=5),
+        chunk_tokens=st.lists(ints, max_size=3), prompt_tokens=maybe_int,
+        output_tokens=maybe_int, output_tokens_source=st.sampled_from(["usage", "counted"]),
+        expected_output_tokens=maybe_int, status=st.none() | st.integers(100, 599),
+        error_kind=st.none() | text, error=st.none() | text, warmup=st.booleans(),
+        open_loop=st.booleans(), trace_id=st.none() | st.just("0af7651916cd43dd8448eb211c80319c"),
+        group=text, server=server)
+    keys = tuple(f.name for f in dataclasses.fields(RequestRecord))
+
+    @settings(max_examples=400, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(records)
+    def same(record):
+        try:
+            expected = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:  # a 65-bit int: orjson refuses it, the C part declines
+            assert _native.record_line(keys, tuple(getattr(record, k) for k in keys)) is None
+            return
+        line = _native.record_line(keys, tuple(getattr(record, k) for k in keys))
+        assert line is None or line == expected
+        assert rundir.record_line(record) == expected
+
+    same()
+    usual = RequestRecord(index=3, request_id="latscope-1a2b3c4d-3", scheduled_ns=10, sent_ns=11,
+                          headers_ns=12, first_token_ns=13, end_ns=19, chunk_ns=[13] * 256,
+                          prompt_tokens=16, output_tokens=256, output_tokens_source="usage",
+                          status=200, group="")
+    line = _native.record_line(keys, tuple(getattr(usual, k) for k in keys))
+    assert line == orjson.dumps(usual, option=orjson.OPT_APPEND_NEWLINE)
+    with pytest.raises(TypeError):
+        _native.record_line(keys, (1, 2))
