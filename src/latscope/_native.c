@@ -265,29 +265,39 @@ static const char *event_sse2(const char *ev, const char *limit, int *token, int
     && !defined(LATSCOPE_NO_AVX2)
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
+/* The 32 places at `at`: their key candidates' bit mask, and the block itself in *block (for
+ * its LFs and CRs); reads at + 33 and at + 34 too. */
+__attribute__((target("avx2")))
+static inline unsigned candidates_avx2(const char *at, __m256i *block) {
+    __m256i b0 = _mm256_loadu_si256((const __m256i *)at);
+    __m256i b1 = _mm256_loadu_si256((const __m256i *)(at + 1));
+    __m256i b2 = _mm256_loadu_si256((const __m256i *)(at + 2));
+    __m256i first = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(b1, _mm256_set1_epi8('t')),
+                                                    _mm256_cmpeq_epi8(b1, _mm256_set1_epi8('c'))),
+                                    _mm256_cmpeq_epi8(b1, _mm256_set1_epi8('r')));
+    __m256i second = _mm256_or_si256(_mm256_cmpeq_epi8(b2, _mm256_set1_epi8('e')),
+                                     _mm256_cmpeq_epi8(b2, _mm256_set1_epi8('o')));
+    *block = b0;
+    return (unsigned)_mm256_movemask_epi8(_mm256_and_si256(
+        _mm256_and_si256(_mm256_cmpeq_epi8(b0, _mm256_set1_epi8('"')), first), second));
+}
+
+__attribute__((target("avx2")))
+static inline unsigned bytes_avx2(__m256i block, char c) {
+    return (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(block, _mm256_set1_epi8(c)));
+}
+
 __attribute__((target("avx2")))
 static const char *event_avx2(const char *ev, const char *limit, int *token, int *role,
                               int *cr) {
     const Py_ssize_t width = 32;
     if (limit - ev < width) return event_sse2(ev, limit, token, role, cr);
-    const __m256i quote = _mm256_set1_epi8('"'), t = _mm256_set1_epi8('t'),
-                  c = _mm256_set1_epi8('c'), r = _mm256_set1_epi8('r'),
-                  e = _mm256_set1_epi8('e'), o = _mm256_set1_epi8('o'),
-                  nl = _mm256_set1_epi8('\n'), ret = _mm256_set1_epi8('\r');
     for (const char *at = ev;; at += width) {
         if (at + width > limit) at = limit - width;
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)at);
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(at + 1));
-        __m256i b2 = _mm256_loadu_si256((const __m256i *)(at + 2));
-        __m256i first = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(b1, t),
-                                                        _mm256_cmpeq_epi8(b1, c)),
-                                        _mm256_cmpeq_epi8(b1, r));
-        __m256i second = _mm256_or_si256(_mm256_cmpeq_epi8(b2, e), _mm256_cmpeq_epi8(b2, o));
-        unsigned keys = (unsigned)_mm256_movemask_epi8(
-            _mm256_and_si256(_mm256_and_si256(_mm256_cmpeq_epi8(b0, quote), first), second));
-        unsigned lfs = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, nl));
-        unsigned crs = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b0, ret));
-        const char *end = block_masks(at, keys, lfs, crs, limit, token, role, cr);
+        __m256i block;
+        unsigned keys = candidates_avx2(at, &block);
+        const char *end = block_masks(at, keys, bytes_avx2(block, '\n'), bytes_avx2(block, '\r'),
+                                      limit, token, role, cr);
         if (end != NULL) return end;
         if (at + width >= limit) return NULL;
     }
@@ -302,28 +312,15 @@ static const char *event_avx2(const char *ev, const char *limit, int *token, int
  * on the dev box (AMD EPYC), ~11% on a 16-core Intel Xeon host (benchmarks/parse_cost.py). */
 __attribute__((target("avx2")))
 static inline int line_avx2(const char *p, const char *end, int *token, int *role) {
-    const __m256i quote = _mm256_set1_epi8('"'), t = _mm256_set1_epi8('t'),
-                  c = _mm256_set1_epi8('c'), r = _mm256_set1_epi8('r'),
-                  e = _mm256_set1_epi8('e'), o = _mm256_set1_epi8('o'),
-                  nl = _mm256_set1_epi8('\n'), ret = _mm256_set1_epi8('\r');
     for (const char *at = p;; at += 32) {
         unsigned tested = 0;  /* the last block overlaps the one before: its first positions */
         if (at + 32 > end) {
             tested = (unsigned)(at - (end - 32));
             at = end - 32;
         }
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)at);
-        __m256i b1 = _mm256_loadu_si256((const __m256i *)(at + 1));
-        __m256i b2 = _mm256_loadu_si256((const __m256i *)(at + 2));
-        __m256i first = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(b1, t),
-                                                        _mm256_cmpeq_epi8(b1, c)),
-                                        _mm256_cmpeq_epi8(b1, r));
-        __m256i second = _mm256_or_si256(_mm256_cmpeq_epi8(b2, e), _mm256_cmpeq_epi8(b2, o));
-        unsigned keys = (unsigned)_mm256_movemask_epi8(
-            _mm256_and_si256(_mm256_and_si256(_mm256_cmpeq_epi8(b0, quote), first), second));
-        if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(b0, nl),
-                                                 _mm256_cmpeq_epi8(b0, ret))))
-            return 0;
+        __m256i block;
+        unsigned keys = candidates_avx2(at, &block);
+        if (bytes_avx2(block, '\n') | bytes_avx2(block, '\r')) return 0;
         for (keys &= ~0u << tested; keys; keys &= keys - 1)
             key_of(at + __builtin_ctz(keys) + 1, end, token, role);
         if (at + 32 >= end) return 1;
