@@ -29,12 +29,13 @@ script printed before: when the unparsed queue held most of the run, as 512 resp
 at c=64 did when it was bounded at 16 MiB, that was the receive rate with the parsing left for
 after the last end, not a rate the client sustains), its CPU share of one core over the window,
 the unparsed queue's peak and how often a slot waited for it (``client.backpressure_waits``).
-``--client-cpus`` / ``--server-cpus`` pin the two to their own cores.
+``--client-cpus`` / ``--server-cpus`` pin the two to their own cores (on a host with SMT,
+cores of different physical cores: ``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``).
 
     python3 benchmarks/client_ceiling.py [--reps 3] [--concurrency 64,256,1024] [--tokens 256]
     python3 benchmarks/client_ceiling.py --src /tmp/old/src   # another build, same run
     python3 benchmarks/client_ceiling.py --word-prompts   # prompts as sent (no /tokenize)
-    python3 benchmarks/client_ceiling.py --server c --client-cpus 2 --server-cpus 10
+    python3 benchmarks/client_ceiling.py --server c --client-cpus 3 --server-cpus 11
 
 ``--src DIR`` (repeatable) adds the latscope build at DIR (a copy of an older ``src``) as one
 more client, run in a subprocess with that ``PYTHONPATH``, so builds alternate in one run; its
@@ -303,9 +304,9 @@ def main() -> None:
     parser.add_argument("--src", action="append", default=[],
                         help="another latscope src directory to run beside this one")
     parser.add_argument("--client-cpus", default=None,
-                        help="pin both clients (this process and the builds it starts), e.g. 2")
+                        help="pin both clients (this process and the builds it starts), e.g. 3")
     parser.add_argument("--server-cpus", default=None,
-                        help="pin the server, e.g. 10 (unpinned, on the 16-core GPU host "
+                        help="pin the server, e.g. 11 (unpinned, on the 16-core GPU host "
                         "every client's runs fell in two groups, ~3.2M and ~5.3M tok/s)")
     args = parser.parse_args()
     from bench_workers import cpu_list
