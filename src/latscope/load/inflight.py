@@ -17,6 +17,7 @@ from typing import Any, Callable
 from latscope.errors import LatscopeError, OutputError
 from latscope.load.client import StreamingClient
 from latscope.load.config import BenchConfig
+from latscope.load.gcpace import CollectorPace
 from latscope.load.prepare import request_body
 from latscope.load.response import finalize
 from latscope.load.workload import Prompt, Workload
@@ -98,9 +99,11 @@ class RequestFlow:
     backlog_peak: int
     backpressure_waits: int
     drained: Gate
+    pace: CollectorPace
     finalizing: bool
     loop: asyncio.AbstractEventLoop | None  # the run's, once looked up (see Gate)
-    reader_failure: LatscopeError | None  # a response latscope could not read: the run stops
+    # what stops the sends: a response latscope could not read, or the caller's on_record failed
+    failure: Exception | None
 
     def prepare(self, index: int) -> tuple[Prompt, bytes]:
         """Request ``index``'s prompt (taken from the workload: built before the run or as it
@@ -137,12 +140,12 @@ class RequestFlow:
             self.stop_if_failed()
 
     def stop_if_failed(self) -> None:
-        """Raises what stops the sends: the run directory cannot be written, or a response
-        could not be read (a latscope bug)."""
+        """Raises what stops the sends: the run directory cannot be written, a response could
+        not be read (a latscope bug), or the caller's ``on_record`` raised."""
         if self.writer.failure is not None:
             raise self.writer.failure
-        if self.reader_failure is not None:
-            raise self.reader_failure
+        if self.failure is not None:
+            raise self.failure
 
     def _finalize_one(self) -> None:
         """Parse finished responses for at most ``_FINALIZE_SLICE_NS`` of this event-loop turn,
@@ -180,11 +183,11 @@ class RequestFlow:
         cause = f"{type(exc).__name__}: {exc}"
         record.error_kind = ErrorKind.MALFORMED.value
         record.error = f"latscope could not read this response ({cause})"
-        if self.reader_failure is None:
-            self.reader_failure = LatscopeError(
+        if self.failure is None:
+            self.failure = LatscopeError(
                 f"reading the response to request {record.index} failed, a latscope bug "
                 f"({cause}); please report it")
-            self.reader_failure.__cause__ = exc
+            self.failure.__cause__ = exc
 
     def finalize_all(self) -> None:
         while self.to_finalize:
@@ -198,9 +201,16 @@ class RequestFlow:
         ``requests.jsonl`` line already: a worker's record on the driver's clock)."""
         if count:
             self.count(record)
+        self.pace.finished()
         self.writer.append(record, line)
         if self.on_record is not None:
-            self.on_record(record)
+            try:
+                self.on_record(record)
+            except Exception as exc:  # in a loop callback it would only be logged, and the run
+                # go on without what the caller needed: it stops the sends, and run_bench
+                # raises it once every record gathered so far is written
+                if self.failure is None:
+                    self.failure = exc
 
     def count(self, record: RequestRecord, gaps: Gaps | None = None) -> None:
         """A record in the run's statistics (and its group's); ``gaps``: its ITL gaps where

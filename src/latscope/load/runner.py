@@ -34,6 +34,7 @@ import numpy as np
 from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
+from latscope.load.gcpace import CollectorPace
 from latscope.load.inflight import Gate, RequestFlow
 from latscope.load.offcpu import RunQueueClock
 from latscope.load.prepare import (
@@ -163,31 +164,32 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
             started.append(obs)
 
     try:
-        # the connections the load will hold, opened before it starts (not measured)
-        await run.client.preconnect(min(config.concurrency or 0, 4096))
-        try:
-            if config.warmup and (config.rate is not None or not config.duration_s):
-                # A closed loop's warm-up flows into its measured requests without a gap:
-                # stopping between them would make the measured run start with a burst of
-                # ``concurrency`` requests at once, whose queue is the burst's, not the load's.
-                # An open loop's warm-up is the first requests of its arrivals, at the rate: a
-                # warm-up one at a time (what an uncapped open loop had) warms nothing a load
-                # needs, and 720 of them took 2.5 minutes on the H200 before a 15 s run.
-                manifest["warmup_mode"] = ("continuous: the first arrivals, at the rate"
-                                           if config.rate is not None else
-                                           "continuous: warm-up requests flow into measured ones")
-                await run.measure(begin=begin_measurement)
-            else:
-                if config.warmup:
-                    await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
-                                                                     config.warmup), warmup=True)
-                await begin_measurement()
-                await run.measure()
-        finally:
-            run.stop_clock()
-            for obs in started:
-                with contextlib.suppress(Exception):  # one observer's failure must not lose data
-                    await obs.stop(contexts[0])
+        with run.pace:  # the collector paced by finished requests (load.gcpace)
+            # the connections the load will hold, opened before it starts (not measured)
+            await run.client.preconnect(min(config.concurrency or 0, 4096))
+            try:
+                if config.warmup and (config.rate is not None or not config.duration_s):
+                    # A closed loop's warm-up flows into its measured requests without a gap:
+                    # stopping between them would make the measured run start with a burst of
+                    # ``concurrency`` requests at once, whose queue is the burst's, not the load's.
+                    # An open loop's warm-up is the first requests of its arrivals, at the rate: a
+                    # warm-up one at a time (what an uncapped open loop had) warms nothing a load
+                    # needs, and 720 of them took 2.5 minutes on the H200 before a 15 s run.
+                    manifest["warmup_mode"] = ("continuous: the first arrivals, at the rate"
+                                               if config.rate is not None else
+                                               "continuous: warm-up requests flow into measured ones")
+                    await run.measure(begin=begin_measurement)
+                else:
+                    if config.warmup:
+                        await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
+                                                                         config.warmup), warmup=True)
+                    await begin_measurement()
+                    await run.measure()
+            finally:
+                run.stop_clock()
+                for obs in started:
+                    with contextlib.suppress(Exception):  # one observer's failure must not lose data
+                        await obs.stop(contexts[0])
     finally:
         run.cancel_in_flight()
         summary = run.summary()
@@ -228,6 +230,7 @@ class _Run(RequestFlow):
         self.writer = RunWriter(config.output_dir or default_run_dir())
         self.tag = f"{time.time_ns():x}"[-8:]
         self.stats = RunStats(config.percentiles, config.slo)
+        self.pace = CollectorPace(config.concurrency)
         # per mix entry / shared-prefix group, kept only when the workload has more than one
         self.groups: dict[str, RunStats] | None = (
             {} if len(workload.prompts.group_names()) > 1 else None)
@@ -239,7 +242,7 @@ class _Run(RequestFlow):
         self.drained = Gate()
         self.finalizing = False
         self.loop = None
-        self.reader_failure = None
+        self.failure = None
         self.lag_ms = array("f")
         # one request's time, measured by a closed loop's first request: the next closed loop
         # staggers its slots by it without a pilot request of its own
@@ -314,7 +317,7 @@ class _Run(RequestFlow):
             scheduled = t0 + offset
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
-            if self.writer.failure is not None or self.reader_failure is not None:
+            if self.writer.failure is not None or self.failure is not None:
                 break  # the run directory cannot be written, or a response could not be read
             prepared = self.prepare(index)  # before its time comes, not inside its send lag
             warm = index < warm_below
