@@ -32,6 +32,7 @@ from latscope.model import ErrorKind, RequestRecord
 _perf_ns = time.perf_counter_ns
 _LAST_CHUNK = b"0\r\n\r\n"
 _HEADERS_READ = frozenset((b"transfer-encoding", b"content-length", b"connection"))
+_CHUNKED_LINE = b"\r\ntransfer-encoding: chunked\r\n"
 _MAX_HEAD = 64 << 10  # a response head longer than this is not HTTP we can use
 _NO_LIMIT = 1 << 62
 _WATCHDOG_TICK_S = 0.05  # how late a request timeout may be noticed, at most
@@ -131,16 +132,24 @@ class _Exchange:
     def _read_head(self, head: bytes) -> None:
         # names and values compared lowercased, the head at once (~0.8 of ~1.7 us a response
         # went to lowering and stripping each header, read or not)
-        lines = head.lower().split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
+        low = head.lower()
+        status_line, _, headers = low.partition(b"\r\n")
+        parts = status_line.split(b" ", 2)
         try:
             self.status = int(parts[1])
         except (IndexError, ValueError):
             status_line = head.split(b"\r\n", 1)[0]
             self.fail(ErrorKind.MALFORMED, f"bad HTTP status line {status_line[:80]!r}")
             return
+        if (b"connection" not in headers and b"content-length" not in headers
+                and _CHUNKED_LINE in b"\r\n" + headers + b"\r\n"):
+            # a streaming server's usual head: what the loop below reads from it, with three
+            # searches instead of a split, strip and lookup per header (1.6 -> 1.1 us a response
+            # of vLLM's six headers)
+            self.mode = "chunked"
+            return
         self.mode = "close"
-        for line in lines[1:]:
+        for line in headers.split(b"\r\n"):
             name, _, value = line.partition(b":")
             name = name.strip()
             if name not in _HEADERS_READ:
