@@ -420,6 +420,8 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int, inbox: Inb
     while True:
         alive = any(s.thread and s.thread.is_alive() for s in states)
         write_batches(run, inbox)
+        if run.failure is not None:  # the caller's on_record raised: the run stops with it
+            raise run.failure
         run.writer.flush_if_due()  # what came in reaches the file even when nothing follows
         if not alive:
             return

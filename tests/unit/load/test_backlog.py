@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from fakeserver import FakeServer
-
 import latscope.load.inflight as inflight
 import latscope.load.runner as runner
+from fakeserver import FakeServer
 from latscope.load import BenchConfig, run_bench
-
 
 _RESPONSE_BYTES = 34 << 10  # a 256-token response of the fake server is ~33.8 KB
 
@@ -200,3 +198,40 @@ def test_the_gate_the_slots_wait_on_opens_for_every_waiter_and_survives_a_cancel
         return woke
 
     assert asyncio.run(scenario()) == ["a", "c", "open", "d"]
+
+
+def test_a_callers_on_record_that_raises_stops_the_run_with_it_and_keeps_the_rest(tmp_path):
+    # on_record runs inside the queue's loop callback: its error was only logged by the loop,
+    # which left the queue undrained and the slots waiting on it for ever (a hang)
+    import threading
+
+    from latscope.load import read_run
+
+    seen: list[int] = []
+    outcome: list[BaseException | None] = []
+
+    def fails_on_the_tenth(record) -> None:
+        seen.append(record.index)
+        if len(seen) == 10:
+            raise RuntimeError("the caller's callback failed")
+
+    def run() -> None:
+        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
+            config = BenchConfig(url=srv.url, model="fake-model", num_requests=2000,
+                                 concurrency=8, output_dir=tmp_path / "run")
+            config.workload.output_len = "64"
+            try:
+                run_bench(config, on_record=fails_on_the_tenth)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+                outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the run hung on its caller's failed callback"
+    assert outcome and isinstance(outcome[0], RuntimeError)
+    assert "callback failed" in str(outcome[0])
+    _, records, summary = read_run(tmp_path / "run")
+    assert 10 <= len(records) < 2000  # the sends stopped soon after it
+    assert summary["requests"]["total"] == len(records)  # and the summary was written

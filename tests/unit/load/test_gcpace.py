@@ -6,9 +6,9 @@ import gc
 import weakref
 
 import pytest
-from fakeserver import FakeServer
 
 import latscope.load.gcpace as gcpace
+from fakeserver import FakeServer
 from latscope.load import BenchConfig, run_bench
 from latscope.load.gcpace import CollectorPace
 

@@ -196,6 +196,24 @@ def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_p
     assert summary["ttft_ms"]["p50"] == again["ttft_ms"]["p50"]
 
 
+@pytest.mark.slow
+def test_a_callers_on_record_that_raises_stops_a_workers_run_with_its_error(server, tmp_path):
+    server.reset()
+    seen: list[int] = []
+
+    def fails_on_the_fifth(record: RequestRecord) -> None:
+        seen.append(record.index)
+        if len(seen) == 5:
+            raise RuntimeError("the caller's callback failed")
+
+    config = _config(server, tmp_path, num_requests=400, concurrency=4)
+    config.workload.output_len = "30"  # ~170 ms a request: the failure lands mid-run
+    with pytest.raises(RuntimeError, match="callback failed"):
+        run_workers(config, 2, on_record=fails_on_the_fifth)
+    _, records, _ = read_run(tmp_path / "run")
+    assert 5 <= len(records) < 400  # what came before it is written; the rest was not sent
+
+
 def test_auto_workers_follow_the_load_and_the_spare_cores():
     from latscope.load.workers import auto_workers
 
