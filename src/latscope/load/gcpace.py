@@ -10,9 +10,11 @@ docs/bench.md). So while a run sends, latscope
 - freezes what the setup built (``gc.freeze``: modules, prompts, the workload), which no pass
   then walks again, and
 - turns automatic collection off and collects itself every ``max(4096, 4 x concurrency)``
-  finished requests (the young generations; the whole heap every 16th time), so a cycle a request
-  does make (an error's traceback) is still freed, at most that many requests later, and a pass
-  costs ~0.5 us a request whatever the concurrency (a pass walks ~35 objects a request in flight).
+  finished requests or once a second, whichever comes first (the young generations; the whole
+  heap every 16th time), so a cycle a request does make (an error's traceback) is still freed,
+  at most that many requests or a second later, and a pass costs at most ~0.5 us a request
+  whatever the concurrency (a pass walks ~35 objects a request in flight). The second is for
+  slow servers: what else runs in the process meanwhile (scrapes, telemetry) is collected too.
 
 Everything is put back when the run ends: collection on again, the objects unfrozen. A process
 that turned collection off itself, or froze objects of its own, is left as it was (only its
@@ -24,11 +26,13 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from types import TracebackType
 
 _MIN_EVERY = 4096
 _PER_SLOT = 4
 _FULL_EVERY = 16  # young passes between two passes over the whole (unfrozen) heap
+_PERIOD_NS = 1_000_000_000  # at most this long between two passes while requests finish
 
 _lock = threading.Lock()
 _active = 0  # runs pacing the collector now
@@ -38,11 +42,12 @@ _froze = False  # whether the first of them froze (and the last must unfreeze)
 class CollectorPace:
     """A context manager for one run; ``finished()`` once per finished request."""
 
-    __slots__ = ("every", "left", "passes", "pacing")
+    __slots__ = ("every", "left", "due_ns", "passes", "pacing")
 
     def __init__(self, concurrency: int | None) -> None:
         self.every = max(_MIN_EVERY, _PER_SLOT * (concurrency or 1))
         self.left = self.every
+        self.due_ns = time.perf_counter_ns() + _PERIOD_NS
         self.passes = 0
         self.pacing = False
 
@@ -59,6 +64,7 @@ class CollectorPace:
                 self.pacing = True
             if self.pacing:
                 _active += 1
+        self.due_ns = time.perf_counter_ns() + _PERIOD_NS
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -76,10 +82,12 @@ class CollectorPace:
                 gc.enable()
 
     def finished(self) -> None:
-        """One request finished: every ``every``-th, a collection (young, or whole)."""
+        """One request finished: a collection (young, or whole) every ``every``-th, or the
+        first after a second without one."""
         self.left -= 1
-        if self.left > 0 or not self.pacing:
+        if self.left > 0 and time.perf_counter_ns() < self.due_ns or not self.pacing:
             return
         self.left = self.every
         self.passes += 1
         gc.collect(2 if self.passes % _FULL_EVERY == 0 else 1)
+        self.due_ns = time.perf_counter_ns() + _PERIOD_NS

@@ -21,9 +21,11 @@ class Node:
 
 
 @pytest.fixture(autouse=True)
-def _collector_as_found():
-    """Every test starts and ends with the collector on and nothing frozen."""
+def _collector_as_found(monkeypatch):
+    """Every test starts and ends with the collector on and nothing frozen; passes come by
+    count only (a slow machine's second must not bring one early) unless a test says."""
     assert gc.isenabled() and gc.get_freeze_count() == 0 and gcpace._active == 0
+    monkeypatch.setattr(gcpace, "_PERIOD_NS", 1 << 62)
     yield
     gc.unfreeze()
     gc.enable()
@@ -90,6 +92,17 @@ def test_a_cycle_a_request_made_is_freed_within_every_finished_requests():
         assert cycle() is not None  # no automatic pass in between
         pace.finished()
         assert cycle() is None
+
+
+def test_a_slow_servers_run_collects_at_least_once_a_second(monkeypatch):
+    with CollectorPace(64) as pace:
+        cycle = _cycle()
+        pace.finished()
+        assert cycle() is not None  # neither ``every`` requests nor a second yet
+        pace.due_ns = 0  # as if a second went by since the last pass (or the run's start)
+        pace.finished()
+        assert cycle() is None
+        assert pace.left == pace.every  # the count starts again from that pass
 
 
 def test_the_pace_grows_with_concurrency_so_a_pass_costs_the_same_per_request():
