@@ -25,7 +25,9 @@ figure; failures are counted by kind.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+import operator
 from array import array
 from collections import Counter
 from typing import Any, Iterable, Sequence
@@ -309,10 +311,24 @@ def _bin(v: np.ndarray | np.float64) -> np.ndarray:
         np.int64)
 
 
+# A usual record's fields, as RunStats.add batches them (folded by numpy, _BATCH at a time)
+_batched_fields = operator.attrgetter("scheduled_ns", "sent_ns", "first_token_ns", "end_ns",
+                                      "output_tokens", "prompt_tokens", "open_loop")
+
+
 class RunStats:
-    """The statistics of one run, accumulated record by record (see the module docstring)."""
+    """The statistics of one run, accumulated record by record (see the module docstring).
+
+    A usual record (measured, ended well, with a first token, two or more output tokens, a
+    send time and a prompt count, no SLO to check) is kept as a tuple of its seven numbers and
+    folded with the others ``_BATCH`` at a time by numpy: ~0.8 instead of ~2.4 us a record, the
+    statistics being ~9% of the client's CPU at its ceiling on the 16-core host. Any other
+    record folds the batch first, so every column keeps the records' order and every figure is
+    the one record-by-record adding gives, bit for bit (a test holds the two equal)."""
 
     _METRICS = ("ttft", "tpot", "e2e", "send_lag")
+    _BATCH = 512
+    _FAST = True  # False: every record the one-by-one way (the tests' reference)
 
     def __init__(self, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
                  slo: dict[str, float] | None = None, itl_cap: int = ITL_EXACT_MAX) -> None:
@@ -328,13 +344,30 @@ class RunStats:
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.steady = _SteadyWindow()
+        self._batch: list[tuple[int, ...]] = []
+        self._sources: list[str] = []
 
     def add(self, r: RequestRecord, gaps: Gaps | None = None) -> None:
         """One finished record; ``gaps``: its ITL gaps where the caller read them without its
         token times (``_Pooled.add_gaps``; ``r.chunk_ns`` is then empty). The latency
         definitions of ``origin_ns``, ``send_lag_ms``, ``ttft_ms``, ``tpot_ms`` and ``e2e_ms``
-        are written out inline (a test holds them equal): the calls cost ~0.7 us of the ~3.4
-        this took per record at the client's ceiling."""
+        are written out inline here and in ``_fold`` (a test holds them equal): the calls cost
+        ~0.7 us of the ~3.4 this took per record at the client's ceiling."""
+        out = r.output_tokens
+        if (self._FAST and gaps is None and out is not None and out >= 2 and not r.warmup
+                and r.error_kind is None and r.end_ns is not None and r.sent_ns
+                and r.first_token_ns is not None and r.prompt_tokens is not None
+                and not self.slo):
+            batch = self._batch
+            batch.append(_batched_fields(r))
+            self._sources.append(r.output_tokens_source)
+            self.total += 1
+            self.completed += 1
+            self.itl.add_times(r.chunk_ns)
+            if len(batch) >= self._BATCH:
+                self._fold()
+            return
+        self._fold()  # the columns keep the records' order
         if r.warmup:
             self.warmup += 1
             self.steady.add_warmup(r)
@@ -373,11 +406,46 @@ class RunStats:
         if self.slo and meets_slo(r, self.slo, None if gaps is None else gaps[4]):
             self.good += 1
 
+    def _fold(self) -> None:
+        """The batched records into the columns, counts and steady window, in their order:
+        what ``add``'s one-by-one way does to each, as arrays."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        sources, self._sources = self._sources, []
+        numbers = np.fromiter(itertools.chain.from_iterable(batch), dtype=np.int64,
+                              count=7 * len(batch))  # (np.array of the tuples: 1.4x longer)
+        scheduled, sent, first, end, out, prompt, open_loop = numbers.reshape(-1, 7).T
+        opened = open_loop != 0
+        start = np.where(opened, scheduled, sent)
+        cols = self.cols
+        for metric, values in (("send_lag", (sent - scheduled) / _NS_PER_MS),
+                               ("ttft", (first - start) / _NS_PER_MS),
+                               ("tpot", (end - first) / _NS_PER_MS / (out - 1)),
+                               ("e2e", (end - start) / _NS_PER_MS)):
+            cols[metric].frombytes(values.astype(np.float32).tobytes())
+        n_open = int(np.count_nonzero(opened))
+        for loop, n in (("scheduled", n_open), ("sent", len(batch) - n_open)):
+            if n:
+                self.loops[loop] += n
+        lo, hi = int(start.min()), int(end.max())
+        if self.first_ns is None or lo < self.first_ns:
+            self.first_ns = lo
+        if self.last_ns is None or hi > self.last_ns:
+            self.last_ns = hi
+        self.steady.add_measured_batch(start, end, out, prompt)
+        self.out_tokens += int(out.sum())
+        self.in_tokens += int(prompt.sum())
+        self.output_source.update(sources)
+
     def merge(self, other: RunStats, shift_ns: int = 0) -> None:
         """Another run's statistics added to these: a worker's share of this run, its times
         moved ``shift_ns`` earlier onto this run's clock (as ``clocks.shift_record`` moves its
         records). The summary is the one ``add`` of every record would give: the same values
         and counts (percentiles exact, the ITL histogram's bins too), sums in another order."""
+        self._fold()
+        other._fold()
         for metric in self._METRICS:
             self.cols[metric].extend(other.cols[metric])
         self.itl.merge(other.itl)
@@ -403,17 +471,20 @@ class RunStats:
     def span_s(self) -> float | None:
         """From the earliest latency origin to the latest end among the measured requests: in a
         closed loop from the first *send*, so the client's start-up is not counted as traffic."""
+        self._fold()
         if self.first_ns is None or self.last_ns is None:
             return None
         return (self.last_ns - self.first_ns) / 1e9
 
     def values_ms(self, metric: str) -> np.ndarray:
+        self._fold()
         return np.frombuffer(self.cols[metric], dtype=np.float32)
 
     def summary(self, duration_s: float | None = None) -> dict[str, Any]:
         """The run's figures. Throughput is the steady window's (``_SteadyWindow``) when the
         run has one and no ``duration_s`` is given; the overall rate (first origin to last end,
         the drain included) is kept beside it as ``throughput.overall``."""
+        self._fold()
         explicit = duration_s is not None
         if duration_s is None:
             duration_s = self.span_s()
@@ -501,6 +572,29 @@ class _SteadyWindow:
             settled[2] += r.prompt_tokens or 0
         else:
             heapq.heappush(self.pending, (end, r.output_tokens or 0, r.prompt_tokens or 0))
+
+    def add_measured_batch(self, origins: np.ndarray, ends: np.ndarray, outs: np.ndarray,
+                           ins: np.ndarray) -> None:
+        """Usual records (measured, ended well) at once, as ``add_measured`` of each in turn
+        leaves the window: a completion is settled once it ended before the latest send, and
+        which record brought that send does not matter (``merge`` relies on the same)."""
+        lo, hi = int(origins.min()), int(origins.max())
+        if self.first is None or lo < self.first:
+            self.first = lo
+        if self.last is None or hi > self.last:
+            self.last = hi
+            pending = self.pending
+            while pending and pending[0][0] <= hi:
+                self._settle(heapq.heappop(pending))
+        now = ends <= self.last
+        settled = self.settled
+        settled[0] += int(np.count_nonzero(now))
+        settled[1] += int(outs[now].sum())
+        settled[2] += int(ins[now].sum())
+        if not now.all():
+            later = ~now
+            for entry in zip(ends[later].tolist(), outs[later].tolist(), ins[later].tolist()):
+                heapq.heappush(self.pending, entry)
 
     def merge(self, other: _SteadyWindow, shift_ns: int = 0) -> None:
         """Another window's completions, its times moved ``shift_ns`` earlier. A completion

@@ -338,3 +338,77 @@ def test_a_pickled_itl_store_keeps_its_values_sums_and_histogram():
                                                   pooled.store.lo, pooled.store.hi)
         assert np.array_equal(back.hist, pooled.hist) and back.zeros == pooled.zeros
         assert back.distribution((50, 99)) == pooled.distribution((50, 99))
+
+
+def _mixed_records(seed: int, n: int = 300) -> list[RequestRecord]:
+    """A run's records in completion order: mostly usual ones, with warm-up, failures, one
+    token, no first token, never sent, no prompt count, counted tokens, open and closed loops."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        start = float(rng.uniform(0, 400))
+        chunks = list(start + 5 + np.cumsum(rng.exponential(3, int(rng.integers(1, 30)))))
+        r = rec(i, start, chunks, open_loop=bool(rng.integers(0, 2)), warmup=i < 8,
+                lag_ms=float(rng.uniform(0, 3)))
+        kind = int(rng.integers(0, 20))
+        if kind == 0:
+            r.error_kind, r.error, r.end_ns = "http_5xx", f"HTTP 500 number {i}", None
+        elif kind == 1:
+            r.first_token_ns = None
+        elif kind == 2:
+            r.sent_ns = 0
+        elif kind == 3:
+            r.prompt_tokens = None
+        elif kind == 4:
+            r.output_tokens_source = "counted"
+        records.append(r)
+    records.sort(key=lambda r: r.end_ns or 0)
+    return records
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("batch", [1, 7, 512])
+def test_batched_statistics_are_the_one_by_one_ones_bit_for_bit(seed, batch, monkeypatch):
+    # usual records are folded by numpy a batch at a time; every figure must be what adding
+    # each in turn gives: the same columns in the same order, counts, window, tokens, summary
+    import pickle
+
+    records = _mixed_records(seed)
+    monkeypatch.setattr(RunStats, "_BATCH", batch)
+    batched = RunStats((50, 90, 99))
+    for i, r in enumerate(records):
+        batched.add(r)
+        if i == 150:  # a worker's statistics pickled with records still batched
+            batched = pickle.loads(pickle.dumps(batched))
+    monkeypatch.setattr(RunStats, "_FAST", False)
+    one_by_one = RunStats((50, 90, 99))
+    for r in records:
+        one_by_one.add(r)
+    assert batched.summary() == one_by_one.summary()
+    for metric in RunStats._METRICS:
+        assert batched.cols[metric].tobytes() == one_by_one.cols[metric].tobytes(), metric
+    for name in ("total", "completed", "warmup", "first_ns", "last_ns", "out_tokens",
+                 "in_tokens", "loops", "output_source"):
+        assert getattr(batched, name) == getattr(one_by_one, name), name
+    assert batched.steady.settled == one_by_one.steady.settled
+    assert batched.steady.first == one_by_one.steady.first
+    assert batched.steady.last == one_by_one.steady.last
+    assert sorted(batched.steady.pending) == sorted(one_by_one.steady.pending)
+    assert batched.summary()["requests"]["completed"] > 200  # most went the batched way
+
+
+def test_batched_workers_statistics_merge_to_the_runs():
+    import pickle
+
+    records = _mixed_records(3)
+    one = RunStats((50, 90, 99))
+    for r in records:
+        one.add(r)
+    workers = [RunStats((50, 90, 99)) for _ in range(3)]
+    for i, r in enumerate(records):
+        workers[i % 3].add(r)
+    merged = RunStats((50, 90, 99))
+    for w in workers:  # each sent mid-batch, as a worker's end finds it
+        merged.merge(pickle.loads(pickle.dumps(w)))
+    assert_merged_summary(merged.summary(), one.summary())
+    assert merged.steady.settled == one.steady.settled
