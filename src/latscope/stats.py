@@ -323,9 +323,9 @@ class RunStats:
     send time and a prompt count, no SLO to check) is kept as a tuple of its seven numbers and
     folded with the others ``_BATCH`` at a time by numpy: ~1 us a record less (3.3 -> 2.1-2.7 in
     a loop on the dev box, the ITL gaps' C call included), where the statistics were ~9% of the
-    client's CPU at its ceiling on the 16-core host. Any other
-    record folds the batch first, so every column keeps the records' order and every figure is
-    the one record-by-record adding gives, bit for bit (a test holds the two equal)."""
+    client's CPU at its ceiling on the 16-core host. Any other record folds the batch first, so
+    every column keeps the records' order and every figure is the one record-by-record adding
+    gives, bit for bit (a test holds the two equal)."""
 
     _METRICS = ("ttft", "tpot", "e2e", "send_lag")
     _BATCH = 512
