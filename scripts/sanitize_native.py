@@ -177,6 +177,18 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
             assert simd.json_gaps(line[:cut]) == scalar.json_gaps(line[:cut])
 
     @conf
+    @given(st.lists(st.one_of(st.binary(max_size=16), st.sampled_from([
+        b"HTTP/1.1 200 OK", b"HTTP/1.0 ", b"\r\n", b"\r", b"transfer-encoding: chunked",
+        b"Transfer-Encoding: chunked", b"connection", b"content-length: 3"])), max_size=12))
+    def heads(parts):
+        head = b"".join(parts)
+        status = simd.usual_head(head)
+        assert status == scalar.usual_head(head)
+        assert status is None or 0 <= status <= 999
+        for cut in range(0, len(head), 3):  # a head cut anywhere
+            assert simd.usual_head(head[:cut]) == scalar.usual_head(head[:cut])
+
+    @conf
     @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.binary(max_size=64)), max_size=8),
            st.integers(0, 80))
     def skipped_reads(reads, skip):
@@ -184,6 +196,7 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
                 == scalar.scan_stream(reads, skip))
 
     alike()
+    heads()
     line_gaps()
     skipped_reads()
     random_reads()
@@ -213,6 +226,11 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
     for wrong in (None, 5, (1, 2), "abc"):
         try:
             simd.json_ints(wrong)
+        except TypeError:
+            pass
+    for wrong in (None, "HTTP/1.1 200", 5):
+        try:
+            simd.usual_head(wrong)
         except TypeError:
             pass
     for wrong in ((None, b"k"), (b"text", "k"), (b"text",), (b"a", b"b", b"c")):

@@ -1158,6 +1158,66 @@ static PyObject *last_int(PyObject *module, PyObject *const *args, Py_ssize_t na
     return value;
 }
 
+/* A byte as bytes.lower() makes it: ASCII letters only, whatever the C locale says. */
+static inline char ascii_lower(char c) {
+    return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+}
+
+/* Whether `needle` (lowercase) is in text[0:n] lowercased. */
+static int has_lowered(const char *text, Py_ssize_t n, const char *needle, Py_ssize_t k) {
+    for (Py_ssize_t i = 0; i + k <= n; i++) {
+        Py_ssize_t j = 0;
+        while (j < k && ascii_lower(text[i + j]) == needle[j]) j++;
+        if (j == k) return 1;
+    }
+    return 0;
+}
+
+/* usual_head(head) -> status | None: the status of a streaming server's usual response head
+ * (no blank line at its end), where client._Exchange._read_head would read that status and
+ * chunked framing, kept alive: "HTTP/1.1 " or "HTTP/1.0 ", three digits, a space or the line's
+ * CR LF; a header line that is "transfer-encoding: chunked" (any case) and no "connection" or
+ * "content-length" anywhere in the headers. None for anything else: the Python reader reads
+ * it. One pass in C instead of ~1 us of bytes methods a response. */
+static PyObject *usual_head(PyObject *module, PyObject *head) {
+    (void)module;
+    if (!PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "usual_head(head: bytes)");
+        return NULL;
+    }
+    static const char CHUNKED[] = "transfer-encoding: chunked";
+    const Py_ssize_t chunked_len = sizeof(CHUNKED) - 1;
+    const char *p = PyBytes_AS_STRING(head);
+    Py_ssize_t n = PyBytes_GET_SIZE(head);
+    if (n < 12 || (memcmp(p, "HTTP/1.1 ", 9) != 0 && memcmp(p, "HTTP/1.0 ", 9) != 0))
+        Py_RETURN_NONE;
+    int status = 0;
+    for (int i = 9; i < 12; i++) {
+        if (p[i] < '0' || p[i] > '9') Py_RETURN_NONE;
+        status = status * 10 + (p[i] - '0');
+    }
+    Py_ssize_t at = 12;  /* a space, or the line's CR LF (int() would refuse "200\rx") */
+    if (at + 1 >= n || !(p[at] == ' ' || (p[at] == '\r' && p[at + 1] == '\n'))) Py_RETURN_NONE;
+    while (at + 1 < n && !(p[at] == '\r' && p[at + 1] == '\n')) at++;  /* the status line's end */
+    if (at + 1 >= n) Py_RETURN_NONE;  /* no headers: no chunked framing */
+    const char *headers = p + at + 2;
+    Py_ssize_t size = n - at - 2;
+    if (has_lowered(headers, size, "connection", 10)
+        || has_lowered(headers, size, "content-length", 14))
+        Py_RETURN_NONE;
+    int chunked = 0;
+    for (Py_ssize_t start = 0, i = 0; i <= size && !chunked; i++) {  /* lines between CR LFs */
+        if (i == size || (headers[i] == '\r' && i + 1 < size && headers[i + 1] == '\n')) {
+            chunked = i - start == chunked_len && has_lowered(headers + start, chunked_len,
+                                                               CHUNKED, chunked_len);
+            start = i + 2;
+            i++;
+        }
+    }
+    if (!chunked) Py_RETURN_NONE;
+    return PyLong_FromLong(status);
+}
+
 static PyMethodDef methods[] = {
     {"scan_stream", (PyCFunction)(void (*)(void))scan_stream, METH_FASTCALL,
      "scan_stream(reads, skip=0) -> (token_times, tail) | None: a finished chunked SSE body "
@@ -1176,6 +1236,9 @@ static PyMethodDef methods[] = {
     {"record_line", (PyCFunction)(void (*)(void))record_line, METH_FASTCALL,
      "record_line(keys, values) -> bytes | None: a record's requests.jsonl line as orjson "
      "writes it, from its fields' names and values; None for values it leaves to orjson."},
+    {"usual_head", usual_head, METH_O,
+     "usual_head(head) -> int | None: the status of a streaming server's usual response head "
+     "(chunked, kept alive), or None where the Python reader must read it."},
     {"json_ints", json_ints, METH_O,
      "json_ints(ints) -> bytes | None: a list of ints as JSON text; None where an item is not "
      "an exact int of 64 bits."},

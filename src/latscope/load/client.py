@@ -29,6 +29,11 @@ from latscope.errors import ConfigError
 from latscope.load.response import dechunk
 from latscope.model import ErrorKind, RequestRecord
 
+try:  # the C reader of the usual response head (setup.py builds latscope/_native.c)
+    from latscope._native import usual_head as _usual_head
+except ImportError:  # pragma: no cover - exercised where no compiler is found
+    _usual_head = None  # type: ignore[assignment]
+
 _perf_ns = time.perf_counter_ns
 _LAST_CHUNK = b"0\r\n\r\n"
 _HEADERS_READ = frozenset((b"transfer-encoding", b"content-length", b"connection"))
@@ -130,6 +135,11 @@ class _Exchange:
         return [(ns, first[self.skip:]), *self.reads[1:]]
 
     def _read_head(self, head: bytes) -> None:
+        if _usual_head is not None and (status := _usual_head(head)) is not None:
+            # a streaming server's usual head, read in C as the rest of this method reads it
+            # (a test holds the two equal): ~0.2 us instead of ~1.1
+            self.status, self.mode = status, "chunked"
+            return
         # names and values compared lowercased, the head at once (~0.8 of ~1.7 us a response
         # went to lowering and stripping each header, read or not)
         low = head.lower()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import latscope.load.client as client
@@ -34,14 +34,58 @@ def _read(head: bytes) -> tuple:
         loop.close()
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.sampled_from(_STATUS), st.lists(st.sampled_from(_LINES), max_size=6))
-def test_the_quick_path_reads_every_head_as_the_header_loop_does(status, lines):
-    head = b"\r\n".join([status, *lines])
-    quick = _read(head)
+def _read_by_the_loop(head: bytes) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(client, "_CHUNKED_LINE", b"\x00never in a head\x00")  # the loop alone
-        assert quick == _read(head)
+        patch.setattr(client, "_usual_head", None)
+        patch.setattr(client, "_CHUNKED_LINE", b"\x00never in a head\x00")
+        return _read(head)
+
+
+@pytest.fixture(params=["c", "python"])
+def quick(request, monkeypatch):
+    """The quick paths under test: the C reader first (then Python's), or Python's alone."""
+    if request.param == "c" and client._usual_head is None:
+        pytest.skip("the C part is not built (tests/unit/test_native.py says why)")
+    if request.param == "python":
+        monkeypatch.setattr(client, "_usual_head", None)
+    return request.param
+
+
+_PIECES = st.one_of(st.sampled_from(_LINES), st.binary(max_size=12),
+                    st.sampled_from([b"\r", b"\n", b" ", b"\t", b"HTTP/1.1 ", b"chunked"]))
+
+
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # (set once, kept)
+@given(head=st.builds(lambda status, lines: b"\r\n".join([status, *lines]),
+                      st.sampled_from(_STATUS), st.lists(st.sampled_from(_LINES), max_size=6)))
+def test_the_quick_paths_read_every_head_as_the_header_loop_does(quick, head):
+    assert _read(head) == _read_by_the_loop(head)
+
+
+@settings(max_examples=600, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # (set once, kept)
+@given(head=st.builds(lambda parts: b"".join(parts), st.lists(_PIECES, max_size=10)),
+       status=st.sampled_from([*_STATUS, b"HTTP/1.1 200\r", b"HTTP/1.1 200\rx", b"HTTP/1.0 099",
+                               b"http/1.1 200 OK", b"HTTP/1.1 20", b""]))
+def test_odd_bytes_in_a_head_read_as_the_header_loop_reads_them(quick, status, head):
+    head = status + b"\r\n" + head if status else head
+    assert _read(head) == _read_by_the_loop(head)
+
+
+def test_the_c_reader_answers_the_usual_head_and_declines_the_rest():
+    if client._usual_head is None:
+        pytest.skip("the C part is not built")
+    usual = client._usual_head
+    assert usual(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nx-id: 1") == 200
+    assert usual(b"HTTP/1.0 503\r\ntransfer-encoding: chunked") == 503
+    for declined in (b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip",
+                     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nConnection: close",
+                     b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked",
+                     b"HTTP/1.1 200\rx\r\ntransfer-encoding: chunked", b"HTTP/2 200", b""):
+        assert usual(declined) is None, declined
+    with pytest.raises(TypeError):
+        usual("HTTP/1.1 200 OK")
 
 
 def test_the_usual_streaming_head_is_chunked_and_kept_alive():
