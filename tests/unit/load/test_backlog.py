@@ -118,13 +118,36 @@ def test_a_deep_backlog_is_parsed_a_slice_per_loop_turn_at_least_one_response_ea
     assert run.drained.is_set() and not run.finalizing
 
 
+def _bench_bounded(tmp_path, requests: int, concurrency: int, output_len: str,
+                   **kw) -> BaseException | None:
+    """A run against a zero-delay server in a thread of its own, given 120 s: what it raised
+    (None: it ended well, or hung, which the caller's assertion then names)."""
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
+            config = BenchConfig(url=srv.url, model="fake-model", num_requests=requests,
+                                 concurrency=concurrency, output_dir=tmp_path / "run")
+            config.workload.output_len = output_len
+            try:
+                run_bench(config, **kw)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+                outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(120)
+    return outcome[0] if outcome else None
+
+
 def test_a_response_the_reader_fails_on_stops_the_run_with_its_cause_and_keeps_the_rest(
         tmp_path, monkeypatch):
     # A reader's bug used to be logged by the event loop and leave the queue undrained: the
     # slots waiting on it waited for ever. Now the run stops with a one-line cause, the
     # response is written as an error and every record read before it is on disk.
-    import threading
-
     from latscope.errors import LatscopeError
     from latscope.load import read_run
 
@@ -139,26 +162,10 @@ def test_a_response_the_reader_fails_on_stops_the_run_with_its_cause_and_keeps_t
 
     monkeypatch.setattr(inflight, "_FINALIZE_BACKLOG_BYTES", 64 << 10)  # slots wait on it
     monkeypatch.setattr(inflight, "finalize", flaky)
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
-            config = BenchConfig(url=srv.url, model="fake-model", num_requests=400,
-                                 concurrency=16, output_dir=tmp_path / "run")
-            config.workload.output_len = "256"
-            try:
-                run_bench(config)
-                outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
-                outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(120)
-    assert not worker.is_alive(), "the run hung on a response it could not read"
-    assert outcome and isinstance(outcome[0], LatscopeError)
-    assert "a latscope bug (ValueError: a reader bug)" in str(outcome[0])
-    assert "\n" not in str(outcome[0])
+    outcome = _bench_bounded(tmp_path, 400, 16, "256")
+    assert isinstance(outcome, LatscopeError), "the run hung or did not stop"
+    assert "a latscope bug (ValueError: a reader bug)" in str(outcome)
+    assert "\n" not in str(outcome)
     _, records, summary = read_run(tmp_path / "run")
     failed = [r for r in records if r.error and "could not read" in r.error]
     assert len(failed) >= 1 and failed[0].error_kind == "malformed_response"
@@ -203,35 +210,18 @@ def test_the_gate_the_slots_wait_on_opens_for_every_waiter_and_survives_a_cancel
 def test_a_callers_on_record_that_raises_stops_the_run_with_it_and_keeps_the_rest(tmp_path):
     # on_record runs inside the queue's loop callback: its error was only logged by the loop,
     # which left the queue undrained and the slots waiting on it for ever (a hang)
-    import threading
-
     from latscope.load import read_run
 
     seen: list[int] = []
-    outcome: list[BaseException | None] = []
 
     def fails_on_the_tenth(record) -> None:
         seen.append(record.index)
         if len(seen) == 10:
             raise RuntimeError("the caller's callback failed")
 
-    def run() -> None:
-        with FakeServer(ttft_ms=0, itl_ms=0) as srv:
-            config = BenchConfig(url=srv.url, model="fake-model", num_requests=2000,
-                                 concurrency=8, output_dir=tmp_path / "run")
-            config.workload.output_len = "64"
-            try:
-                run_bench(config, on_record=fails_on_the_tenth)
-                outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
-                outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(120)
-    assert not worker.is_alive(), "the run hung on its caller's failed callback"
-    assert outcome and isinstance(outcome[0], RuntimeError)
-    assert "callback failed" in str(outcome[0])
+    outcome = _bench_bounded(tmp_path, 2000, 8, "64", on_record=fails_on_the_tenth)
+    assert isinstance(outcome, RuntimeError), "the run hung on its caller's failed callback"
+    assert "callback failed" in str(outcome)
     _, records, summary = read_run(tmp_path / "run")
     assert 10 <= len(records) < 2000  # the sends stopped soon after it
     assert summary["requests"]["total"] == len(records)  # and the summary was written
