@@ -40,7 +40,8 @@ _froze = False  # whether the first of them froze (and the last must unfreeze)
 
 
 class CollectorPace:
-    """A context manager for one run; ``finished()`` once per finished request."""
+    """One run's pace: ``start()`` as it begins (or ``with``), ``finished()`` once per
+    finished request, ``stop()`` when it ends, whatever ended it."""
 
     __slots__ = ("every", "left", "due_ns", "passes", "pacing")
 
@@ -52,6 +53,15 @@ class CollectorPace:
         self.pacing = False
 
     def __enter__(self) -> CollectorPace:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """The run begins: the first of overlapping runs freezes and turns collection off."""
         global _active, _froze
         with _lock:
             if _active:
@@ -65,10 +75,9 @@ class CollectorPace:
             if self.pacing:
                 _active += 1
         self.due_ns = time.perf_counter_ns() + _PERIOD_NS
-        return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def stop(self) -> None:
+        """The run ended, however: the last of overlapping runs puts the collector back."""
         global _active, _froze
         if not self.pacing:
             return

@@ -163,34 +163,35 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
             await obs.start(ctx)
             started.append(obs)
 
+    run.pace.start()  # the collector paced by finished requests (load.gcpace)
     try:
-        with run.pace:  # the collector paced by finished requests (load.gcpace)
-            # the connections the load will hold, opened before it starts (not measured)
-            await run.client.preconnect(min(config.concurrency or 0, 4096))
-            try:
-                if config.warmup and (config.rate is not None or not config.duration_s):
-                    # A closed loop's warm-up flows into its measured requests without a gap:
-                    # stopping between them would make the measured run start with a burst of
-                    # ``concurrency`` requests at once, whose queue is the burst's, not the load's.
-                    # An open loop's warm-up is the first requests of its arrivals, at the rate: a
-                    # warm-up one at a time (what an uncapped open loop had) warms nothing a load
-                    # needs, and 720 of them took 2.5 minutes on the H200 before a 15 s run.
-                    manifest["warmup_mode"] = ("continuous: the first arrivals, at the rate"
-                                               if config.rate is not None else
-                                               "continuous: warm-up requests flow into measured ones")
-                    await run.measure(begin=begin_measurement)
-                else:
-                    if config.warmup:
-                        await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
-                                                                         config.warmup), warmup=True)
-                    await begin_measurement()
-                    await run.measure()
-            finally:
-                run.stop_clock()
-                for obs in started:
-                    with contextlib.suppress(Exception):  # one observer's failure must not lose data
-                        await obs.stop(contexts[0])
+        # the connections the load will hold, opened before it starts (not measured)
+        await run.client.preconnect(min(config.concurrency or 0, 4096))
+        try:
+            if config.warmup and (config.rate is not None or not config.duration_s):
+                # A closed loop's warm-up flows into its measured requests without a gap:
+                # stopping between them would make the measured run start with a burst of
+                # ``concurrency`` requests at once, whose queue is the burst's, not the load's.
+                # An open loop's warm-up is the first requests of its arrivals, at the rate: a
+                # warm-up one at a time (what an uncapped open loop had) warms nothing a load
+                # needs, and 720 of them took 2.5 minutes on the H200 before a 15 s run.
+                manifest["warmup_mode"] = ("continuous: the first arrivals, at the rate"
+                                           if config.rate is not None else
+                                           "continuous: warm-up requests flow into measured ones")
+                await run.measure(begin=begin_measurement)
+            else:
+                if config.warmup:
+                    await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
+                                                                     config.warmup), warmup=True)
+                await begin_measurement()
+                await run.measure()
+        finally:
+            run.stop_clock()
+            for obs in started:
+                with contextlib.suppress(Exception):  # one observer's failure must not lose data
+                    await obs.stop(contexts[0])
     finally:
+        run.pace.stop()
         run.cancel_in_flight()
         summary = run.summary()
         manifest["stagger"] = run.staggers  # what the closed loops drew (also in the summary)
@@ -318,7 +319,7 @@ class _Run(RequestFlow):
             if deadline_ns is not None and scheduled >= deadline_ns:
                 break
             if self.writer.failure is not None or self.failure is not None:
-                break  # the run directory cannot be written, or a response could not be read
+                break  # the run directory cannot be written, or a response or on_record failed
             prepared = self.prepare(index)  # before its time comes, not inside its send lag
             warm = index < warm_below
             if begin is not None and not warm:

@@ -114,38 +114,39 @@ class WorkerRun:
         flusher = asyncio.create_task(_every(_FLUSH_S, flush)) if flush else None
         await _sleep_until(start_ns)
         deadline = start_ns + int(cfg.duration_s * 1e9) if cfg.duration_s else None
-        with run.pace:  # the collector paced by finished requests (load.gcpace)
-            monitor = asyncio.create_task(run._watch_lag())
-            run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
-            if share.offsets_ns is None:
-                load = run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
-                                       stagger_offset=self.spec.stagger_offset)
-            else:
-                load = self._open_loop(start_ns, deadline)
-            task = self._load = asyncio.ensure_future(load)
-            self._loop = asyncio.get_running_loop()
-            if self.stopping:  # asked before the load began
-                task.cancel()
-            try:
-                if deadline is None:
-                    await task
-                else:  # --duration bounds the share as it bounds a one-process run: a grace, then
-                    # the requests still in flight are written as cancelled
-                    await run._until(task, deadline + int(run.grace_s() * 1e9))
-            except asyncio.CancelledError:
-                if not self.stopping or not task.cancelled():
-                    raise
-                # stopped by the driver: what is in flight is written as cancelled (below), and
-                # the figures go back as at a normal end
-            finally:
-                monitor.cancel()
-                run.stop_clock()
-                run.cancel_in_flight()
-                # closed here, on the loop that owns the connections: after run_loop returns the
-                # loop is closed and a transport's close() raises "Event loop is closed"
-                run.client.close()
-                if flusher:
-                    flusher.cancel()
+        run.pace.start()  # the collector paced by finished requests (load.gcpace)
+        monitor = asyncio.create_task(run._watch_lag())
+        run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
+        if share.offsets_ns is None:
+            load = run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
+                                   stagger_offset=self.spec.stagger_offset)
+        else:
+            load = self._open_loop(start_ns, deadline)
+        task = self._load = asyncio.ensure_future(load)
+        self._loop = asyncio.get_running_loop()
+        if self.stopping:  # asked before the load began
+            task.cancel()
+        try:
+            if deadline is None:
+                await task
+            else:  # --duration bounds the share as it bounds a one-process run: a grace, then
+                # the requests still in flight are written as cancelled
+                await run._until(task, deadline + int(run.grace_s() * 1e9))
+        except asyncio.CancelledError:
+            if not self.stopping or not task.cancelled():
+                raise
+            # stopped by the driver: what is in flight is written as cancelled (below), and
+            # the figures go back as at a normal end
+        finally:
+            run.pace.stop()
+            monitor.cancel()
+            run.stop_clock()
+            run.cancel_in_flight()
+            # closed here, on the loop that owns the connections: after run_loop returns the
+            # loop is closed and a transport's close() raises "Event loop is closed"
+            run.client.close()
+            if flusher:
+                flusher.cancel()
         figures = run.summary()["client"]
         figures["requests"] = run.stats.total + run.stats.warmup
         figures["stagger"] = run.staggers
