@@ -44,6 +44,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path[:0] = [str(SRC)]
 
+from latscope.model import RequestRecord  # noqa: E402
+
 ARMS = ("plain", "steady", "waves")
 POLL_S = 0.1
 # NVML's utilisation covers the driver's last sample period (1/6 s to 1 s): a reading taken this
@@ -112,8 +114,8 @@ def tokens_in(run: Path, t0: int, t1: int) -> dict:
     """Output tokens/s between two CLOCK_MONOTONIC instants, from the client's chunk stamps."""
     n = 0
     for line in (run / "requests.jsonl").open():
-        rec = json.loads(line)
-        n += sum(1 for t in rec.get("chunk_ns") or () if t0 <= t <= t1)
+        rec = RequestRecord.from_dict(json.loads(line))  # times or, since schema 2, their gaps
+        n += sum(1 for t in rec.chunk_ns if t0 <= t <= t1)
     return {"window_s": round((t1 - t0) / 1e9, 2), "tok_per_s": round(n / ((t1 - t0) / 1e9))}
 
 

@@ -140,22 +140,26 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
                 pass
 
     @conf
-    @given(st.lists(st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.none()), max_size=50))
-    def json_text(ints):
-        text = simd.json_ints(ints)
-        assert text == scalar.json_ints(ints)
-        assert text is None or text.count(b",") == max(len(ints) - 1, 0)
+    @given(st.lists(st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.none()), max_size=50),
+           st.integers(1, 4))
+    def json_text(ints, share):
+        ints = [i for i in ints for _ in range(share)]  # shared objects: the tokens of a read
+        for gaps_at in (-1, 0):  # as times, as gaps
+            text = simd.record_line(("x",), (ints,), gaps_at)
+            assert text == scalar.record_line(("x",), (ints,), gaps_at)
+            assert text is None or text.count(b",") == max(len(ints) - 1, 0)
 
     @conf
     @given(st.lists(st.tuples(st.text(max_size=8), st.one_of(
         st.integers(-2**70, 2**70), st.booleans(), st.none(), st.text(max_size=40),
         st.lists(st.integers(-2**64, 2**64), max_size=300), st.dictionaries(st.text(), st.none(),
                                                                             max_size=1),
-        st.floats())), max_size=24))
-    def record_lines(fields):
+        st.floats())), max_size=24), st.integers(-2, 24))
+    def record_lines(fields, gaps_at):
         import orjson
 
         keys, values = tuple(k for k, _ in fields), tuple(v for _, v in fields)
+        assert simd.record_line(keys, values, gaps_at) == scalar.record_line(keys, values, gaps_at)
         line = simd.record_line(keys, values)
         assert line == scalar.record_line(keys, values)
         if line is not None:  # what orjson writes for the same fields, in the same order
@@ -167,7 +171,7 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
            st.lists(st.integers(-10**19, 10**19), max_size=30))
     def line_gaps(noise, start, end, times):
         array = b"[" + b",".join(b"%d" % t for t in times) + b"]"
-        line = noise + b'{"chunk_ns":' + array + b"}" + noise
+        line = noise + b'{"chunk_gaps_ns":' + array + b"}" + noise
         assert simd.json_gaps(line) == scalar.json_gaps(line)
         try:
             simd.json_gaps(noise, start, end)
@@ -223,10 +227,11 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
             simd.gaps_ms(wrong)
         except (TypeError, OverflowError):
             pass
-    for wrong in (None, 5, (1, 2), "abc"):
+    for wrong in ((None,), (("x",), ((1, 2),), 0), (("x",), ([1],), "0"), (("x",), ([1],), 2**70),
+                  (("x",), ([1],), 0, 1), (("x",), (None,), 0), (("x",), (5,), 0)):
         try:
-            simd.json_ints(wrong)
-        except TypeError:
+            simd.record_line(*wrong)
+        except (TypeError, OverflowError):
             pass
     for wrong in (None, "HTTP/1.1 200", 5):
         try:

@@ -5,8 +5,8 @@
  * GapStore: a run's ITL gaps, added from each request's token times in one call
  * (latscope.stats._Pooled); gaps_ms: the same gaps of one request as a tuple.
  * last_int: a usage count from a response's tail (latscope.load.streamtail.last_int).
- * json_ints: a record's token times as JSON text, for its requests.jsonl line
- * (latscope.rundir.RunWriter.append); json_gaps: the ITL gaps of such a line, read back.
+ * record_line: a record's requests.jsonl line, its token times as gaps
+ * (latscope.rundir.record_line); json_gaps: the ITL gaps of such a line, read back.
  *
  * Why C: the parse of a finished response bounds one client process's ceiling
  * (benchmarks/client_ceiling.py). The pure-Python fast reader needs ~1.1 us per streamed token
@@ -874,7 +874,7 @@ static int int_text(long long value, char *text, long long last, int start) {
     return at;
 }
 
-/* A growing text buffer for json_ints and record_line. */
+/* A growing text buffer for record_line. */
 typedef struct {
     char *text;
     Py_ssize_t len, cap;
@@ -908,9 +908,12 @@ static int int64_of(PyObject *item, long long *value) {
 }
 
 /* A list of ints as JSON text, as orjson writes it: 1, 0 where an item is not an exact int of
- * 64 bits, -1 on a memory error. The token times of one read share one time object
- * (scan_stream), so an item that is the one before is written by copying its digits. */
-static int add_ints(Text *t, PyObject *ints) {
+ * 64 bits (or, as gaps, a difference past 64 bits), -1 on a memory error. `as_gaps`: the
+ * first item as it is, then each item's difference from the one before (a record's token
+ * times, written as chunk_gaps_ns). The token times of one read share one time object
+ * (scan_stream), so an item that is the one before is written by copying its digits, or as
+ * a gap of 0. */
+static int add_ints(Text *t, PyObject *ints, int as_gaps) {
     Py_ssize_t n = PyList_GET_SIZE(ints);
     /* 20 digits and a sign at most per item, a comma each, the brackets */
     if (text_room(t, n * 22 + 2) < 0) return -1;
@@ -921,38 +924,27 @@ static int add_ints(Text *t, PyObject *ints) {
     int start = INT_TEXT;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(ints, i);
+        if (i) t->text[t->len++] = ',';
+        if (item == last && as_gaps) {
+            t->text[t->len++] = '0';
+            continue;
+        }
         if (item != last) {
-            long long value;
+            long long value, gap;
             if (!int64_of(item, &value)) return 0;
-            if (last == NULL || value != last_value)  /* equal values: records read back */
-                start = int_text(value, digits, last_value, start);
+            if (as_gaps && last != NULL) {
+                if (__builtin_sub_overflow(value, last_value, &gap)) return 0;
+                start = int_text(gap, digits, 0, INT_TEXT);
+            } else if (last == NULL || value != last_value) {  /* equal: records read back */
+                start = int_text(value, digits, as_gaps ? 0 : last_value, start);
+            }
             last = item;
             last_value = value;
         }
-        if (i) t->text[t->len++] = ',';
         text_add(t, digits + start, INT_TEXT - start);
     }
     t->text[t->len++] = ']';
     return 1;
-}
-
-/* json_ints(ints) -> bytes | None
- * A list of ints as JSON text ("[1,2,3]"), what orjson writes for it; None where an item is
- * not an exact int or does not fit 64 bits (the caller lets orjson write it). For a record's
- * token times: orjson took ~31 ns an item for 13-digit ints (PyLong_AsLongLong's slow path in
- * CPython 3.11), 8 us of a 256-token record's 9. */
-static PyObject *json_ints(PyObject *module, PyObject *ints) {
-    (void)module;
-    if (!PyList_Check(ints)) {
-        PyErr_SetString(PyExc_TypeError, "json_ints takes a list of ints");
-        return NULL;
-    }
-    Text t = {NULL, 0, 0};
-    int ok = add_ints(&t, ints);
-    PyObject *result = ok == 1 ? PyBytes_FromStringAndSize(t.text, t.len)
-                               : ok == 0 ? Py_NewRef(Py_None) : NULL;
-    free(t.text);
-    return result;
 }
 
 /* A str as orjson writes it, where nothing in it needs an escape (a quote, a backslash, a
@@ -976,8 +968,10 @@ static int add_str(Text *t, PyObject *str) {
     return 1;
 }
 
-/* One field's value: 1, 0 to decline, -1 on memory. */
-static int add_value(Text *t, PyObject *value) {
+/* One field's value (a list of ints written as gaps where `as_gaps`): 1, 0 to decline, -1 on
+ * memory. */
+static int add_value(Text *t, PyObject *value, int as_gaps) {
+    if (as_gaps && !PyList_CheckExact(value)) return 0;
     if (value == Py_None || value == Py_True || value == Py_False) {
         const char *word = value == Py_None ? "null" : value == Py_True ? "true" : "false";
         Py_ssize_t n = (Py_ssize_t)strlen(word);
@@ -995,7 +989,7 @@ static int add_value(Text *t, PyObject *value) {
         return 1;
     }
     if (PyUnicode_CheckExact(value)) return add_str(t, value);
-    if (PyList_CheckExact(value)) return add_ints(t, value);
+    if (PyList_CheckExact(value)) return add_ints(t, value, as_gaps);
     if (PyDict_CheckExact(value) && PyDict_GET_SIZE(value) == 0) {
         if (text_room(t, 2) < 0) return -1;
         text_add(t, "{}", 2);
@@ -1004,19 +998,26 @@ static int add_value(Text *t, PyObject *value) {
     return 0;
 }
 
-/* record_line(keys, values) -> bytes | None
+/* record_line(keys, values, gaps_at=-1) -> bytes | None
  * A requests.jsonl line, "{...}\n", of a record whose fields are `values` (a tuple, in its
- * dataclass's field order), named by `keys` (a tuple of str, as long): byte for byte what
- * orjson.dumps(record, option=OPT_APPEND_NEWLINE) writes; None where a value is anything but
- * the usual (an exact int of 64 bits, None, a bool, a str with nothing to escape, a list of
- * such ints, an empty dict), and the caller lets orjson write the line. For the line of every
- * request at the client's ceiling: orjson's dataclass path took ~4.6 us of a response there
- * (benchmarks/client_ceiling.py, a 9-field line in its place: 0.87 -> 1.02 of the floor). */
+ * dataclass's field order), named by `keys` (a tuple of str, as long), the list of ints at
+ * `gaps_at` written as gaps (its first item, then each one's difference from the one before:
+ * a record's token times): byte for byte what orjson.dumps writes for the dict of those keys
+ * and values, that list replaced by its gaps (latscope.rundir.record_line's own path); None
+ * where a value is anything but the usual (an exact int of 64 bits, None, a bool, a str with
+ * nothing to escape, a list of such ints, an empty dict), and the caller lets orjson write the
+ * line. For the line of every request at the client's ceiling: orjson's dataclass path took
+ * ~4.6 us of a response there (benchmarks/client_ceiling.py, a 9-field line in its place:
+ * 0.87 -> 1.02 of the floor). */
 static PyObject *record_line(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])
-        || PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "record_line(keys, values): two tuples as long");
+    Py_ssize_t gaps_at = -1;
+    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])
+        || PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])
+        || (nargs == 3 && (gaps_at = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError,
+                            "record_line(keys, values, gaps_at=-1): two tuples as long");
         return NULL;
     }
     PyObject *keys = args[0], *values = args[1];
@@ -1032,7 +1033,7 @@ static PyObject *record_line(PyObject *module, PyObject *const *args, Py_ssize_t
         if (i && (ok = text_room(&t, 1)) == 1) t.text[t.len++] = ',';
         if (ok == 1) ok = add_str(&t, key);
         if (ok == 1 && (ok = text_room(&t, 1)) == 1) t.text[t.len++] = ':';
-        if (ok == 1) ok = add_value(&t, PyTuple_GET_ITEM(values, i));
+        if (ok == 1) ok = add_value(&t, PyTuple_GET_ITEM(values, i), i == gaps_at);
     }
     if (ok == 1 && (ok = text_room(&t, 2)) == 1) text_add(&t, "}\n", 2);
     PyObject *result = ok == 1 ? PyBytes_FromStringAndSize(t.text, t.len)
@@ -1044,10 +1045,11 @@ static PyObject *record_line(PyObject *module, PyObject *const *args, Py_ssize_t
 /* json_gaps(data, start=0, end=len) -> (start, end, gaps) | None
  * A requests.jsonl line's token times (the line: data[start:end]) read where they lie, for the
  * driver's count of a dead worker's records (latscope.load.workers): the text between the '['
- * and ']' of its "chunk_ns" array is data[start:end], and gaps is what gaps_ms gives for those
- * ints (None for fewer than two). None where the line holds no such array or it is not a
- * plain JSON list of 64-bit ints (the caller decodes the line whole). Decoding the array made
- * a Python int of each time (~40 ns each, ~10 us of a 256-token record's ~31), to take their
+ * and ']' of its "chunk_gaps_ns" array (the first time, then each one's gap from the one
+ * before: record_line's) is data[start:end], and gaps is what gaps_ms gives for those times
+ * (None for fewer than two). None where the line holds no such array or it is not a plain
+ * JSON list of 64-bit ints (the caller decodes the line whole). Decoding the array made a
+ * Python int of each time (~40 ns each, ~10 us of a 256-token record's ~31), to take their
  * differences. */
 static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -1065,7 +1067,7 @@ static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_ValueError, "json_gaps: start outside the data");
         return NULL;
     }
-    static const char KEY[] = "\"chunk_ns\":[";
+    static const char KEY[] = "\"chunk_gaps_ns\":[";
     const char *text = PyBytes_AS_STRING(args[0]), *stop = text + to;
     const char *at = memmem(text + from, stop - (text + from), KEY, sizeof(KEY) - 1);
     if (at == NULL) Py_RETURN_NONE;
@@ -1076,35 +1078,27 @@ static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t n
     GapSums sums = {malloc(sizeof(float) * (size_t)cap), 0, 0.0, 0.0, 0.0, 0.0};
     if (sums.gaps == NULL) return PyErr_NoMemory();
     long long prev = 0;
-    const char *last = NULL;  /* the previous int's text, sign included */
-    Py_ssize_t last_len = 0;
     int ok = 1;
-    while (p < end) {  /* -?digits, then ',' or the end */
-        const char *q = p + last_len;
-        long long now = prev;
-        /* the tokens of one read share its time: its text repeats, checked once */
-        if (last == NULL || q > end || (q < end && *q != ',')
-                || memcmp(p, last, (size_t)last_len) != 0) {
-            int negative = *p == '-';
-            const char *digits = p + negative;
-            for (q = digits; q < end && (unsigned char)(*q - '0') < 10; q++) {}
-            /* up to 18 digits (a longer int, rare, is decoded whole by the caller) */
-            if (q == digits || q - digits > 18 || (q < end && *q != ',')
-                    || (q - digits > 1 && *digits == '0')) {
-                ok = 0;
-                break;
-            }
-            long long value = 0;
-            for (const char *d = digits; d < q; d++) value = value * 10 + (*d - '0');
-            now = negative ? -value : value;
-            last = p;
-            last_len = q - p;
+    while (ok && p < end) {  /* -?digits, then ',' or the end */
+        int negative = *p == '-';
+        const char *digits = p + negative, *q = digits;
+        long long value = 0, now = 0;
+        for (; q < end && (unsigned char)(*q - '0') < 10; q++) {}
+        /* up to 18 digits (a longer int, rare, is decoded whole by the caller), JSON's */
+        ok = q > digits && q - digits <= 18 && (q == end || *q == ',')
+             && !(q - digits > 1 && *digits == '0') && !(q < end && q + 1 == end);
+        for (const char *d = digits; ok && d < q; d++) value = value * 10 + (*d - '0');
+        if (negative) value = -value;
+        if (count == 0) {
+            now = value;
+        } else if (ok && !__builtin_add_overflow(prev, value, &now)) {
+            add_gap(&sums, prev, now);
+        } else {
+            ok = 0;
         }
-        if (count > 0) add_gap(&sums, prev, now);
         prev = now;
         count++;
         p = q < end ? q + 1 : q;
-        if (q < end && p == end) ok = 0;  /* a trailing comma */
     }
     PyObject *result = NULL;
     if (!ok) {
@@ -1230,18 +1224,16 @@ static PyMethodDef methods[] = {
      "last_int(text, key) -> int | None: the integer after the last key, as "
      "re.match(rb'\\s*:\\s*(\\d+)') reads it there."},
     {"json_gaps", (PyCFunction)(void (*)(void))json_gaps, METH_FASTCALL,
-     "json_gaps(data, start=0, end=len) -> (start, end, gaps) | None: the chunk_ns array of "
+     "json_gaps(data, start=0, end=len) -> (start, end, gaps) | None: the chunk_gaps_ns array of "
      "the requests.jsonl line data[start:end] (data[start:end] between its brackets) and "
      "gaps_ms of its ints."},
     {"record_line", (PyCFunction)(void (*)(void))record_line, METH_FASTCALL,
-     "record_line(keys, values) -> bytes | None: a record's requests.jsonl line as orjson "
-     "writes it, from its fields' names and values; None for values it leaves to orjson."},
+     "record_line(keys, values, gaps_at=-1) -> bytes | None: a record's requests.jsonl line as "
+     "orjson writes it, from its fields' names and values, the list at gaps_at as gaps; None "
+     "for values it leaves to orjson."},
     {"usual_head", usual_head, METH_O,
      "usual_head(head) -> int | None: the status of a streaming server's usual response head "
      "(chunked, kept alive), or None where the Python reader must read it."},
-    {"json_ints", json_ints, METH_O,
-     "json_ints(ints) -> bytes | None: a list of ints as JSON text; None where an item is not "
-     "an exact int of 64 bits."},
     {NULL, NULL, 0, NULL},
 };
 

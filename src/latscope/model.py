@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,7 +50,8 @@ class RequestRecord:
     headers_ns: int | None = None
     first_token_ns: int | None = None
     end_ns: int | None = None
-    # Arrival time of every content-bearing chunk (the first one included).
+    # Arrival time of every content-bearing chunk (the first one included); requests.jsonl holds
+    # them as gaps (``CHUNK_GAPS_KEY``).
     chunk_ns: list[int] = field(default_factory=list)
     # Output tokens carried by each chunk when the server reports it (continuous usage), else [].
     chunk_tokens: list[int] = field(default_factory=list)
@@ -77,9 +80,32 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """A record from its ``requests.jsonl`` object: its token times as gaps
+        (``chunk_gaps_ns``, what ``latscope.rundir.record_line`` writes) or as times
+        (``chunk_ns``: run directories of schema 1, ``to_dict()``)."""
         # the field names once, not per record (dataclasses.fields() took ~1.4 us of ~6)
         names = _RECORD_FIELDS if cls is RequestRecord else {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        gaps = data.get(CHUNK_GAPS_KEY)
+        if isinstance(gaps, list):
+            fields["chunk_ns"] = times_of_gaps(gaps)
+        return cls(**fields)
+
+
+# requests.jsonl holds a record's token times under this key as gaps: the first time, then
+# each one's difference from the one before. A 256-token response read in one piece shares
+# one 13-digit time (~5.4 kB of text a line); its gaps are "0"s (~1 kB): writing the times
+# took ~5% of the client's CPU at its ceiling (benchmarks/client_ceiling.py, docs/bench.md).
+CHUNK_GAPS_KEY = "chunk_gaps_ns"
+
+
+def gaps_of_times(times: list[int]) -> list[int]:
+    """Token times as ``chunk_gaps_ns`` holds them (``times_of_gaps`` undoes it)."""
+    return [times[0], *map(operator.sub, times[1:], times[:-1])] if times else []
+
+
+def times_of_gaps(gaps: list[int]) -> list[int]:
+    return list(itertools.accumulate(gaps))
 
 
 _RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord))

@@ -27,14 +27,18 @@ from typing import Any, Iterable, Iterator
 import orjson
 
 from latscope.errors import ConfigError, OutputError
-from latscope.model import Finding, RequestRecord
+from latscope.model import CHUNK_GAPS_KEY, Finding, RequestRecord, gaps_of_times
 
 try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
     from latscope import _native
 except ImportError:  # pragma: no cover - exercised where no compiler was found
     _native = None  # type: ignore[assignment]
 
-SCHEMA_VERSION = 1
+# 2: requests.jsonl holds token times as gaps (``chunk_gaps_ns``); 1 held them as times, and
+# is still read. An older latscope refuses a 2 rather than read its records without them.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+FINDINGS_SCHEMA_VERSION = 1  # findings.json's (latscope/findings/schema.json)
 MANIFEST = "manifest.json"
 REQUESTS, SUMMARY = "requests.jsonl", "summary.json"  # a load run's records and summary
 _FLUSH_NS = 100_000_000  # records reach the file at most this late
@@ -205,7 +209,7 @@ class RunDir:
         version = manifest.get("schema_version")
         if version is None and (path / "requests.jsonl").exists():
             manifest = {**manifest, "schema_version": 0, "kind": "bench"}  # before run dirs had one
-        elif version not in (SCHEMA_VERSION,):
+        elif version not in READABLE_SCHEMAS:
             raise ConfigError(f"{path}: run directory schema_version {version!r} is not one this "
                               f"latscope ({SCHEMA_VERSION}) can read")
         return cls(path, manifest)
@@ -231,7 +235,7 @@ class RunDir:
         return read_json(target) if target.is_file() else default
 
     def write_findings(self, findings: Iterable[Finding]) -> Path:
-        return self.write(FINDINGS, {"schema_version": SCHEMA_VERSION,
+        return self.write(FINDINGS, {"schema_version": FINDINGS_SCHEMA_VERSION,
                                      "findings": [f.to_dict() for f in findings]})
 
     def read_findings(self) -> list[Finding]:
@@ -339,31 +343,29 @@ class RunWriter:
             self._requests.close()
 
 
-# a record's field names and a getter of their values, in the dataclass's order (orjson's)
+# a record's field names and a getter of their values, in the dataclass's order; its line's
+# keys, the token times written as gaps under their own key (model.CHUNK_GAPS_KEY)
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 _record_values = operator.attrgetter(*_RECORD_FIELDS)
+_GAPS_AT = _RECORD_FIELDS.index("chunk_ns")
+_LINE_KEYS = tuple(CHUNK_GAPS_KEY if i == _GAPS_AT else name
+                   for i, name in enumerate(_RECORD_FIELDS))
 
 
 def record_line(record: RequestRecord) -> bytes:
-    """A record's ``requests.jsonl`` line, as orjson writes the (slotted) dataclass (the keys of
-    ``to_dict()``). Where the C part is built it writes the line itself (``_native.
-    record_line``, the same bytes): orjson's dataclass path took ~4.6 us of a response at the
-    client's ceiling, more than the C stream pass; it writes the unusual ones (a str to escape,
-    the server's fields) with the token times put in as JSON text by ``_native.json_ints``
-    (orjson took ~8 us for 256 of them)."""
+    """A record's ``requests.jsonl`` line: its fields in the dataclass's order, as orjson writes
+    them, the token times as gaps (``chunk_gaps_ns``; ``RequestRecord.from_dict`` reads both
+    forms). Where the C part is built it writes the usual line itself (``_native.record_line``,
+    the same bytes): orjson's dataclass path took ~4.6 us of a response at the client's
+    ceiling, more than the C stream pass; orjson writes the unusual ones (a str to escape, the
+    server's fields)."""
     if _native is not None:
-        line = _native.record_line(_RECORD_FIELDS, _record_values(record))
+        line = _native.record_line(_LINE_KEYS, _record_values(record), _GAPS_AT)
         if line is not None:
             return line
-    times = record.chunk_ns
-    text = _native.json_ints(times) if _native is not None and len(times) > 8 else None
-    if text is None:
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-    record.chunk_ns = orjson.Fragment(text)  # type: ignore[assignment]  # for this dump only
-    try:
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-    finally:
-        record.chunk_ns = times
+    values = list(_record_values(record))
+    values[_GAPS_AT] = gaps_of_times(record.chunk_ns)
+    return orjson.dumps(dict(zip(_LINE_KEYS, values)), option=orjson.OPT_APPEND_NEWLINE)
 
 
 def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[RequestRecord], dict[str, Any]]:

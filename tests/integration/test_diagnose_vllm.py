@@ -36,7 +36,7 @@ def _check_run_dir(report: dict) -> None:
                  "doctor.json", "net.json", "sweep.json", "stages.json"):
         assert (run / name).is_file(), name
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["kind"] == "diagnose" and manifest["schema_version"] == 1
+    assert manifest["kind"] == "diagnose" and manifest["schema_version"] == 2
     assert manifest["status"] == "ok"
     for f in report["findings"]:  # impossible shares are refused, never written
         share = (f.get("impact") or {}).get("share")

@@ -10,6 +10,28 @@ def test_request_record_round_trip_keeps_every_field():
     assert not rec.ok  # no end_ns yet
 
 
+def test_a_records_line_reads_back_from_either_form_of_its_token_times(tmp_path):
+    # requests.jsonl holds token times as gaps since schema 2 (rundir.record_line); a run
+    # directory of schema 1 held them as times, and must read back the same
+    import orjson
+
+    from latscope.rundir import RunDir, read_run, record_line
+
+    times = [10**13, 10**13, 10**13 + 4_000_000, 10**13 + 4_000_000, 10**13 + 9_500_000]
+    rec = RequestRecord(index=0, request_id="r0", scheduled_ns=10**13 - 5, sent_ns=10**13 - 4,
+                        first_token_ns=times[0], end_ns=times[-1], chunk_ns=times, status=200)
+    new, old = orjson.loads(record_line(rec)), rec.to_dict()
+    assert new["chunk_gaps_ns"] == [10**13, 0, 4_000_000, 0, 5_500_000] and "chunk_ns" in old
+    assert RequestRecord.from_dict(new) == RequestRecord.from_dict(old) == rec
+    for version, line in ((1, orjson.dumps(old) + b"\n"), (2, record_line(rec))):
+        run = tmp_path / f"v{version}"
+        RunDir.create("bench", run)
+        manifest = orjson.loads((run / "manifest.json").read_bytes())
+        (run / "manifest.json").write_bytes(orjson.dumps({**manifest, "schema_version": version}))
+        (run / "requests.jsonl").write_bytes(line)
+        assert read_run(run)[1] == [rec]
+
+
 def test_findings_sort_by_severity_then_measured_share():
     a = Finding("a", Severity.WARNING, "a", impact={"share": 0.1})
     b = Finding("b", Severity.WARNING, "b", impact={"share": 0.5})

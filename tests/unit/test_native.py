@@ -177,35 +177,50 @@ def test_the_head_before_the_body_is_skipped_in_place():
 
 
 def test_json_gaps_reads_a_lines_times_as_gaps_ms_reads_the_ints():
-    # the driver's merge reads a worker's line without decoding its token times: what it reads
-    # from the text must be what gaps_ms gives for the ints themselves, bit for bit, and any
-    # text that is not a plain JSON list of ints up to 18 digits must be declined (None)
+    # the driver's merge reads a worker's line without decoding its token times (written as
+    # gaps): what it reads from the text must be what gaps_ms gives for the times themselves,
+    # bit for bit, and any text that is not a plain JSON list of ints up to 18 digits must be
+    # declined (None)
+    import dataclasses
+
     import orjson
     from hypothesis import strategies as st
 
     from latscope import _native
+    from latscope.model import RequestRecord, gaps_of_times
 
     def expected(times):
         return _native.gaps_ms(times) if len(times) > 1 else None
 
-    ints = st.one_of(st.integers(-10**18 + 1, 10**18 - 1), st.integers(0, 99),
+    # times whose gaps fit 18 digits (a longer one is declined, below)
+    ints = st.one_of(st.integers(-4 * 10**17, 4 * 10**17), st.integers(0, 99),
                      st.sampled_from([10**13, 10**13 + 1, 10**12 + 5, -7]))
+    keys = tuple(f.name for f in dataclasses.fields(RequestRecord))
+    line_keys = tuple("chunk_gaps_ns" if k == "chunk_ns" else k for k in keys)
 
     @settings(max_examples=500, deadline=None, database=None, derandomize=True)
     @given(st.lists(ints, max_size=40), st.booleans())
     def same(times, repeats):
-        if repeats:  # the tokens of one read share a time
+        if repeats:  # the tokens of one read share a time object
             times = [t for t in times for _ in range(3)]
-        for text in (orjson.dumps({"i": 1, "chunk_ns": times, "x": [2]}),
-                     b'{"chunk_ns":' + (_native.json_ints(times) or b"[]") + b"}"):
+        record = RequestRecord(index=1, request_id="r", scheduled_ns=0, chunk_ns=times)
+        c_line = _native.record_line(line_keys, tuple(getattr(record, k) for k in keys),
+                                     keys.index("chunk_ns"))
+        for text in (orjson.dumps({"i": 1, "chunk_gaps_ns": gaps_of_times(times), "x": [2]}),
+                     c_line):
             start, end, gaps = _native.json_gaps(text)
-            assert text[start - 1:end + 1] == orjson.dumps(times)
+            assert text[start - 1:end + 1] == orjson.dumps(gaps_of_times(times))
             assert gaps == expected(times)
 
     same()
-    for bad in (b'{"chunk_ns":[1,]}', b'{"chunk_ns":[01,2]}', b'{"chunk_ns":[1.5,2]}',
-                b'{"chunk_ns":[1, 2]}', b'{"chunk_ns":[-]}', b'{"chunk_ns":[1,2',
-                b'{"chunk_ns":[1234567890123456789,1]}', b'{"chunk_ns":["1"]}', b'{"x":[1,2]}'):
+    past_2_63 = b",".join([b"900000000000000000"] * 11)
+    for bad in (b'{"chunk_gaps_ns":[1,]}', b'{"chunk_gaps_ns":[01,2]}',
+                b'{"chunk_gaps_ns":[1.5,2]}', b'{"chunk_gaps_ns":[1, 2]}',
+                b'{"chunk_gaps_ns":[-]}', b'{"chunk_gaps_ns":[1,2', b'{"chunk_gaps_ns":["1"]}',
+                b'{"chunk_gaps_ns":[1234567890123456789,1]}',
+                b'{"chunk_gaps_ns":[1,1234567890123456789]}',
+                b'{"chunk_gaps_ns":[' + past_2_63 + b']}',
+                b'{"chunk_ns":[1,2]}', b'{"x":[1,2]}'):  # schema 1's times: decoded whole
         assert _native.json_gaps(bad) is None, bad
 
 
@@ -244,26 +259,43 @@ def test_the_c_part_is_clean_under_address_and_undefined_behaviour_sanitizers():
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
-def test_json_ints_writes_what_orjson_writes_and_declines_the_rest():
-    # a record's token times go into its requests.jsonl line as this text (orjson took ~8 us
-    # for 256 13-digit ints): it must be orjson's own text for every int64, shared time
-    # objects (the tokens of one read) included, and None for anything orjson writes otherwise
+def test_a_list_of_ints_is_written_as_orjson_writes_it_as_times_or_gaps():
+    # a record's lists of ints go into its requests.jsonl line as this text, its token times
+    # as gaps (~5 kB of 13-digit times a 256-token record read at once, ~0.6 kB of gaps): it
+    # must be orjson's own text of the list (of its gaps) for every int64, shared time objects
+    # (the tokens of one read) included, and None for anything orjson writes otherwise
     import orjson
     from hypothesis import strategies as st
 
     from latscope import _native
+
+    def by_c(ints, as_gaps):
+        return _native.record_line(("x",), (ints,), 0 if as_gaps else -1)
+
+    def by_orjson(ints, as_gaps):
+        gaps = [b - a for a, b in zip(ints, ints[1:])]
+        return orjson.dumps({"x": ints[:1] + gaps if as_gaps else ints},
+                            option=orjson.OPT_APPEND_NEWLINE)
+
+    def same_or_declined(ints, as_gaps):
+        gaps = [b - a for a, b in zip(ints, ints[1:])] if as_gaps else []
+        if any(not -2**63 <= g < 2**63 for g in gaps):  # past int64 (orjson takes a uint64)
+            assert by_c(ints, as_gaps) is None
+        else:
+            assert by_c(ints, as_gaps) == by_orjson(ints, as_gaps)
 
     @settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=40), st.integers(1, 5))
     def same(values, share):
         shared = [v for v in values for _ in range(share)]  # one object, several tokens
         for ints in (values, shared):
-            assert _native.json_ints(ints) == orjson.dumps(ints)
+            for as_gaps in (False, True):
+                same_or_declined(ints, as_gaps)
 
     same()
 
-    # token times: each written from the one before where both are positive (only the digits
-    # that differ), so steps that cross a power of ten up and down, zeros and signs
+    # times written from the one before where both are positive (only the digits that
+    # differ), so steps that cross a power of ten up and down, zeros and signs
     @settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(st.sampled_from([0, 1, 9, 10**6 - 3, 10**15 - 40, 2**63 - 300]),
            st.lists(st.integers(-60, 60), max_size=60))
@@ -272,13 +304,17 @@ def test_json_ints_writes_what_orjson_writes_and_declines_the_rest():
         for delta in deltas:
             value = max(-2**63, min(2**63 - 1, value + delta))
             ints.append(value)
-        assert _native.json_ints(ints) == orjson.dumps(ints)
+        for as_gaps in (False, True):
+            same_or_declined(ints, as_gaps)
 
     steps()
     for declined in ([2**63], [-2**63 - 1], [True], [1.0], [1, "2"], [None]):
-        assert _native.json_ints(declined) is None
+        for as_gaps in (False, True):
+            assert by_c(declined, as_gaps) is None
+    assert by_c([2**63 - 1, -2], True) is None  # the gap is past 64 bits
+    assert by_c(7, True) is None  # token times that are not a list
     with pytest.raises(TypeError):
-        _native.json_ints((1, 2))
+        _native.record_line(("x",), ((1, 2),), "0")
 
 
 def test_gaps_of_time_objects_shared_by_tokens_equal_numpys():
@@ -301,8 +337,9 @@ def test_gaps_of_time_objects_shared_by_tokens_equal_numpys():
 
 def test_a_record_line_is_byte_for_byte_what_orjson_writes():
     # every request's requests.jsonl line is written by the C part where it is built: it must
-    # be orjson's own line for every record, or None (then orjson writes it), and the usual
-    # record must take the C path (else the ceiling silently loses it)
+    # be orjson's own line for every record (its token times as gaps), or None (then orjson
+    # writes it), it must read back as the record, and the usual record must take the C path
+    # (else the ceiling silently loses it)
     import dataclasses
 
     import orjson
@@ -329,26 +366,40 @@ def test_a_record_line_is_byte_for_byte_what_orjson_writes():
         open_loop=st.booleans(), trace_id=st.none() | st.just("0af7651916cd43dd8448eb211c80319c"),
         group=text, server=server)
     keys = tuple(f.name for f in dataclasses.fields(RequestRecord))
+    line_keys = tuple("chunk_gaps_ns" if k == "chunk_ns" else k for k in keys)
+    gaps_at = keys.index("chunk_ns")
+
+    def c_line(record):
+        return _native.record_line(line_keys, tuple(getattr(record, k) for k in keys), gaps_at)
+
+    def orjson_line(record):
+        times = record.chunk_ns
+        gaps = times[:1] + [b - a for a, b in zip(times, times[1:])]
+        fields = {("chunk_gaps_ns" if k == "chunk_ns" else k): gaps if k == "chunk_ns" else v
+                  for k, v in record.to_dict().items()}
+        return orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE)
 
     @settings(max_examples=400, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(records)
     def same(record):
         try:
-            expected = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+            expected = orjson_line(record)
         except orjson.JSONEncodeError:  # a 65-bit int: orjson refuses it, the C part declines
-            assert _native.record_line(keys, tuple(getattr(record, k) for k in keys)) is None
+            assert c_line(record) is None
             return
-        line = _native.record_line(keys, tuple(getattr(record, k) for k in keys))
+        line = c_line(record)
         assert line is None or line == expected
         assert rundir.record_line(record) == expected
+        assert RequestRecord.from_dict(orjson.loads(expected)) == record
 
     same()
     usual = RequestRecord(index=3, request_id="latscope-1a2b3c4d-3", scheduled_ns=10, sent_ns=11,
-                          headers_ns=12, first_token_ns=13, end_ns=19, chunk_ns=[13] * 256,
-                          prompt_tokens=16, output_tokens=256, output_tokens_source="usage",
-                          status=200, group="")
-    line = _native.record_line(keys, tuple(getattr(usual, k) for k in keys))
-    assert line == orjson.dumps(usual, option=orjson.OPT_APPEND_NEWLINE)
+                          headers_ns=12, first_token_ns=1_700_000_000_123_456, end_ns=19,
+                          chunk_ns=[1_700_000_000_123_456] * 256, prompt_tokens=16,
+                          output_tokens=256, output_tokens_source="usage", status=200, group="")
+    line = c_line(usual)
+    assert line == orjson_line(usual)
+    assert len(line) < 1000  # 256 times of one read: the first, then 255 gaps of 0 (~5.4 kB as times)
     with pytest.raises(TypeError):
         _native.record_line(keys, (1, 2))

@@ -23,7 +23,7 @@ CAPTURE = Path(__file__).parent / "env" / "data" / "h200_collect.tar.gz"
 
 def _check(run: Path, kind: str, data_file: str) -> None:
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["schema_version"] == 1 and manifest["kind"] == kind
+    assert manifest["schema_version"] == 2 and manifest["kind"] == kind
     assert manifest["status"] == "ok" and manifest["ended"]
     assert manifest["command"].startswith("latscope ")
     assert (run / data_file).is_file()
@@ -86,8 +86,8 @@ def test_show_rebuilds_a_killed_bench_and_refuses_unknown_schemas(tmp_path, caps
 
 def test_record_lines_are_orjsons_and_reach_the_file_within_the_flush_bound(tmp_path, monkeypatch):
     # records are buffered and written out at least every _FLUSH_NS (a write each cost ~2.5 us
-    # of a response at the client's ceiling); the line is orjson's, token times written by the
-    # C part where it is built
+    # of a response at the client's ceiling); the line is orjson's, its token times as gaps
+    # (written by the C part where it is built), and it reads back as the record
     import orjson
 
     from latscope import rundir
@@ -97,8 +97,12 @@ def test_record_lines_are_orjsons_and_reach_the_file_within_the_flush_bound(tmp_
     times = [t] * 5 + [t + 9] * 5 + [t + 20]
     record = RequestRecord(index=3, request_id="r-3", scheduled_ns=t, sent_ns=t, end_ns=t + 20,
                            first_token_ns=t, chunk_ns=times, output_tokens=11, status=200)
-    assert rundir.record_line(record) == orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-    assert record.chunk_ns is times  # the dump put the list back
+    line = orjson.loads(rundir.record_line(record))
+    assert line["chunk_gaps_ns"] == [t, 0, 0, 0, 0, 9, 0, 0, 0, 0, 11] and "chunk_ns" not in line
+    assert {k: v for k, v in line.items() if k != "chunk_gaps_ns"} == {
+        k: v for k, v in record.to_dict().items() if k != "chunk_ns"}
+    assert RequestRecord.from_dict(line) == record
+    assert record.chunk_ns is times
     monkeypatch.setattr(rundir, "_FLUSH_NS", 10**12)  # nothing due while the test runs
     writer = rundir.RunWriter(tmp_path / "run")
     path = tmp_path / "run" / rundir.REQUESTS
@@ -106,7 +110,7 @@ def test_record_lines_are_orjsons_and_reach_the_file_within_the_flush_bound(tmp_
     assert path.read_bytes() == b""  # buffered
     monkeypatch.setattr(rundir, "_FLUSH_NS", 0)
     writer.flush_if_due()
-    assert orjson.loads(path.read_bytes()) == orjson.loads(orjson.dumps(record))
+    assert RequestRecord.from_dict(orjson.loads(path.read_bytes())) == record
     monkeypatch.setattr(rundir, "_FLUSH_NS", 10**12)
     writer.append(record)
     writer.close()  # a stopped run loses nothing

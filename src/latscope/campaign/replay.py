@@ -36,9 +36,9 @@ from latscope.campaign.state import DiagnoseFailed, DiagnoseOptions, Diagnosis, 
 from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError
 from latscope.model import Finding
-from latscope.rundir import RunDir, read_json
+from latscope.rundir import READABLE_SCHEMAS, RunDir, read_json
 
-KNOWN_SCHEMAS = (1,)
+KNOWN_SCHEMAS = READABLE_SCHEMAS
 
 
 @dataclass

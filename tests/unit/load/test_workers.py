@@ -326,8 +326,8 @@ def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole(
     # times past 18 digits, or an array written another way: decoded whole by the caller
     assert read_for_merge(record_line(dataclasses.replace(records[1], chunk_ns=[10**19] * 9))) \
         is None
-    assert read_for_merge(record_line(records[0]).replace(b'"chunk_ns":[', b'"chunk_ns": [')) \
-        is None
+    spaced = record_line(records[0]).replace(b'"chunk_gaps_ns":[', b'"chunk_gaps_ns": [')
+    assert read_for_merge(spaced) is None
 
 
 def test_a_lines_index_is_read_off_its_start():
