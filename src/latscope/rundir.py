@@ -264,11 +264,11 @@ def append_fresh(path: Path) -> int:
 
 
 class RunWriter:
-    """Writes a run directory. Record lines are kept in a list and written out together at least
-    every ``_FLUSH_NS`` (on an append, and on ``flush_if_due``, which a run calls as it goes) or
-    past ``_RECORD_BUFFER`` bytes: a killed process loses at most that much; a stopped one
-    (Ctrl-C, SIGTERM, an error) nothing. A write per record cost ~2.5 us of a ~70 us response at
-    the client's ceiling; a buffered file's write of each ~4 KB line ~1 us, a list's append ~0."""
+    """Writes a run directory. Record lines are copied into one buffer and written out together
+    at least every ``_FLUSH_NS`` (on an append, and on ``flush_if_due``, which a run calls as it
+    goes) or when ``_RECORD_BUFFER`` bytes fill it: a killed process loses at most that much; a
+    stopped one (Ctrl-C, SIGTERM, an error) nothing. A write per record cost ~2.5 us of a ~70 us
+    response at the client's ceiling; a buffered file's write of each ~4 KB line ~1 us."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
@@ -283,7 +283,13 @@ class RunWriter:
         # same file (latscope.load.worker), and each write lands whole at its end
         self._requests = open(append_fresh(self.run_dir / REQUESTS), "wb", buffering=0)
         self._flushed_ns = time.perf_counter_ns()
-        self._buffer: list[bytes] = []
+        # one buffer for the whole run, lines copied in: a list of each line's bytes, joined
+        # at every flush, left a 1 MiB block and ~1,100 small ones to free between the
+        # responses' read buffers every ~50 ms, and glibc then gave the heap's top back and
+        # took it again (a page fault each 4 kB of a response's read at c=256: +50% page
+        # faults, -14% tokens/s on the H100 host, with the heap's trim: docs/bench.md)
+        self._buffer = bytearray(_RECORD_BUFFER)
+        self._view = memoryview(self._buffer)
         self._pending_bytes = 0
         # a write that failed (a full disk): raised once, then the writer writes nothing more,
         # so that the run's ending (the records in flight, the summary) does not fail again
@@ -298,28 +304,36 @@ class RunWriter:
 
     def append_lines(self, lines: bytes) -> None:
         """Lines written as ``requests.jsonl`` holds them (a record's, a worker's batch)."""
-        self._buffer.append(lines)
-        self._pending_bytes += len(lines)
-        if (self._pending_bytes >= _RECORD_BUFFER
-                or time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS):
+        end = self._pending_bytes + len(lines)
+        if end > len(self._buffer):  # no room left: what is kept goes first, then the lines
+            self.flush()
+            if len(lines) >= len(self._buffer):  # a worker's batch larger than the buffer
+                self._write(memoryview(lines))
+                self._flushed_ns = time.perf_counter_ns()
+                return
+            end = len(lines)
+        self._view[self._pending_bytes:end] = lines
+        self._pending_bytes = end
+        if end >= len(self._buffer) or time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS:
             self.flush()
 
     def flush_if_due(self) -> None:
-        if self._buffer and time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS:
+        if self._pending_bytes and time.perf_counter_ns() - self._flushed_ns >= _FLUSH_NS:
             self.flush()
 
     def flush(self) -> None:
-        if self._buffer:
-            data = memoryview(b"".join(self._buffer))
-            self._buffer.clear()
-            self._pending_bytes = 0
-            if self.failure is None:
-                try:
-                    while data:  # an unbuffered write may take part of it (a signal, a pipe)
-                        data = data[self._requests.write(data):]
-                except OSError as exc:
-                    raise self._failed(REQUESTS, exc) from None
+        if self._pending_bytes:
+            data, self._pending_bytes = self._view[:self._pending_bytes], 0
+            self._write(data)
         self._flushed_ns = time.perf_counter_ns()
+
+    def _write(self, data: memoryview) -> None:
+        if self.failure is None:
+            try:
+                while data:  # an unbuffered write may take part of it (a signal, a pipe)
+                    data = data[self._requests.write(data):]
+            except OSError as exc:
+                raise self._failed(REQUESTS, exc) from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         self._write_whole(SUMMARY, summary)
@@ -341,6 +355,9 @@ class RunWriter:
             self.flush()
         finally:
             self._requests.close()
+            self._view.release()  # the buffer's 1 MiB goes with the run, not with the writer
+            self._buffer = bytearray()
+            self._view = memoryview(self._buffer)
 
 
 # a record's field names and a getter of their values, in the dataclass's order; its line's

@@ -124,4 +124,15 @@ def test_record_lines_are_orjsons_and_reach_the_file_within_the_flush_bound(tmp_
     assert path.read_bytes() == b""
     writer.append(record)
     assert len(path.read_bytes().splitlines()) == 3
+    # lines that do not fit what is left: the kept ones go first, then these, in order; a
+    # worker's batch larger than the whole buffer is written at once
+    line = rundir.record_line(record)
+    writer.append_lines(b"a" + line[1:])
+    writer.append_lines(b"b" + line[1:])
+    writer.append_lines(b"c" + line[1:] * 2)  # no room: a and b go out, c is kept
+    assert path.read_bytes().splitlines()[3:] == [b"a" + line[1:-1], b"b" + line[1:-1]]
+    writer.append_lines(b"d" + line[1:] * 4)  # c goes out, then d
+    assert [x[:1] for x in path.read_bytes().splitlines()[5:]] == [b"c", b'"', b"d"] + [b'"'] * 3
+    writer.append_lines(b"e" + line[1:])
     writer.close()
+    assert path.read_bytes().splitlines()[-1] == b"e" + line[1:-1]

@@ -19,7 +19,8 @@ docs/bench.md). So while a run sends, latscope
 Everything is put back when the run ends: collection on again, the objects unfrozen. A process
 that turned collection off itself, or froze objects of its own, is left as it was (only its
 pacing is skipped). Runs that overlap (threads) share one setting: the first to start sets it,
-the last to end puts it back.
+the last to end puts it back. The same start and stop hold glibc's heap for the run
+(``latscope.load.heap``): the process's memory, kept as a run needs it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import gc
 import threading
 import time
 from types import TracebackType
+
+from latscope.load import heap
 
 _MIN_EVERY = 4096
 _PER_SLOT = 4
@@ -43,7 +46,7 @@ class CollectorPace:
     """One run's pace: ``start()`` as it begins (or ``with``), ``finished()`` once per
     finished request, ``stop()`` when it ends, whatever ended it."""
 
-    __slots__ = ("every", "left", "due_ns", "passes", "pacing")
+    __slots__ = ("every", "left", "due_ns", "passes", "pacing", "holding")
 
     def __init__(self, concurrency: int | None) -> None:
         self.every = max(_MIN_EVERY, _PER_SLOT * (concurrency or 1))
@@ -51,6 +54,7 @@ class CollectorPace:
         self.due_ns = time.perf_counter_ns() + _PERIOD_NS
         self.passes = 0
         self.pacing = False
+        self.holding = False
 
     def __enter__(self) -> CollectorPace:
         self.start()
@@ -63,6 +67,9 @@ class CollectorPace:
     def start(self) -> None:
         """The run begins: the first of overlapping runs freezes and turns collection off."""
         global _active, _froze
+        if not self.holding:
+            heap.hold()
+            self.holding = True
         with _lock:
             if _active:
                 self.pacing = True
@@ -79,6 +86,9 @@ class CollectorPace:
     def stop(self) -> None:
         """The run ended, however: the last of overlapping runs puts the collector back."""
         global _active, _froze
+        if self.holding:
+            self.holding = False
+            heap.release()
         if not self.pacing:
             return
         self.pacing = False
