@@ -285,9 +285,9 @@ class RunWriter:
         self._flushed_ns = time.perf_counter_ns()
         # one buffer for the whole run, lines copied in: a list of each line's bytes, joined
         # at every flush, left a 1 MiB block and ~1,100 small ones to free between the
-        # responses' read buffers every ~50 ms, and glibc then gave the heap's top back and
-        # took it again (a page fault each 4 kB of a response's read at c=256: +50% page
-        # faults, -14% tokens/s on the H100 host, with the heap's trim: docs/bench.md)
+        # responses' read buffers every ~50 ms, and glibc trimmed the heap's top that the next
+        # reads then faulted in again (c=256 on the H100 host: +55% page faults, -14% tokens/s;
+        # docs/bench.md, and latscope.load.heap for the other half of the fix)
         self._buffer = bytearray(_RECORD_BUFFER)
         self._view = memoryview(self._buffer)
         self._pending_bytes = 0

@@ -18,7 +18,7 @@ not glibc (musl, macOS) nothing is done.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import platform
 import threading
 from typing import Any
@@ -31,10 +31,13 @@ _lock = threading.Lock()
 _holders = 0
 
 
+@functools.cache  # at the first run, not at import (ctypes is ~3 ms of a CLI's start)
 def _glibc() -> Any | None:
     """The process's glibc (its mallopt and malloc_trim), or None elsewhere."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None)
     except OSError:
@@ -42,29 +45,28 @@ def _glibc() -> Any | None:
     return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
-_LIBC = _glibc()
-
-
 def hold() -> bool:
     """A run begins: the first of overlapping runs raises the trim threshold. Whether glibc
     took it (False where there is no glibc)."""
     global _holders
-    if _LIBC is None:
+    libc = _glibc()
+    if libc is None:
         return False
     with _lock:
         _holders += 1
         if _holders == 1:
-            return bool(_LIBC.mallopt(_M_TRIM_THRESHOLD, _HELD_BYTES))
+            return bool(libc.mallopt(_M_TRIM_THRESHOLD, _HELD_BYTES))
     return True
 
 
 def release() -> None:
     """A run ended (once per ``hold``): the last puts glibc's default back and trims."""
     global _holders
-    if _LIBC is None:
+    libc = _glibc()
+    if libc is None:
         return
     with _lock:
         _holders -= 1
         if _holders == 0:
-            _LIBC.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT)
-            _LIBC.malloc_trim(0)
+            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT)
+            libc.malloc_trim(0)

@@ -10,7 +10,7 @@ import pytest
 import latscope.load.heap as heap
 from latscope.load.gcpace import CollectorPace
 
-pytestmark = pytest.mark.skipif(heap._LIBC is None, reason="glibc's mallopt only")
+pytestmark = pytest.mark.skipif(heap._glibc() is None, reason="glibc's mallopt only")
 
 
 def _libc() -> ctypes.CDLL:
