@@ -28,7 +28,9 @@ means much. Under each latscope row: its tokens/s from first send to last *end* 
 script printed before: when the unparsed queue held most of the run, as 512 responses of 34 KB
 at c=64 did when it was bounded at 16 MiB, that was the receive rate with the parsing left for
 after the last end, not a rate the client sustains), its CPU share of one core over the window,
-the unparsed queue's peak and how often a slot waited for it (``client.backpressure_waits``).
+the unparsed queue's peak and how often a slot waited for it (``client.backpressure_waits``),
+and run by run the whole process's user / system CPU seconds and minor page faults (the
+kernel's counts, set-up included: runs that split in two tell there where the time went).
 ``--client-cpus`` / ``--server-cpus`` pin the two to their own cores (on a host with SMT,
 cores of different physical cores: ``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``).
 
@@ -50,6 +52,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -178,12 +181,20 @@ def run_latscope(src: str, url: str, concurrency: int, n: int, tokens: int) -> d
         # the build first, then whatever the caller's path held (a --target install's packages)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([sys.executable, "-c", _LATSCOPE, url, str(concurrency), str(n),
                                str(tokens), str(Path(tmp) / "run")],
                               capture_output=True, text=True, env=env, timeout=600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise SystemExit(f"latscope ({src}) failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the whole process's (set-up and read-back included), from the kernel: where CPU a token
+    # moves, whether it went to the kernel (system time, page faults: glibc trimming the heap's
+    # top under the reads made runs split in two, docs/bench.md) or to Python (user time)
+    out["process"] = {key: getattr(after, key) - getattr(before, key)
+                      for key in ("ru_utime", "ru_stime", "ru_minflt")}
+    return out
 
 
 def _cpu_s(pid: int) -> float:
@@ -212,7 +223,8 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
     rows: dict[str, dict[str, list[Any]]] = {k: {"tok_s": [], "ttft": [], "true": [],
                                                  "lag50": [], "lag99": [], "cpu_us": [],
                                                  "srv_us": [], "recv": [], "util": [],
-                                                 "peak_mb": [], "waits": [], "parser": []}
+                                                 "peak_mb": [], "waits": [], "parser": [],
+                                                 "process": []}
                                              for k in clients}
     for rep in range(reps):
         order = list(clients) if rep % 2 == 0 else list(reversed(clients))
@@ -226,7 +238,7 @@ def measure(srv: FakeServer, clients: dict[str, str | None], reps: int, concurre
             truth = srv.truth()
             row = rows[name]
             row["tok_s"].append(res["tok_s"])
-            for key in ("recv", "util", "peak_mb", "waits", "parser"):
+            for key in ("recv", "util", "peak_mb", "waits", "parser", "process"):
                 row[key].append(res.get("recv_tok_s" if key == "recv" else key))
             row["ttft"].append(float(np.median(list(res["ttft"].values()))))
             row["true"].append(_true_ttft(truth, list(res["ttft"])))
@@ -344,6 +356,11 @@ def main() -> None:
                 print(f"{'':>15}unparsed peak {_fmt(_med(row['peak_mb']))} MB, "
                       f"{_fmt(_med(row['waits']), '.0f')} backpressure waits")
                 print(f"{'':>15}stream reader: {row['parser'][-1]}")
+                runs = row["process"]
+                print(f"{'':>15}process: user / system s "
+                      + " ".join(f"{r['ru_utime']:.2f}/{r['ru_stime']:.2f}" for r in runs))
+                print(f"{'':>15}process: minor page faults (k) "
+                      + " ".join(f"{r['ru_minflt'] / 1e3:.0f}" for r in runs))
 
 
 if __name__ == "__main__":
