@@ -385,13 +385,24 @@ def record_line(record: RequestRecord) -> bytes:
     return orjson.dumps(dict(zip(_LINE_KEYS, values)), option=orjson.OPT_APPEND_NEWLINE)
 
 
+def _record_of(obj: dict[str, Any], path: Path) -> RequestRecord:
+    """A requests.jsonl object as a record, or a one-line error naming the file and request
+    (a field missing, gaps that do not add up as numbers) instead of a traceback."""
+    try:
+        record = RequestRecord.from_dict(obj)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: request {obj.get('index', '?')!r} is not a request record "
+                          f"latscope can read ({exc})") from None
+    return record
+
+
 def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[RequestRecord], dict[str, Any]]:
     """(manifest, records, summary) of a run directory; summary is {} while the run is going or
     if it was interrupted before writing one. A truncated last line (a crash mid-write) is
     skipped; any other bad line is an error."""
     run_dir = RunDir.open(run_dir).path
     manifest = orjson.loads((run_dir / MANIFEST).read_bytes())
-    records = [RequestRecord.from_dict(obj) for obj in iter_jsonl(run_dir / REQUESTS)]
+    records = [_record_of(obj, run_dir / REQUESTS) for obj in iter_jsonl(run_dir / REQUESTS)]
     summary_path = run_dir / SUMMARY
     summary = orjson.loads(summary_path.read_bytes()) if summary_path.is_file() else {}
     return manifest, records, summary

@@ -30,6 +30,16 @@ def test_a_records_line_reads_back_from_either_form_of_its_token_times(tmp_path)
         (run / "manifest.json").write_bytes(orjson.dumps({**manifest, "schema_version": version}))
         (run / "requests.jsonl").write_bytes(line)
         assert read_run(run)[1] == [rec]
+    # gaps that do not add up, or a record without its index: one line naming the file
+    import pytest
+
+    from latscope.errors import ConfigError
+
+    for bad in (record_line(rec).replace(b"[10000000000000,0,", b'[10000000000000,"x",'),
+                record_line(rec).replace(b'"index":0,', b"")):
+        (run / "requests.jsonl").write_bytes(bad + record_line(rec))
+        with pytest.raises(ConfigError, match="requests.jsonl: request .* is not a request record"):
+            read_run(run)
 
 
 def test_findings_sort_by_severity_then_measured_share():

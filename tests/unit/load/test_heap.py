@@ -40,7 +40,9 @@ def test_a_held_heap_keeps_its_freed_top_and_hands_it_back_when_released():
     assert heap.hold()
     try:
         grown, kept = _freed_top_kept(libc)
-        assert grown >= 8 << 20 and kept == grown  # not trimmed: the next run's reads reuse it
+        # not trimmed: the next run's reads reuse it (>=: only this thread grows the main heap,
+        # but a larger break is no trim either)
+        assert grown >= 8 << 20 and kept >= grown
     finally:
         heap.release()
     after = libc.sbrk(0)
@@ -60,7 +62,7 @@ def test_overlapping_runs_hold_it_once_and_the_last_to_end_releases_it():
         assert not first.pacing and heap._holders == 2
         first.stop()
         grown, kept = _freed_top_kept(libc)
-        assert kept == grown  # the second run still holds it
+        assert kept >= grown  # the second run still holds it
         second.stop()
         second.stop()  # a second stop releases nothing more
         assert heap._holders == 0
