@@ -102,10 +102,13 @@ def findings_from_decomposition(result: Any, ctx: Context = Context()) -> list[F
 
 def share_finding(key: str, label: str, part_ms: float, part_source: str, total_ms: float,
                   total_source: str, ctx: Context = Context(),
-                  total_label: str = "client TTFT") -> Finding | None:
+                  total_label: str = "client TTFT", target: str = "ttft_mean"
+                  ) -> Finding | None:
     """The one rule for component ``key`` of TTFT: a finding when its share is notable -- or,
     for the network, when a round trip between two processes of one host is far longer than a
-    loopback's, whatever its share (something sits on the path)."""
+    loopback's, whatever its share (something sits on the path). ``total_label`` and
+    ``target`` name the total: a passive run's is the server's own TTFT ("server TTFT",
+    ``server_ttft_mean``), there being no client of latscope's."""
     rule = RULES[key]
     if part_ms <= 0 or not total_ms or total_ms <= 0:
         return None
@@ -117,7 +120,7 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
                                                        and share >= QUEUE_KEPT_SHARE):
         return None
     try:
-        impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)
+        impact = make_impact(target, share, value_ms=part_ms, measured_at=ctx.measured_at)
     except ImpossibleShare:
         return None  # parts that disagree with the total are noted in the decomposition
     severity = severity_for_share(impact["share"], fault=rule.fault)

@@ -40,6 +40,10 @@ from latscope.server.metrics import has_vllm_series, parse_metrics_text
 SNAPSHOTS = "snapshots.jsonl"
 RAW = "raw.jsonl"
 _MAX_ERRORS_KEPT = 5
+_MAX_FAILURES_TIMED = 1000  # scrape.json's failure_log: when each failed, for a window's gaps
+# A vLLM page is ~50 kB (~1 MB with many LoRA adapters or engines); a page far larger is not
+# one to parse every few seconds (prometheus_client's parser: ~1 s a MB): it is refused
+MAX_PAGE_BYTES = 16 << 20
 
 
 class MetricsScraper:
@@ -48,7 +52,8 @@ class MetricsScraper:
 
     def __init__(self, interval_s: float = 2.0, *, path: str = "/metrics",
                  timeout_s: float | None = None, parse_during_run: bool = False,
-                 keep_raw: bool = False, base_url: str | None = None) -> None:
+                 keep_raw: bool = False, base_url: str | None = None,
+                 max_bytes: int = MAX_PAGE_BYTES) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
@@ -56,10 +61,13 @@ class MetricsScraper:
         self.base_url = base_url
         self.parse_during_run = parse_during_run
         self.keep_raw = keep_raw
+        self.max_bytes = max_bytes
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, min(10.0, interval_s * 2))
         self.snapshots: list[MetricSnapshot] = []
         self._stats: list[dict[str, float]] = []  # per scrape: scrape_ms, parse_ms, bytes
         self._errors: list[str] = []
+        self.failure_log: list[dict[str, Any]] = []  # {"wall_time", "error"} per failure
+        self.renamed: dict[str, str] = {}  # old vLLM names seen -> the names read
         self._failures = 0
         self._missing_endpoint = False
         self._has_vllm: bool | None = None
@@ -69,6 +77,11 @@ class MetricsScraper:
         self._last_raw = ""
         self._ingest_lock = threading.Lock()
         self._raw_count = 0
+
+    @property
+    def failures(self) -> int:
+        """Scrapes that failed so far (a timeout, an HTTP error, a refused page)."""
+        return self._failures
 
     # -- RunObserver ---------------------------------------------------------------------------
     async def start(self, ctx: RunContext) -> None:
@@ -118,8 +131,12 @@ class MetricsScraper:
             async with self._session.get(url) as resp:
                 t_ns = time.perf_counter_ns()
                 wall = time.time()
-                body = await resp.read()
+                body = await _read_capped(resp, self.max_bytes)
                 done_ns = time.perf_counter_ns()
+                if body is None:
+                    self._note_error(f"{url}: a page over {self.max_bytes >> 20} MB "
+                                     f"({_size_words(resp.content_length)}): not read")
+                    return
                 if resp.status == 404:
                     self._missing_endpoint = True
                     self._note_error(f"{url}: HTTP 404 (the server has no /metrics endpoint)")
@@ -166,6 +183,8 @@ class MetricsScraper:
 
     def _note_error(self, message: str) -> None:
         self._failures += 1
+        if len(self.failure_log) < _MAX_FAILURES_TIMED:
+            self.failure_log.append({"wall_time": time.time(), "error": message})
         if len(self._errors) < _MAX_ERRORS_KEPT:
             self._errors.append(message)
 
@@ -173,7 +192,7 @@ class MetricsScraper:
         """Parse one page, append it to snapshots.jsonl (and keep it as first/last raw page)."""
         with self._ingest_lock:  # a scrape cancelled at stop() may still be in its thread
             parse_start = time.perf_counter_ns()
-            snap = _snapshot(text, raw)
+            snap = _snapshot(text, raw, self.renamed)
             parse_ms = (time.perf_counter_ns() - parse_start) / 1e6
             self._has_vllm = bool(self._has_vllm) or has_vllm_series(snap)
             assert self._dir is not None
@@ -208,7 +227,8 @@ class MetricsScraper:
                                "scrapes": len(self.snapshots), "failures": self._failures,
                                "errors": self._errors, "vllm_series": bool(self._has_vllm),
                                "parsed": ("during the run" if self.parse_during_run
-                                          else "after the run")}
+                                          else "after the run"),
+                               "failure_log": self.failure_log, "renamed": self.renamed}
         for key in ("scrape_ms", "parse_ms", "bytes"):
             values = np.array([s[key] for s in self._stats], dtype=float)
             out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),
@@ -222,8 +242,28 @@ class MetricsScraper:
         return out
 
 
-def _snapshot(text: str, raw: dict[str, Any]) -> MetricSnapshot:
+async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """The body, or None once it is larger than ``max_bytes`` (the rest is not read)."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        return None
+    chunks, size = [], 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _size_words(length: int | None) -> str:
+    return f"{length / (1 << 20):.0f} MB announced" if length else "no length announced"
+
+
+def _snapshot(text: str, raw: dict[str, Any],
+              renamed: dict[str, str] | None = None) -> MetricSnapshot:
     page = parse_metrics_text(text)
+    if renamed is not None:
+        renamed.update(page.renamed)
     return MetricSnapshot(t_ns=raw["t_ns"], wall_time=raw["wall_time"], samples=page.samples,
                           scrape_ms=raw.get("scrape_ms", 0.0))
 
