@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from latscope.findings.impact import WARNING_SHARE, ImpossibleShare, make_impact, severity_for_share
+from latscope.findings.impact import (
+    WARNING_SHARE,
+    ImpossibleShare,
+    make_impact,
+    severity_for_share,
+    where_words,
+)
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md"
@@ -141,7 +147,7 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
                 f"above a loopback's (< {SAME_HOST_RTT_MS:g} ms).")
     if rule.id == "latency.network":
         fix = network_fix(ctx.same_host)
-    where = f" at {ctx.measured_at}" if ctx.measured_at else ""
+    where = f" {where_words(ctx.measured_at)}" if ctx.measured_at else ""
     return Finding(
         id=rule.id, severity=severity, layer=rule.layer,
         title=f"{label}: {part_ms:.1f} ms of a {total_ms:.1f} ms mean {total_label} "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.findings.causes import ACTING, symptom_of
-from latscope.findings.impact import IMPACT_TARGETS, describe
+from latscope.findings.impact import IMPACT_TARGETS, describe, where_words
 from latscope.model import Finding, Severity
 
 # A symptom (its cause not named) is the verdict only from this share of its target on: a
@@ -197,9 +197,9 @@ def healthy_verdict(healthy: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def at_words(where: str) -> str:
-    """``At c=16 (the knee)``; a passive window's label reads ``Over the last 10 min of live
-    traffic`` (latscope.findings.traffic)."""
-    return f"Over {where}" if where.startswith("the last ") else f"At {where}"
+    """``At c=16 (the knee)``, ``Over the last 10 min of live traffic`` (``where_words``)."""
+    words = where_words(where)
+    return words[0].upper() + words[1:]
 
 
 def target_words(target: str | None) -> str:

@@ -24,6 +24,7 @@ from latscope.model import Finding
 _PARTS = {"queue": "queue", "prefill": "prefill", "other": "tokenization + IPC + output"}
 # arrivals above completions by this much over the window: the queue grew
 QUEUE_GREW = 1.1
+BUDGET_SHOWN = 0.1  # the budget's use is named in the operating point from this share on
 
 
 def verdict_of_window(ranked: list[Finding], facts: WindowFacts,
@@ -94,13 +95,12 @@ def _ms(value: float, unit: bool = True) -> str:
 
 def traffic_words(facts: WindowFacts, spans: SpanWindow | None = None) -> str:
     t = facts.traffic
-    where = facts.label.removeprefix("the ")
     rates = (f"{t.arrival_rps:.2g} req/s arriving, {t.finished_rps or 0:.2g} finished"
              if t.arrival_rps is not None else f"{t.finished_rps or 0:.2g} req/s finished")
     if t.bursts:
         rates += f", {t.bursts} burst interval{'s' if t.bursts > 1 else ''}"
     ttft = _ttft_tail(facts, spans)
-    text = f"Over {where}: {t.finished:g} requests ({rates}){ttft}"
+    text = f"In that window: {t.finished:g} requests ({rates}){ttft}"
     if facts.spikes:
         worst = max(facts.spikes, key=lambda s: s.ttft_mean_ms)
         binding = f", binding: {'; '.join(worst.binding)}" if worst.binding else ""
@@ -133,11 +133,14 @@ def unmeasured_words(facts: WindowFacts) -> str:
         point.append(f"mean {t.running_mean:.2g} running{cap}")
     if t.kv_max is not None:
         point.append(f"KV cache peak {t.kv_max:.0%}")
-    if facts.budget_use is not None:
+    if facts.budget_use is not None and facts.budget_use >= BUDGET_SHOWN:
         point.append(f"steps used {facts.budget_use:.0%} of the "
                      f"{facts.max_num_batched_tokens}-token budget")
     if t.arrival_rps is not None and t.finished_rps and t.arrival_rps > QUEUE_GREW * t.finished_rps:
         point.append("more arrived than finished: the queue grew")
+    elif t.arrival_rps is not None and t.finished_rps and \
+            t.finished_rps > QUEUE_GREW * t.arrival_rps:
+        point.append("more finished than arrived: the window saw a queue drain")
     ran = f"; the server ran at {', '.join(point)}" if point else ""
     return (f"Not measured without load: the knee (no sweep){ran}. `latscope diagnose` with "
             "load on a staging replica finds how far that is from its capacity")
