@@ -248,6 +248,10 @@ def _interval(a: _Scrape, b: _Scrape, t0: int, median: float | None) -> Interval
 
 
 def _hist_delta(a: _Scrape, b: _Scrape, short: str, reset: bool) -> tuple[Hist | None, bool]:
+    """The interval's observations, and whether the ``le`` edges changed in it. Edges change
+    only when the server restarts (vLLM sets them at start): counted from zero the new edges'
+    buckets hold; a restart the counters did not show (more observed since than before) leaves
+    count and sum, not buckets."""
     end_count, end_sum = b.values.get(f"{short}:count"), b.values.get(f"{short}:sum")
     end_buckets = b.buckets.get(short)
     if end_count is None or end_sum is None or not end_buckets:
@@ -255,10 +259,10 @@ def _hist_delta(a: _Scrape, b: _Scrape, short: str, reset: bool) -> tuple[Hist |
     start_count = a.values.get(f"{short}:count") or 0.0
     start_sum = a.values.get(f"{short}:sum") or 0.0
     start_buckets = a.buckets.get(short) or {}
+    changed = bool(start_buckets) and set(start_buckets) != set(end_buckets)
     if reset or end_count < start_count:
         start_count, start_sum, start_buckets = 0.0, 0.0, {}
-    changed = bool(start_buckets) and set(start_buckets) != set(end_buckets)
-    buckets = None if changed else tuple(
+    buckets = None if changed and start_buckets else tuple(
         (le, end_buckets[le] - start_buckets.get(le, 0.0)) for le in sorted(end_buckets))
     return Hist(end_count - start_count, end_sum - start_sum, buckets), changed
 

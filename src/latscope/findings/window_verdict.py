@@ -17,10 +17,12 @@ from typing import Any
 
 from latscope.analysis.spanwindow import SpanWindow
 from latscope.analysis.traffic import WindowFacts
+from latscope.findings.causes import ACTING
 from latscope.findings.traffic import covers
 from latscope.findings.verdict import VerdictInputs, at_words, verdict
 from latscope.model import Finding
 
+STALL = "server.stall"
 _PARTS = {"queue": "queue", "prefill": "prefill", "other": "tokenization + IPC + output"}
 # arrivals above completions by this much over the window: the queue grew
 QUEUE_GREW = 1.1
@@ -40,9 +42,19 @@ def verdict_of_window(ranked: list[Finding], facts: WindowFacts,
                      f"{facts.label.removeprefix('the ')} ({w.scrapes} scrapes): nothing to "
                      "diagnose, no verdict")
     split = spans.split if spans is not None and covers(spans, facts) else facts.split
-    result = verdict(ranked, VerdictInputs(healthy=_healthy(facts, split)))
+    stall = next((f for f in ranked if f.id == STALL and f.severity in ACTING), None)
+    # a stall first: the requests caught in it have not finished, so no histogram holds their
+    # wait and no share can be measured; every other figure of the window is beside it
+    result = (_stall_verdict(stall) if stall is not None
+              else verdict(ranked, VerdictInputs(healthy=_healthy(facts, split))))
     result["text"] += ". " + traffic_words(facts, spans) + ". " + unmeasured_words(facts)
     return result
+
+
+def _stall_verdict(f: Finding) -> dict[str, Any]:
+    return {"text": f"{f.title}: the requests in it had not finished, so no latency "
+                    "histogram holds their wait yet", "kind": "cause", "finding_id": f.id,
+            "healthy": False, "severity": f.severity.value}
 
 
 def _none(text: str) -> dict[str, Any]:
