@@ -256,7 +256,7 @@ async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | 
 
 
 def _size_words(length: int | None) -> str:
-    return f"{length / (1 << 20):.0f} MB announced" if length else "no length announced"
+    return f"{length / (1 << 20):.0f} MB announced" if length else "streamed, no length given"
 
 
 def _snapshot(text: str, raw: dict[str, Any],
