@@ -113,9 +113,10 @@ def _top(snapshots: list[MetricSnapshot], max_num_seqs: int | None) -> str:
     if not acting:
         return "nothing to act on in the last minute"
     f = acting[0]
-    share = (f.impact or {}).get("share")
-    return f"{f.severity.value.upper()} {f.title}" + (f" ({share:.0%} of mean server TTFT)"
-                                                      if share is not None else "")
+    impact = f.impact or {}
+    # a cause that took a symptom's share: its title does not say the share, the impact does
+    share = f" ({impact['share']:.0%} of mean server TTFT)" if impact.get("explains") else ""
+    return f"{f.severity.value.upper()} {f.title}{share}"
 
 
 def watch(opts: WatchOptions, show: Callable[[Frame], None]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ minute's top finding on a line of its own whenever it changes."""
 
 from __future__ import annotations
 
+import textwrap
 import time
 from typing import Any, TextIO
 
@@ -92,7 +93,8 @@ class PlainView:
         print("\n".join(plain_lines(frame)), file=self.out, flush=True)
         if frame.top != self.top:
             self.top = frame.top
-            print(f"  last minute: {frame.top}", file=self.out, flush=True)
+            print("\n".join(textwrap.wrap(frame.top, WIDTH, initial_indent="  last minute: ",
+                                          subsequent_indent="    ")), file=self.out, flush=True)
 
     def close(self) -> None:
         pass
@@ -101,11 +103,11 @@ class PlainView:
 class RichView:
     """A panel redrawn in place (``rich.live.Live``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, console: Any = None) -> None:
         from rich.live import Live
 
         self.url = url
-        self.live = Live(auto_refresh=False, transient=False)
+        self.live = Live(auto_refresh=False, transient=False, console=console)
         self.live.start()
 
     def __call__(self, frame: Any) -> None:
