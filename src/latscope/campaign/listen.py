@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from latscope.campaign.state import StageRecord
+from latscope.campaign.state import DiagnoseFailed, StageRecord
 from latscope.errors import ConfigError, LatscopeError
 from latscope.model import RunContext
 from latscope.rundir import RunDir
@@ -101,6 +101,9 @@ def diagnose_passive(opts: PassiveOptions, progress: Progress = lambda _: None
             _stage(state, "log", lambda: _log(state))
         if opts.trace or state.profile_files:
             _stage(state, "trace", lambda: _trace(state))
+        window = next(s for s in state.stages if s.name == "window")
+        if window.status == "failed":  # no window: the run failed, with all it gathered
+            raise DiagnoseFailed(f"{window.note} (everything gathered is in {run.path})")
     except KeyboardInterrupt:
         status = "interrupted"
         state.notes.append("interrupted: the report holds what was gathered before it")
@@ -200,6 +203,11 @@ def _window(state: PassiveRun) -> str:
         _record_sent(state)
     if ended:
         state.notes.append(ended)
+    if len(scraper.snapshots) < 2:
+        first = scraper.failure_log[0]["error"] if scraper.failure_log else "none came back"
+        raise DiagnoseFailed(f"{len(scraper.snapshots)} of {len(scraper.snapshots) + scraper.failures}"
+                             f" /metrics scrapes succeeded, a window needs two; the first "
+                             f"failure: {first}")
     failed = f", {scraper.failures} failed" if scraper.failures else ""
     return f"{len(scraper.snapshots)} scrapes{failed}" + (f"; {ended}" if ended else "")
 

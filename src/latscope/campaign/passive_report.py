@@ -72,7 +72,8 @@ def window_section(c: PassiveConclusion, passive: dict[str, Any],
     split = c.spans.split if use_spans and c.spans is not None else facts.split
     return WindowSection(
         label=facts.label,
-        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(w.start_wall)),
+        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(w.start_wall))
+        if w.start_wall else "-",
         seconds=round(w.seconds, 3), scrapes=w.scrapes, interval_s=w.interval_s,
         load_sent=False, requests_sent=dict(passive.get("requests_sent") or {}),
         traffic=dataclasses.asdict(facts.traffic), latency=latency_rows(c),
@@ -156,6 +157,10 @@ def unseen(facts: WindowFacts, c: PassiveConclusion) -> list[str]:
            "with load on a staging replica measures them)",
            "the network and the clients' own delays: the server's TTFT starts at its frontend "
            "(a load run's client TTFT includes them)"]
+    if facts.window.scrapes < 2:
+        out.append("the server's queue, batch, KV cache and latencies: fewer than two /metrics "
+                   "scrapes were read (the notes say why)")
+        return out
     if not facts.window.has_vllm:
         out.append("the queue, batch, KV cache and TTFT: the server exposes no vllm:* series "
                    "(--disable-log-stats)")

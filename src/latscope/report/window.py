@@ -114,7 +114,8 @@ def scrape_line(w: WindowSection) -> str:
     s = w.scrape or {}
     cost = s.get("scrape_ms") or {}
     size = s.get("bytes") or {}
-    text = (f"{w.scrapes} scrapes every {w.interval_s or 0:.1f} s over {w.seconds:.0f} s")
+    text = (f"{w.scrapes} scrapes every {w.interval_s or 0:.1f} s over {w.seconds:.0f} s"
+            if w.scrapes >= 2 else f"{w.scrapes} scrape(s) read")
     if cost:
         text += (f"; each took {cost.get('p50', 0):.1f} ms p50, {cost.get('max', 0):.1f} ms "
                  f"max of the server's time to render (a {size.get('p50', 0) / 1024:.0f} kB "
@@ -126,6 +127,9 @@ def scrape_line(w: WindowSection) -> str:
 
 def window_text_lines(w: WindowSection) -> list[tuple[str, str]]:
     """(kind, text) lines of the terminal's window section: "head", "line", "row"."""
+    if w.scrapes < 2:  # no window was read: what was tried, and why not
+        return [("head", "Live traffic: no window (fewer than two /metrics scrapes read):"),
+                ("line", scrape_line(w)), ("line", sent_line(w))]
     out = [("head", f"Live traffic, {w.label.removeprefix('the ')} (from {w.started}):"),
            ("line", traffic_line(w))]
     if w.split:

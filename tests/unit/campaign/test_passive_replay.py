@@ -1,0 +1,85 @@
+"""Recorded passive runs replayed in CI: each planted fault's run directory
+(``tests/data/passive/NAME.tgz``, recorded by ``benchmarks/diagnose_matrix.py passive``, its
+expected verdict in ``scenario.json`` written before it ran) is concluded again from its stored
+files alone, and must give that verdict; the replay must agree with what the live run said."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from latscope.campaign.passive import PassiveConclusion, conclude_window
+from latscope.campaign.replay import replay
+from latscope.findings.verdict import verdict_matches
+from latscope.server.scrape import read_snapshots
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "passive"
+RECORDED = sorted(p.stem for p in DATA.glob("*.tgz"))
+
+
+@pytest.fixture(scope="module", params=RECORDED)
+def recorded(request, tmp_path_factory) -> tuple[Path, dict]:
+    into = tmp_path_factory.mktemp(request.param)
+    with tarfile.open(DATA / f"{request.param}.tgz") as tar:
+        tar.extractall(into, filter="data")
+    run = into / request.param
+    return run, json.loads((run / "scenario.json").read_text())
+
+
+def test_a_recorded_passive_run_replays_to_its_expected_verdict(recorded, tmp_path):
+    run, scenario = recorded
+    live = json.loads((run / "report.json").read_text())
+    report = replay(run, tmp_path / "out")
+    ok, why = verdict_matches(report["verdict"], scenario["expect"])
+    assert ok, f"{scenario['name']}: {why}: {report['verdict']['text']}"
+    assert report["verdict"]["finding_id"] == live["verdict"]["finding_id"]
+    assert report["window"]["load_sent"] is False
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["passive"]["inference_requests_sent"] == 0
+    for name in ("report.json", "report.md", "report.html", "window.json"):
+        assert (tmp_path / "out" / name).is_file()
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Live traffic" in md and "No load sent" in md
+
+
+def test_a_cause_is_named_with_its_share_of_the_real_traffics_server_ttft(recorded, tmp_path):
+    run, scenario = recorded
+    report = replay(run, tmp_path / "out")
+    v = report["verdict"]
+    if scenario["expect"]["kind"] == "cause" and v["finding_id"] != "server.stall":
+        assert v["share"] is not None and v["target"] == "server_ttft_mean", v["text"]
+        assert "of mean server TTFT" in v["text"]
+    if scenario["expect"]["kind"] == "healthy":
+        assert v["healthy"] and "No configuration fault found" in v["text"]
+    assert "Not measured without load" in v["text"]
+
+
+def test_conclude_window_reads_snapshots_alone_as_a_prometheus_rebuild_gives_them(recorded):
+    """The fleet's contract: step times exact, no per-scrape latency, nothing else given."""
+    run, _ = recorded
+    snaps = read_snapshots(run)
+    for s in snaps:
+        s.scrape_ms = 0.0
+    c = conclude_window(snaps, label="the last 25 s of live traffic")
+    assert isinstance(c, PassiveConclusion)
+    assert c.facts.window.scrapes == len(snaps) and c.verdict["text"]
+    assert all(f.id for f in c.ranked)
+    params = inspect.signature(conclude_window).parameters
+    assert list(params)[0] == "snapshots"
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in params.items()
+               if name != "snapshots")
+
+
+def test_every_planted_passive_scenario_has_a_recording():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "diagnose_matrix", Path(__file__).resolve().parents[3] / "benchmarks" / "diagnose_matrix.py")
+    assert spec is not None and spec.loader is not None
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+    assert {s.name for s in matrix.PASSIVE} <= set(RECORDED), RECORDED
