@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -81,7 +82,8 @@ def test_queueing_behind_max_num_seqs_is_named_first_and_latscope_sends_no_reque
     # 60 requests at 12 req/s against --max-num-seqs 2: the queue holds most of their TTFT
     with traffic_of(target, num_prompts=60, rate=12.0) as traffic:
         wait_for_traffic(target.url, traffic, before)
-        report = passive(target, tmp_path)
+        # the server exports a span per request there (conftest): each real request's split
+        report = passive(target, tmp_path, otlp_listen=urlsplit(target.otlp_endpoint).netloc)
         result = traffic.wait(300)
     # the server's own counter rose by exactly the generator's requests: none was latscope's
     assert finished(target.url) - before == result["completed"] == 60
@@ -93,6 +95,8 @@ def test_queueing_behind_max_num_seqs_is_named_first_and_latscope_sends_no_reque
     assert "Not measured without load: the knee" in verdict["text"]
     top = report["findings"][0]
     assert top["id"] == "server.queue_max_num_seqs" and top["impact"]["explains"] == "latency.queue"
+    spans = [row for row in report["window"]["latency"] if row["name"].endswith("(spans)")]
+    assert spans and all(row["p99"]["lower"] == row["p99"]["upper"] for row in spans)  # exact
     # replayed from its files alone, the same verdict
     again = replay(report["run_dir"], tmp_path / "replayed")
     assert again["verdict"]["finding_id"] == verdict["finding_id"]

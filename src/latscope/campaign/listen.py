@@ -199,7 +199,7 @@ def _window(state: PassiveRun) -> str:
                                         profile=_profiler(state) if state.opts.profile
                                         else None))
     finally:
-        state.sent["GET /metrics"] += len(scraper.snapshots) + scraper.failures
+        state.sent["GET /metrics"] += scraper.scrapes + scraper.failures
         _record_sent(state)
     if ended:
         state.notes.append(ended)

@@ -57,7 +57,8 @@ class Frame:
 
 
 def frame_of(snapshots: list[MetricSnapshot], *, start_wall: float, failures: int = 0,
-             gpu: dict[str, Any] | None = None, max_num_seqs: int | None = None) -> Frame:
+             gpu: dict[str, Any] | None = None, max_num_seqs: int | None = None,
+             scrapes: int | None = None) -> Frame:
     """A frame from the scrapes so far (pure: ``watch``'s tests feed it recorded pages)."""
     last = snapshots[-1] if snapshots else None
     pair = build_window(snapshots[-2:]) if len(snapshots) >= 2 else None
@@ -74,7 +75,8 @@ def frame_of(snapshots: list[MetricSnapshot], *, start_wall: float, failures: in
         wall_time=last.wall_time if last else time.time(), interval=interval,
         latency=latency, split=_split(interval), gpu=gpu,
         top=_top(snapshots, max_num_seqs), scrape_ms=last.scrape_ms if last else None,
-        page_kb=None, scrapes=len(snapshots), failures=failures,
+        page_kb=None, scrapes=scrapes if scrapes is not None else len(snapshots),
+        failures=failures,
         has_vllm=bool(pair and pair.has_vllm))
 
 
@@ -136,7 +138,9 @@ def watch(opts: WatchOptions, show: Callable[[Frame], None]) -> dict[str, Any]:
     popts = PassiveOptions(url=opts.url, scrape_s=opts.interval_s, log=opts.log,
                            api_key=opts.api_key, gpu_telemetry=opts.gpu_telemetry)
     state = PassiveRun(popts, run, lambda _: None, same_host=_same_host(opts.url))
-    scraper = MetricsScraper(interval_s=opts.interval_s, parse_during_run=True)
+    # the frames read the last minute: two of them in memory, every scrape on disk
+    scraper = MetricsScraper(interval_s=opts.interval_s, parse_during_run=True,
+                             keep_last=int(2 * LAST_MINUTE_S / opts.interval_s) + 2)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     ctx = RunContext(opts.url.rstrip("/").removesuffix("/v1"), run.path, headers,
                      time.perf_counter_ns(), time.time())
@@ -148,13 +152,13 @@ def watch(opts: WatchOptions, show: Callable[[Frame], None]) -> dict[str, Any]:
         ended = asyncio.run(hold_window(scraper, observers, ctx,
                                         opts.duration_s or WATCH_FOREVER_S,
                                         give_up_s=WATCH_FOREVER_S, on_tick=ticker.tick))
-        record.note = ended or f"{len(scraper.snapshots)} scrapes"
+        record.note = ended or f"{scraper.scrapes} scrapes"
     except KeyboardInterrupt:  # the way a watch ends: its window is whole, the run is ok
-        record.note = f"ended by Ctrl-C or SIGTERM after {len(scraper.snapshots)} scrapes"
+        record.note = f"ended by Ctrl-C or SIGTERM after {scraper.scrapes} scrapes"
     finally:
         record.seconds = round(time.monotonic() - t0, 1)
         state.stages.append(record)
-        state.sent["GET /metrics"] += len(scraper.snapshots) + scraper.failures
+        state.sent["GET /metrics"] += scraper.scrapes + scraper.failures
         if opts.log:
             from latscope.campaign.listen import _log
             record_log = StageRecord("log", note=_log(state))
@@ -177,13 +181,14 @@ class _Ticker:
     def tick(self) -> None:
         snaps = self.scraper.snapshots
         failures = self.scraper.failures
-        if len(snaps) + failures == self.seen:
+        if self.scraper.scrapes + failures == self.seen:
             return
-        self.seen = len(snaps) + failures
+        self.seen = self.scraper.scrapes + failures
         if self.max_num_seqs is None and self.follower is not None:  # its head is read at start
             self.max_num_seqs = _cap_of(self.follower)
         self.show(frame_of(list(snaps), start_wall=self.start_wall, failures=failures,
-                           gpu=_gpu_now(self.observers), max_num_seqs=self.max_num_seqs))
+                           gpu=_gpu_now(self.observers), max_num_seqs=self.max_num_seqs,
+                           scrapes=self.scraper.scrapes))
 
 
 def _cap_of(follower: Any) -> int | None:

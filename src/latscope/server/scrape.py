@@ -53,7 +53,7 @@ class MetricsScraper:
     def __init__(self, interval_s: float = 2.0, *, path: str = "/metrics",
                  timeout_s: float | None = None, parse_during_run: bool = False,
                  keep_raw: bool = False, base_url: str | None = None,
-                 max_bytes: int = MAX_PAGE_BYTES) -> None:
+                 max_bytes: int = MAX_PAGE_BYTES, keep_last: int | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
@@ -62,6 +62,10 @@ class MetricsScraper:
         self.parse_during_run = parse_during_run
         self.keep_raw = keep_raw
         self.max_bytes = max_bytes
+        # snapshots held in memory (all on disk): a watch of days keeps its last minutes only
+        self.keep_last = keep_last
+        self._scrapes = 0
+        self._first_t_ns = 0
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, min(10.0, interval_s * 2))
         self.snapshots: list[MetricSnapshot] = []
         self._stats: list[dict[str, float]] = []  # per scrape: scrape_ms, parse_ms, bytes
@@ -77,6 +81,11 @@ class MetricsScraper:
         self._last_raw = ""
         self._ingest_lock = threading.Lock()
         self._raw_count = 0
+
+    @property
+    def scrapes(self) -> int:
+        """Pages read and kept so far (on disk; ``snapshots`` may hold the last ones only)."""
+        return self._scrapes
 
     @property
     def failures(self) -> int:
@@ -203,6 +212,10 @@ class MetricsScraper:
                 (self._dir / "first.prom").write_text(text)
             self._last_raw = text
             self.snapshots.append(snap)
+            self._scrapes += 1
+            self._first_t_ns = self._first_t_ns or snap.t_ns
+            if self.keep_last is not None and len(self.snapshots) > 2 * self.keep_last:
+                del self.snapshots[:-self.keep_last]
             self._stats.append({"scrape_ms": raw["scrape_ms"], "parse_ms": parse_ms,
                                 "bytes": raw["bytes"]})
 
@@ -217,14 +230,14 @@ class MetricsScraper:
         """Status and the scraper's own overhead (what it cost the server and the client)."""
         if self._missing_endpoint:
             status = "no_metrics_endpoint"
-        elif not self.snapshots:
+        elif not self._scrapes:
             status = "unreachable" if not self._raw_count else "unparsable"
         elif not self._has_vllm:
             status = "stats_disabled"  # a page, but no vllm:* series (--disable-log-stats)
         else:
             status = "ok"
         out: dict[str, Any] = {"status": status, "path": self.path, "interval_s": self.interval_s,
-                               "scrapes": len(self.snapshots), "failures": self._failures,
+                               "scrapes": self._scrapes, "failures": self._failures,
                                "errors": self._errors, "vllm_series": bool(self._has_vllm),
                                "parsed": ("during the run" if self.parse_during_run
                                           else "after the run"),
@@ -233,8 +246,8 @@ class MetricsScraper:
             values = np.array([s[key] for s in self._stats], dtype=float)
             out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),
                          "max": float(values.max())} if values.size else None)
-        if len(self.snapshots) >= 2:
-            span_s = (self.snapshots[-1].t_ns - self.snapshots[0].t_ns) / 1e9
+        if self._scrapes >= 2:
+            span_s = (self.snapshots[-1].t_ns - self._first_t_ns) / 1e9
             busy_s = sum(s["scrape_ms"] + s["parse_ms"] for s in self._stats) / 1e3
             out["span_s"] = span_s
             # share of wall time spent scraping+parsing (I/O mostly overlaps the load)
