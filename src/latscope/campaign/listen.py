@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from latscope.campaign.stages import _same_host
 from latscope.campaign.state import DiagnoseFailed, StageRecord
 from latscope.errors import ConfigError, LatscopeError
 from latscope.model import RunContext
@@ -90,7 +91,8 @@ def diagnose_passive(opts: PassiveOptions, progress: Progress = lambda _: None
     run = RunDir.create("diagnose", opts.output_dir, argv=opts.argv, target=target,
                         passive={"window_s": opts.window_s, "scrape_s": opts.scrape_s,
                                  "load_sent": False, "requests_sent": {}})
-    state = PassiveRun(opts, run, progress)
+    state = PassiveRun(opts, run, progress, same_host=_same_host(opts.url))
+    run.update(target={**target, "same_host": state.same_host})
     progress(f"writing to {run.path} (passive: no request to the inference endpoints)")
     status = "ok"
     try:
@@ -166,7 +168,6 @@ def _doctor(state: PassiveRun) -> str:
 
 def _net(state: PassiveRun) -> str:
     from latscope.campaign.doctor import probe_network
-    from latscope.campaign.stages import _same_host
 
     report = probe_network(state.opts.url, NET_PROBES, headers=_headers(state.opts),
                            stream_requests=0)
@@ -174,8 +175,6 @@ def _net(state: PassiveRun) -> str:
         (1 if report.keepalive_ms else 0)  # the kept connection's opening GET
     state.sent["GET /health"] += sent
     state.run.write("net.json", report.to_dict())
-    state.same_host = _same_host(state.opts.url)
-    state.run.update(target={**state.run.manifest["target"], "same_host": state.same_host})
     if report.error:
         return f"failed: {report.error}"
     return "client and server share this host" if state.same_host else "remote server"
@@ -263,12 +262,17 @@ def _profiler(state: PassiveRun) -> Any:
     from latscope.campaign.watching import LiveProfile
 
     return LiveProfile(state.opts.url, state.opts.profile_s, state.opts.trace_dir or "",
-                       on_done=lambda files, sent: _profiled(state, files, sent))
+                       on_done=lambda files, sent, error: _profiled(state, files, sent, error))
 
 
-def _profiled(state: PassiveRun, files: list[str], sent: int) -> None:
+def _profiled(state: PassiveRun, files: list[str], sent: int, error: str) -> None:
     state.profile_files = files
-    state.sent["POST /start_profile, /stop_profile"] += sent
+    if sent:
+        state.sent["POST /start_profile"] += 1
+    if sent > 1:
+        state.sent["POST /stop_profile"] += 1
+    if error:
+        state.notes.append(f"profile: {error}")
 
 
 def _record_sent(state: PassiveRun) -> None:

@@ -66,10 +66,11 @@ def _gone_for(scraper: Any, ctx: RunContext) -> float:
 
 class LiveProfile:
     """``/start_profile``, ``seconds`` of the live traffic, ``/stop_profile``, then the new
-    trace files in ``trace_dir`` (the server's profiler directory); ``on_done(files, posts)``."""
+    trace files in ``trace_dir`` (the server's profiler directory); ``on_done(files, posts,
+    error)``."""
 
     def __init__(self, url: str, seconds: float, trace_dir: str,
-                 on_done: Callable[[list[str], int], None]) -> None:
+                 on_done: Callable[[list[str], int, str], None]) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.seconds = seconds
         self.trace_dir = Path(trace_dir)
@@ -89,7 +90,7 @@ class LiveProfile:
             posts += 1
         except OSError as exc:
             self.error = f"the profiler endpoints failed: {exc}"
-            self.on_done([], posts)
+            self.on_done([], posts, self.error)
             return
         deadline = time.monotonic() + 60
         files: list[Any] = []
@@ -100,7 +101,7 @@ class LiveProfile:
             time.sleep(0.5)
         if not files:
             self.error = f"no new profiler trace appeared in {self.trace_dir} within 60 s"
-        self.on_done([str(f.path) for f in files], posts)
+        self.on_done([str(f.path) for f in files], posts, self.error)
 
 
 def _post(url: str, path: str) -> None:
