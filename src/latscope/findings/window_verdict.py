@@ -80,7 +80,8 @@ def _healthy(facts: WindowFacts, split: Any) -> dict[str, Any] | None:
     if split is None or not split.ttft_ms:
         return None
     total = split.ttft_ms
-    parts = sorted(((_PARTS[k], v) for k, v in split.parts() if v > 0 and v <= total),
+    # a part under half a percent says nothing in a verdict ("queue 0%")
+    parts = sorted(((_PARTS[k], v) for k, v in split.parts() if 0.005 * total <= v <= total),
                    key=lambda p: -p[1])
     rps = facts.traffic.finished_rps or 0.0
     return {"where": facts.label, "rps": rps, "ttft_ms": total,

@@ -76,10 +76,12 @@ def test_conclude_window_reads_snapshots_alone_as_a_prometheus_rebuild_gives_the
 
 def test_every_planted_passive_scenario_has_a_recording():
     import importlib.util
+    import sys
 
     spec = importlib.util.spec_from_file_location(
         "diagnose_matrix", Path(__file__).resolve().parents[3] / "benchmarks" / "diagnose_matrix.py")
     assert spec is not None and spec.loader is not None
     matrix = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("diagnose_matrix", matrix)  # dataclasses look their module up
     spec.loader.exec_module(matrix)
     assert {s.name for s in matrix.PASSIVE} <= set(RECORDED), RECORDED
