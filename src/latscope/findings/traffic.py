@@ -191,9 +191,9 @@ def spikes(facts: WindowFacts) -> list[Finding]:
 
 def _queue_words(s: Spike) -> str:
     parts = []
-    if s.queue_share is not None:
+    if s.queue_share is not None and s.queue_share >= 0.01:
         parts.append(f"{min(1.0, s.queue_share):.0%} of it queueing")
-    if s.waiting_max is not None:
+    if s.waiting_max:
         parts.append(f"up to {s.waiting_max:g} waiting")
     if s.kv_max is not None and s.kv_max >= KV_FULL:
         parts.append(f"KV at {s.kv_max:.0%}")

@@ -117,8 +117,9 @@ def traffic_words(facts: WindowFacts, spans: SpanWindow | None = None) -> str:
     if facts.spikes:
         worst = max(facts.spikes, key=lambda s: s.ttft_mean_ms)
         binding = f", binding: {'; '.join(worst.binding)}" if worst.binding else ""
-        text += (f"; {len(facts.spikes)} TTFT spike{'s' if len(facts.spikes) > 1 else ''}, the "
-                 f"worst at {worst.start_s:.0f}-{worst.end_s:.0f} s (mean "
+        which = (f"{len(facts.spikes)} TTFT spikes, the worst" if len(facts.spikes) > 1
+                 else "a TTFT spike")
+        text += (f"; {which} at {worst.start_s:.0f}-{worst.end_s:.0f} s (mean "
                  f"{_ms(worst.ttft_mean_ms)}{binding})")
     if facts.stalls:
         text += f"; {len(facts.stalls)} stall(s) with no token computed"

@@ -93,8 +93,9 @@ def _sizes(t: dict[str, Any]) -> str:
 def spike_lines(w: WindowSection) -> list[str]:
     out = []
     for s in w.spikes:
-        share = f", {min(1.0, s.queue_share):.0%} queueing" if s.queue_share is not None else ""
-        waiting = f", up to {s.waiting_max:g} waiting" if s.waiting_max is not None else ""
+        share = (f", {min(1.0, s.queue_share):.0%} queueing"
+                 if s.queue_share is not None and s.queue_share >= 0.01 else "")
+        waiting = f", up to {s.waiting_max:g} waiting" if s.waiting_max else ""
         binding = "; ".join(s.binding) or "no limit of the server's seen binding"
         out.append(f"{s.start_s:.0f}-{s.end_s:.0f} s: mean TTFT {ms(s.ttft_mean_ms)}, p99 "
                    f"{bounded(s.ttft_p99)}{share}{waiting}; binding: {binding}")
@@ -130,7 +131,7 @@ def window_text_lines(w: WindowSection) -> list[tuple[str, str]]:
     if w.scrapes < 2:  # no window was read: what was tried, and why not
         return [("head", "Live traffic: no window (fewer than two /metrics scrapes read):"),
                 ("line", scrape_line(w)), ("line", sent_line(w))]
-    out = [("head", f"Live traffic, {w.label.removeprefix('the ')} (from {w.started}):"),
+    out = [("head", f"Window: {w.label} (from {w.started}):"),
            ("line", traffic_line(w))]
     if w.split:
         total = w.split[0]
