@@ -126,7 +126,8 @@ def window_points(facts: WindowFacts) -> list[WindowPoint]:
     out = []
     for i in facts.window.intervals:
         ttft, queue = i.hists.get("ttft"), i.hists.get("queue")
-        p99 = ttft.quantile(0.99) if ttft is not None and ttft.count > 0 else None
+        p50, p99 = ((ttft.quantile(0.5), ttft.quantile(0.99)) if ttft is not None
+                    and ttft.count > 0 else (None, None))
         arrivals = i.arrivals
         share = (queue.mean / ttft.mean if queue is not None and queue.mean is not None
                  and ttft is not None and ttft.mean else None)
@@ -138,12 +139,16 @@ def window_points(facts: WindowFacts) -> list[WindowPoint]:
             running=i.gauges.get("running"), waiting=i.gauges.get("waiting"),
             kv_usage=i.gauges.get("kv"),
             ttft_mean_ms=ttft.mean * 1e3 if ttft is not None and ttft.mean is not None else None,
-            ttft_p99_ms=p99.value * 1e3 if p99 is not None and not p99.above_top_bucket
-            else None,
+            ttft_p50_ms=_ms_of(p50), ttft_p99_ms=_ms_of(p99),
             queue_share=min(1.0, share) if share is not None else None,
             preemptions=i.counters.get("preemptions"),
             spike=any(a < i.end_s <= b for a, b in spiked)))
     return out
+
+
+def _ms_of(q: Any) -> float | None:
+    """A bucketed quantile's value in ms; None above the top finite bucket (a lower bound)."""
+    return q.value * 1e3 if q is not None and not q.above_top_bucket else None
 
 
 def _spike_row(s: Any) -> SpikeRow:

@@ -276,8 +276,8 @@ def _window(w: WindowSection) -> str:
         out += ["", f"Every {step}th interval, and every interval of a spike (all of them are "
                 "in report.json and the chart of report.html):"]
     out += ["", _table(["t (s)", "done/s", "arrived/s", "running", "waiting", "KV",
-                        "TTFT mean", "TTFT p99", "queue share", ""],
-                       [_point_row(p) for p in shown], right={0, 1, 2, 3, 4, 5, 6, 7, 8})]
+                        "TTFT mean", "p50", "p99", "queue share", ""],
+                       [_point_row(p) for p in shown], right={0, 1, 2, 3, 4, 5, 6, 7, 8, 9})]
     out += ["", "Not seen or not measured:", ""] + [_wrap(_text(u), "  ", "- ") for u in w.unseen]
     out += [_wrap(_text(n), "  ", "- ") for n in w.notes]
     return "\n".join(out)
@@ -286,7 +286,8 @@ def _window(w: WindowSection) -> str:
 def _point_row(p: Any) -> list[str]:
     return [units.number(p.t_s), units.number(p.finished_rps), units.number(p.arrivals_rps),
             units.number(p.running), units.number(p.waiting), units.pct(p.kv_usage),
-            units.ms(p.ttft_mean_ms), units.ms(p.ttft_p99_ms), units.pct(p.queue_share),
+            units.ms(p.ttft_mean_ms), units.ms(p.ttft_p50_ms), units.ms(p.ttft_p99_ms),
+            units.pct(p.queue_share),
             "spike" if p.spike else ""]
 
 

@@ -16,6 +16,7 @@ _SERIES = (
     ("running", "running", "batch and queue", 1.0),
     ("waiting", "waiting", "batch and queue", 1.0),
     ("ttft_mean_ms", "TTFT mean", "server TTFT (ms)", 1.0),
+    ("ttft_p50_ms", "TTFT p50 (in its bucket)", "server TTFT (ms)", 1.0),
     ("ttft_p99_ms", "TTFT p99 (in its bucket)", "server TTFT (ms)", 1.0),
     ("queue_share", "queue share of TTFT", "queue share (%)", 100.0),
     ("kv_usage", "KV cache used", "KV cache (%)", 100.0),
