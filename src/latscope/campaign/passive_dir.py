@@ -108,12 +108,19 @@ def scrape_notes(scrape: dict[str, Any] | None) -> list[str]:
         out.append(f"{scrape.get('failures', len(log))} scrape(s) failed, "
                    f"{_utc(first['wall_time'])} to {_utc(last['wall_time'])} UTC; the first: "
                    f"{first['error']}" + (f"; the last: {last['error']}" if len(log) > 1 else ""))
-    renamed = scrape.get("renamed") or {}
-    if renamed:
+    families = sorted({(_family(old), _family(new))
+                       for old, new in (scrape.get("renamed") or {}).items()})
+    if families:
         out.append("older vLLM series read under their current names: " + ", ".join(
-            f"{old} -> {new}" for old, new in sorted(renamed.items())
-            if not old.endswith(("_bucket", "_sum", "_count")) or old.endswith("_count")))
+            f"{old} -> {new}" for old, new in families))
     return out
+
+
+def _family(name: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count", "_total"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def _utc(wall: float) -> str:

@@ -110,3 +110,23 @@ async def test_a_server_gone_mid_window_ends_it_at_its_last_good_scrape(fixtures
     assert len(kept) == len(scraper.snapshots) >= 3
     assert scraper.failures >= 1
     assert (tmp_path / "metrics" / "scrape.json").is_file()  # stop() wrote the summary
+
+
+async def test_an_older_vllms_series_names_are_read_and_said(fixtures_dir, tmp_path):
+    from latscope.campaign.passive_dir import scrape_notes
+
+    page = (fixtures_dir / "vllm" / "cpu-vllm0.32" / "metrics.txt").read_text()
+    old = (page.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+           .replace("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"))
+    server = await FaultyMetrics(old, []).start()
+    try:
+        scraper = MetricsScraper(interval_s=0.2, parse_during_run=True)
+        await hold_window(scraper, [], _ctx(server.url, tmp_path), 0.7, give_up_s=30.0)
+    finally:
+        await server.stop()
+    names = {s.name for s in scraper.snapshots[-1].samples}
+    assert "vllm:kv_cache_usage_perc" in names and "vllm:gpu_cache_usage_perc" not in names
+    notes = scrape_notes(scraper.summary())
+    said = next(n for n in notes if n.startswith("older vLLM series"))
+    assert "vllm:gpu_cache_usage_perc -> vllm:kv_cache_usage_perc" in said
+    assert "vllm:time_per_output_token_seconds -> vllm:inter_token_latency_seconds" in said
