@@ -36,6 +36,7 @@ SPIKE_MIN_INTERVALS = 4
 BURST_FACTOR = 2.0
 STALL_MIN_S = 5.0
 KV_FULL = 0.90  # findings.server.KV_SATURATED: the KV cache is full from here
+GPU_BUSY = 0.90  # the GPUs' busy share from which a spike's GPU is called binding
 LATENCIES = ("ttft", "queue", "prefill", "decode", "e2e", "itl", "tpot")
 
 
@@ -110,6 +111,7 @@ class Spike:
     preemptions: float
     arrival_rps: float | None
     binding: tuple[str, ...]  # what held requests back while it lasted, in words
+    gpu_busy: float | None = None  # the server's GPUs, mean busy share while it lasted
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,14 +158,15 @@ class WindowFacts:
 
 
 def window_facts(snapshots: Sequence[MetricSnapshot], *, label: str = "",
-                 max_num_seqs: int | None = None,
-                 max_num_batched_tokens: int | None = None) -> WindowFacts:
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                 gpu_util: Sequence[tuple[float, float]] = ()) -> WindowFacts:
     """The window of ``snapshots``, read. ``label`` names it in findings ("the last 30 s of
-    live traffic"); the limits, when known (command line, log), name what was binding."""
+    live traffic"); the limits, when known (command line, log), and the server's GPUs' busy
+    share (``(wall_time, util_pct)`` samples, this host only) name what was binding."""
     window = build_window(snapshots)
     label = label or f"the last {_duration(window.seconds)} of live traffic"
     latency = {k: _latency(k, window.hists[k]) for k in LATENCIES if k in window.hists}
-    spikes = _spikes(window, max_num_seqs, max_num_batched_tokens)
+    spikes = _spikes(window, _Limits(max_num_seqs, max_num_batched_tokens, tuple(gpu_util)))
     return WindowFacts(label, window, _traffic(window), latency, _split(window), spikes,
                        _stalls(window), max_num_seqs, max_num_batched_tokens, _notes(window))
 
@@ -254,7 +257,17 @@ def _dispersion(arrivals: list[float]) -> float | None:
     return statistics.pvariance(arrivals) / mean if mean > 0 else None
 
 
-def _spikes(window: Window, max_num_seqs: int | None, mbt: int | None) -> tuple[Spike, ...]:
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What a spike's binding is read against."""
+
+    max_num_seqs: int | None
+    mbt: int | None
+    gpu_util: tuple[tuple[float, float], ...]
+    arrival_rate: float = 0.0  # the window's, per second
+
+
+def _spikes(window: Window, limits: _Limits) -> tuple[Spike, ...]:
     served = [i for i in window.intervals if (h := i.hists.get("ttft")) and h.count > 0]
     if len(served) < SPIKE_MIN_INTERVALS:
         return ()
@@ -270,11 +283,11 @@ def _spikes(window: Window, max_num_seqs: int | None, mbt: int | None) -> tuple[
                 runs.append([i])
     arrivals = [a for i in window.intervals if (a := i.arrivals) is not None]
     rate = sum(arrivals) / window.seconds if arrivals and window.seconds > 0 else 0.0
-    return tuple(_spike(run, max_num_seqs, mbt, rate) for run in runs)
+    limits = _Limits(limits.max_num_seqs, limits.mbt, limits.gpu_util, rate)
+    return tuple(_spike(run, limits) for run in runs)
 
 
-def _spike(run: list[Interval], max_num_seqs: int | None, mbt: int | None,
-           arrival_rate: float) -> Spike:
+def _spike(run: list[Interval], limits: _Limits) -> Spike:
     ttft = merge_hists([i.hists["ttft"] for i in run if "ttft" in i.hists])
     queue = merge_hists([i.hists["queue"] for i in run if "queue" in i.hists])
     steps = merge_hists([i.hists["step_tokens"] for i in run if "step_tokens" in i.hists])
@@ -291,13 +304,22 @@ def _spike(run: list[Interval], max_num_seqs: int | None, mbt: int | None,
                   quantile_dict(ttft.quantile(0.99)), queue_share, peak["waiting"],
                   queue.sum / seconds if queue is not None and seconds > 0 else None,
                   peak["running"], peak["kv"], preempted,
-                  sum(arrived) / seconds if arrived and seconds > 0 else None, ())
-    binding = _binding(spike, max_num_seqs, mbt, steps, arrival_rate * seconds)
+                  sum(arrived) / seconds if arrived and seconds > 0 else None, (),
+                  _gpu_busy(limits.gpu_util, run[0].end_wall - run[0].dt_s, run[-1].end_wall))
+    binding = _binding(spike, limits, steps, limits.arrival_rate * seconds)
     return Spike(**{**{k: getattr(spike, k) for k in spike.__slots__}, "binding": binding})
 
 
-def _binding(s: Spike, max_num_seqs: int | None, mbt: int | None, steps: Hist | None,
-             usual_arrivals: float) -> tuple[str, ...]:
+def _gpu_busy(samples: Sequence[tuple[float, float]], start: float, end: float) -> float | None:
+    """The GPUs' mean busy share (0-1) over ``[start, end]`` (wall clock), None without a
+    sample in it."""
+    inside = [util for wall, util in samples if start <= wall <= end]
+    return sum(inside) / len(inside) / 100 if inside else None
+
+
+def _binding(s: Spike, limits: _Limits, steps: Hist | None, usual_arrivals: float
+             ) -> tuple[str, ...]:
+    max_num_seqs, mbt = limits.max_num_seqs, limits.mbt
     out = []
     if max_num_seqs is not None and s.running_max is not None and s.running_max >= max_num_seqs:
         out.append(f"max_num_seqs (Running {s.running_max:g} = {max_num_seqs})")
@@ -308,6 +330,8 @@ def _binding(s: Spike, max_num_seqs: int | None, mbt: int | None, steps: Hist | 
     if mbt and steps is not None and steps.count > 0 and steps.sum / (steps.count * mbt) >= 0.7:
         out.append(f"the token budget (steps use {steps.sum / (steps.count * mbt):.0%} of "
                    f"{mbt})")
+    if s.gpu_busy is not None and s.gpu_busy >= GPU_BUSY:
+        out.append(f"the GPU busy ({s.gpu_busy:.0%} of the time)")
     seconds = s.end_s - s.start_s
     if s.arrival_rps is not None and usual_arrivals > 0 \
             and s.arrival_rps * seconds >= BURST_FACTOR * usual_arrivals:

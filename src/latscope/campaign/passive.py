@@ -48,6 +48,7 @@ def conclude_window(snapshots: Sequence[MetricSnapshot], *, label: str | None = 
                     host_cpu: dict[str, Any] | None = None, doctor: Any = None, net: Any = None,
                     trace_findings: Sequence[Finding] = (), max_num_seqs: int | None = None,
                     max_num_seqs_source: str = "", max_num_batched_tokens: int | None = None,
+                    gpu_util: Sequence[tuple[float, float]] = (),
                     notes: Sequence[str] = ()) -> PassiveConclusion:
     """Diagnose one server's window from its scrapes.
 
@@ -55,11 +56,13 @@ def conclude_window(snapshots: Sequence[MetricSnapshot], *, label: str | None = 
     spans (``server.otlp_record.read_spans``' dicts); ``telemetry``: ``telemetry.facts.
     telemetry_facts``; ``host_cpu``: ``env.hostload`` of the window; ``doctor`` / ``net``:
     anything with ``findings`` (and doctor's ``facts``); the limits, when known elsewhere (the
-    log gives them otherwise); ``notes``: what the gatherer has to say (failed scrapes ...)."""
+    log gives them otherwise); ``gpu_util``: the server's GPUs' ``(wall_time, util_pct)``
+    samples (a spike's binding GPU); ``notes``: what the gatherer has to say (failed scrapes
+    ...)."""
     seqs, seqs_src, mbt = _limits(log, doctor, max_num_seqs, max_num_seqs_source,
                                   max_num_batched_tokens)
     facts = window_facts(snapshots, label=label or "", max_num_seqs=seqs,
-                         max_num_batched_tokens=mbt)
+                         max_num_batched_tokens=mbt, gpu_util=gpu_util)
     view = span_window(spans or (), facts.window.start_wall or None,
                        facts.window.end_wall or None) if spans else None
     found = window_findings(facts, snapshots, max_num_seqs_source=seqs_src, spans=view)

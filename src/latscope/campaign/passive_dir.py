@@ -74,7 +74,22 @@ def read_inputs(run: RunDir) -> dict[str, Any]:
         "doctor": _stored(run.read("doctor.json")),
         "net": _stored(run.read("net.json")),
         "trace_findings": _trace_findings(run.read("trace.json")),
+        "gpu_util": _gpu_util(run, telemetry),
     }
+
+
+def _gpu_util(run: RunDir, telemetry: dict[str, Any]) -> list[tuple[float, float]]:
+    """The server's GPUs' busiest reading at each sample time."""
+    from latscope.telemetry.sampler import read_telemetry
+
+    if telemetry.get("status") != "ok":
+        return []
+    gpus = set(telemetry.get("gpus") or [])
+    busiest: dict[float, float] = {}
+    for s in read_telemetry(run.path)[1]:
+        if s.get("gpu") in gpus and s.get("util_pct") is not None:
+            busiest[s["wall_time"]] = max(busiest.get(s["wall_time"], 0.0), s["util_pct"])
+    return sorted(busiest.items())
 
 
 def _stored(data: dict[str, Any] | None) -> _Stored | None:

@@ -85,3 +85,19 @@ def test_every_planted_passive_scenario_has_a_recording():
     sys.modules.setdefault("diagnose_matrix", matrix)  # dataclasses look their module up
     spec.loader.exec_module(matrix)
     assert {s.name for s in matrix.PASSIVE} <= set(RECORDED), RECORDED
+
+
+def test_a_spike_names_the_gpu_busy_while_it_lasted_only_when_it_was(tmp_path):
+    from latscope.analysis.traffic import window_facts
+
+    with tarfile.open(DATA / "passive-debug-logging.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    snaps = read_snapshots(tmp_path / "passive-debug-logging")
+    first, last = snaps[0].wall_time, snaps[-1].wall_time
+    every_second = [first + k for k in range(int(last - first) + 1)]
+    busy = window_facts(snaps, gpu_util=[(t, 96.0) for t in every_second])
+    idle = window_facts(snaps, gpu_util=[(t, 40.0) for t in every_second])
+    assert busy.spikes and len(busy.spikes) == len(idle.spikes)
+    assert all("the GPU busy (96% of the time)" in s.binding for s in busy.spikes)
+    assert not any("GPU" in b for s in idle.spikes for b in s.binding)
+    assert all(s.gpu_busy == pytest.approx(0.40) for s in idle.spikes)
