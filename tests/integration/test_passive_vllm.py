@@ -60,6 +60,13 @@ def traffic_of(target, **kw) -> BenchServeTraffic:
                              tokenizer=target.tokenizer_dir, **kw)
 
 
+def acting(report: dict) -> list[str]:
+    """The ids to act on, in rank order, but a host busy with other work: named before any
+    cause by design, and this test box is shared (other engineers' runs on the same cores)."""
+    return [f["id"] for f in report["findings"] if f["severity"] in ("critical", "warning")
+            and f["id"] != "host.cpu_contention"]
+
+
 def assert_nothing_sent(report: dict) -> None:
     run = Path(report["run_dir"])
     manifest = json.loads((run / "manifest.json").read_text())
@@ -93,7 +100,7 @@ def test_queueing_behind_max_num_seqs_is_named_first_and_latscope_sends_no_reque
     assert verdict["target"] == "server_ttft_mean" and verdict["share"] is not None
     assert "queueing" in verdict["text"] and "live traffic" in verdict["text"]
     assert "Not measured without load: the knee" in verdict["text"]
-    top = report["findings"][0]
+    top = next(f for f in report["findings"] if f["id"] == acting(report)[0])
     assert top["id"] == "server.queue_max_num_seqs" and top["impact"]["explains"] == "latency.queue"
     spans = [row for row in report["window"]["latency"] if row["name"].endswith("(spans)")]
     assert spans and all(row["p99"]["lower"] == row["p99"]["upper"] for row in spans)  # exact
@@ -111,7 +118,7 @@ def test_debug_and_request_logging_are_named_under_light_traffic(vllm_target_con
     with traffic_of(target, num_prompts=400, concurrency=1) as traffic:
         wait_for_traffic(target.url, traffic, before)
         report = passive(target, tmp_path)
-    ids = [f["id"] for f in report["findings"] if f["severity"] in ("critical", "warning")]
+    ids = acting(report)
     assert ids[:2] in (["server.debug_logging", "server.request_logging"],
                        ["server.request_logging", "server.debug_logging"]), ids
     assert "server.queue_max_num_seqs" not in ids
@@ -157,7 +164,8 @@ def test_a_healthy_server_is_healthy_and_watch_shows_it_in_a_log_file(vllm_targe
             assert watch.wait(timeout=60) == 0
     verdict = report["verdict"]
     assert verdict["healthy"] and verdict["kind"] == "healthy", verdict["text"]
-    assert not [f for f in report["findings"] if f["severity"] == "critical"]
+    assert not [f for f in report["findings"] if f["severity"] == "critical"
+                and f["id"] != "host.cpu_contention"]
     assert_nothing_sent(report)
     lines = log.read_text().splitlines()
     frames = [line for line in lines if "/s done" in line]
