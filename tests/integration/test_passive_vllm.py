@@ -163,7 +163,10 @@ def test_a_healthy_server_is_healthy_and_watch_shows_it_in_a_log_file(vllm_targe
             watch.send_signal(signal.SIGINT)  # Ctrl-C ends a watch; its run stays
             assert watch.wait(timeout=60) == 0
     verdict = report["verdict"]
-    assert verdict["healthy"] and verdict["kind"] == "healthy", verdict["text"]
+    # healthy; on this shared box, other engineers' processes on the server's cores may be
+    # named instead (host.cpu_contention, measured from /proc): that is no false alarm
+    assert (verdict["healthy"] and verdict["kind"] == "healthy") or \
+        verdict["finding_id"] == "host.cpu_contention", verdict["text"]
     assert not [f for f in report["findings"] if f["severity"] == "critical"
                 and f["id"] != "host.cpu_contention"]
     assert_nothing_sent(report)
@@ -173,7 +176,8 @@ def test_a_healthy_server_is_healthy_and_watch_shows_it_in_a_log_file(vllm_targe
     assert any("TTFT p50" in line for line in lines) and "\x1b[" not in log.read_text()
     assert any(line.startswith("  last minute:") for line in lines)
     watched = replay(tmp_path / "watch", tmp_path / "watch-replayed")
-    assert watched["verdict"]["healthy"], watched["verdict"]["text"]
+    assert watched["verdict"]["healthy"] or watched["verdict"]["finding_id"] == \
+        "host.cpu_contention", watched["verdict"]["text"]
     assert watched["window"]["requests_sent"].keys() == {"GET /metrics"}
 
 
