@@ -294,7 +294,7 @@ class LatencyRow(msgspec.Struct):
     source: str
 
 
-class WindowPoint(msgspec.Struct):
+class WindowPoint(msgspec.Struct, kw_only=True):
     """One scrape interval of a passive window (``analysis.window.Interval``), at its end."""
 
     t_s: float
@@ -304,7 +304,7 @@ class WindowPoint(msgspec.Struct):
     waiting: float | None
     kv_usage: float | None  # 0-1
     ttft_mean_ms: float | None  # requests whose first token came in the interval
-    ttft_p50_ms: float | None  # inside its bucket (the table and chart say so)
+    ttft_p50_ms: float | None = None  # inside its bucket (absent from the first recordings)
     ttft_p99_ms: float | None
     queue_share: float | None  # the interval's mean queue time / its mean TTFT
     preemptions: float | None

@@ -31,8 +31,13 @@ def recorded(request, tmp_path_factory) -> tuple[Path, dict]:
 
 
 def test_a_recorded_passive_run_replays_to_its_expected_verdict(recorded, tmp_path):
+    from latscope.report.markdown import render_markdown
+    from latscope.report.write import typed_report
+
     run, scenario = recorded
     live = json.loads((run / "report.json").read_text())
+    # the report.json the live run wrote is read by this latscope (`latscope show/report DIR`)
+    assert "## Live traffic" in render_markdown(typed_report(live))
     report = replay(run, tmp_path / "out")
     ok, why = verdict_matches(report["verdict"], scenario["expect"])
     assert ok, f"{scenario['name']}: {why}: {report['verdict']['text']}"
