@@ -73,7 +73,9 @@ def read_inputs(run: RunDir) -> dict[str, Any]:
         "host_cpu": run.read("host/cpu.json"),
         "doctor": _stored(run.read("doctor.json")),
         "net": _stored(run.read("net.json")),
-        "trace_findings": _trace_findings(run.read("trace.json")),
+        "trace": run.read("trace.json"),
+        "profiled": "--profile" in (run.manifest.get("command") or ""),
+        "same_host": (run.manifest.get("target") or {}).get("same_host"),
         "gpu_util": _gpu_util(run, telemetry),
     }
 
@@ -97,12 +99,6 @@ def _stored(data: dict[str, Any] | None) -> _Stored | None:
         return None
     return _Stored([Finding.from_dict(f) for f in data.get("findings", [])],
                    data.get("facts") or {})
-
-
-def _trace_findings(stored: dict[str, Any] | None) -> list[Finding]:
-    from latscope.campaign.traces import trace_findings_of
-
-    return trace_findings_of(stored) if stored else []
 
 
 def scrape_notes(scrape: dict[str, Any] | None) -> list[str]:

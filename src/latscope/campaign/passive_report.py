@@ -43,8 +43,9 @@ def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[Sta
     from latscope.campaign.document import _trace_section, cross_rank_section
     from latscope.telemetry.facts import telemetry_section
 
-    verdict = c.verdict if c is not None else {
-        "text": f"No verdict: {broken}", "kind": "none", "finding_id": None, "healthy": False}
+    verdict = c.verdict if c is not None else section(
+        {"text": f"No verdict: {broken}", "kind": "none", "finding_id": None,
+         "healthy": False}, Verdict)
     trace = run.read("trace.json")
     window: dict[str, Any] = {}
     if c is not None:
@@ -54,7 +55,7 @@ def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[Sta
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         command=run.manifest.get("command", ""),
         target={**(run.manifest.get("target") or {}), "mode": "passive"},
-        verdict=section(verdict, Verdict),
+        verdict=verdict,
         findings=[section(f.to_dict(), FindingEntry) for f in (c.ranked if c else [])],
         stages=[section(dataclasses.asdict(s), Stage) for s in stages], client=None,
         sweep=None, decompositions=[], timeseries=None, trace=_trace_section(trace),

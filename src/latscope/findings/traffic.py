@@ -19,6 +19,8 @@ from typing import Sequence
 
 from latscope.analysis.spanwindow import SpanWindow
 from latscope.analysis.traffic import KV_FULL, Spike, Split, WindowFacts
+from latscope.findings.host import contention_finding
+from latscope.findings.inputs import ConclusionInputs
 from latscope.findings.latency import Context, share_finding
 from latscope.findings.server import (
     findings_from_metrics,
@@ -26,6 +28,7 @@ from latscope.findings.server import (
     preemption_finding,
     stats_disabled_finding,
 )
+from latscope.findings.telemetry import capacity_hint, idle_time, telemetry_findings
 from latscope.model import Evidence, Finding, MetricSnapshot, Severity
 
 REF = "docs/findings.md"
@@ -50,6 +53,26 @@ SPANS_SOURCE = {
 _SPLIT_ROWS = (("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "queue"),
                ("ttft.server.prefill", "prefill (SCHEDULED -> first token)", "prefill"),
                ("ttft.server.other", "tokenization + IPC + output processing", "other"))
+
+
+def traffic_findings(inputs: ConclusionInputs) -> list[Finding]:
+    """A passive window's findings (``findings.conclude`` calls it; [] for a load run): the
+    window's rules over its scrapes, and the host's CPUs and the GPUs' telemetry over it."""
+    facts = inputs.traffic
+    if facts is None:
+        return []
+    m = inputs.measured[0] if inputs.measured else None
+    out = window_findings(facts, m.snapshots if m else (),
+                          max_num_seqs_source=inputs.limits.max_num_seqs_source,
+                          spans=inputs.spans)
+    cpu = dict(m.cpu) if m is not None and m.cpu else None
+    contention = contention_finding(cpu, facts.label) if cpu else None
+    out += [contention] if contention is not None else []
+    if m is not None and m.telemetry:
+        out += telemetry_findings(dict(m.telemetry))
+        idle = idle_time(capacity_hint(dict(m.telemetry)), facts.label)
+        out += [idle] if idle is not None else []
+    return out
 
 
 def window_findings(facts: WindowFacts, snapshots: Sequence[MetricSnapshot], *,

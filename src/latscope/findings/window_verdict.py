@@ -19,8 +19,9 @@ from latscope.analysis.spanwindow import SpanWindow
 from latscope.analysis.traffic import WindowFacts
 from latscope.findings.causes import ACTING
 from latscope.findings.traffic import covers
-from latscope.findings.verdict import VerdictInputs, at_words, verdict
+from latscope.findings.verdict import HealthySplit, VerdictInputs, at_words, verdict
 from latscope.model import Finding
+from latscope.results import Verdict, _plain, section
 
 STALL = "server.stall"
 _PARTS = {"queue": "queue", "prefill": "prefill", "other": "tokenization + IPC + output"}
@@ -30,7 +31,12 @@ BUDGET_SHOWN = 0.1  # the budget's use is named in the operating point from this
 
 
 def verdict_of_window(ranked: list[Finding], facts: WindowFacts,
-                      spans: SpanWindow | None = None) -> dict[str, Any]:
+                      spans: SpanWindow | None = None) -> Verdict:
+    return section(_verdict_of_window(ranked, facts, spans), Verdict)
+
+
+def _verdict_of_window(ranked: list[Finding], facts: WindowFacts,
+                       spans: SpanWindow | None) -> dict[str, Any]:
     w = facts.window
     if w.scrapes < 2:
         return _none(f"No verdict: {w.scrapes} /metrics scrape(s) could be read, a window needs "
@@ -46,7 +52,7 @@ def verdict_of_window(ranked: list[Finding], facts: WindowFacts,
     # a stall first: the requests caught in it have not finished, so no histogram holds their
     # wait and no share can be measured; every other figure of the window is beside it
     result = (_stall_verdict(stall) if stall is not None
-              else verdict(ranked, VerdictInputs(healthy=_healthy(facts, split))))
+              else _plain(verdict(ranked, VerdictInputs(healthy=_healthy(facts, split)))))
     result["text"] += ". " + traffic_words(facts, spans) + ". " + unmeasured_words(facts)
     return result
 
@@ -66,7 +72,8 @@ def _stats_disabled(ranked: list[Finding], facts: WindowFacts,
     """--disable-log-stats: no vllm:* series. What remains (doctor, the log, spans) may still
     name a cause; the queue, prefill and the server's TTFT cannot be seen from /metrics."""
     split = spans.split if spans is not None else None
-    result = verdict(ranked, VerdictInputs(healthy=_healthy(facts, split) if split else None))
+    result = _plain(verdict(ranked, VerdictInputs(healthy=_healthy(facts, split) if split
+                                                  else None)))
     unseen = ("the server exposes no vllm:* series (started with --disable-log-stats): its "
               "queue, batch, KV cache and TTFT over the window could not be seen"
               + ("" if spans else " (spans, --otlp-listen, would show each request's)"))
@@ -76,16 +83,16 @@ def _stats_disabled(ranked: list[Finding], facts: WindowFacts,
     return result
 
 
-def _healthy(facts: WindowFacts, split: Any) -> dict[str, Any] | None:
+def _healthy(facts: WindowFacts, split: Any) -> HealthySplit | None:
     if split is None or not split.ttft_ms:
         return None
     total = split.ttft_ms
     # a part under half a percent says nothing in a verdict ("queue 0%")
     parts = sorted(((_PARTS[k], v) for k, v in split.parts() if 0.005 * total <= v <= total),
                    key=lambda p: -p[1])
-    rps = facts.traffic.finished_rps or 0.0
-    return {"where": facts.label, "rps": rps, "ttft_ms": total,
-            "split": ", ".join(f"{name} {v / total:.0%}" for name, v in parts) or "not split"}
+    return HealthySplit(facts.label, total,
+                        ", ".join(f"{name} {v / total:.0%}" for name, v in parts) or "not split",
+                        facts.traffic.finished_rps or 0.0)
 
 
 def ms_words(q: dict[str, Any] | None) -> str:

@@ -103,8 +103,8 @@ def test_intervals_without_traffic_are_idle_and_a_window_of_them_has_no_verdict(
     assert all(i.idle for i in facts.window.intervals)
     assert not facts.has_traffic and facts.spikes == () and facts.split is None
     c = conclude_window(snaps)
-    assert c.verdict["kind"] == "none" and c.verdict["text"].startswith("No traffic")
-    assert not c.verdict["healthy"]
+    assert c.verdict.kind == "none" and c.verdict.text.startswith("No traffic")
+    assert not c.verdict.healthy
 
 
 def test_requests_in_the_server_and_no_token_computed_is_a_stall_that_explains_the_queue(page):
@@ -117,7 +117,7 @@ def test_requests_in_the_server_and_no_token_computed_is_a_stall_that_explains_t
     stall = next(f for f in c.ranked if f.id == "server.stall")
     assert stall.severity.value == "critical"  # 38 s >= 30 s
     assert c.ranked[0].id == "server.stall"
-    assert c.verdict["finding_id"] == "server.stall"
+    assert c.verdict.finding_id == "server.stall"
 
 
 def test_a_server_with_stats_disabled_says_what_could_not_be_seen(fixtures_dir):
@@ -125,11 +125,11 @@ def test_a_server_with_stats_disabled_says_what_could_not_be_seen(fixtures_dir):
     snaps = [snap(text, t) for t in range(0, 10, 2)]
     c = conclude_window(snaps)
     assert [f.id for f in c.ranked] == ["server.stats_disabled"]
-    assert c.verdict["kind"] == "none"
-    assert "--disable-log-stats" in c.verdict["text"]
-    assert "could not be seen" in c.verdict["text"]
+    assert c.verdict.kind == "none"
+    assert "--disable-log-stats" in c.verdict.text
+    assert "could not be seen" in c.verdict.text
 
 
 def test_one_scrape_is_no_window(page):
     c = conclude_window([snap(page, 0)])
-    assert c.verdict["kind"] == "none" and "needs two" in c.verdict["text"]
+    assert c.verdict.kind == "none" and "needs two" in c.verdict.text

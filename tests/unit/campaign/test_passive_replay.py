@@ -71,7 +71,7 @@ def test_conclude_window_reads_snapshots_alone_as_a_prometheus_rebuild_gives_the
         s.scrape_ms = 0.0
     c = conclude_window(snaps, label="the last 25 s of live traffic")
     assert isinstance(c, PassiveConclusion)
-    assert c.facts.window.scrapes == len(snaps) and c.verdict["text"]
+    assert c.facts.window.scrapes == len(snaps) and c.verdict.text
     assert all(f.id for f in c.ranked)
     params = inspect.signature(conclude_window).parameters
     assert list(params)[0] == "snapshots"
