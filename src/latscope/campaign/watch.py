@@ -186,9 +186,13 @@ class _Ticker:
         self.seen = self.scraper.scrapes + failures
         if self.max_num_seqs is None and self.follower is not None:  # its head is read at start
             self.max_num_seqs = _cap_of(self.follower)
-        self.show(frame_of(list(snaps), start_wall=self.start_wall, failures=failures,
-                           gpu=_gpu_now(self.observers), max_num_seqs=self.max_num_seqs,
-                           scrapes=self.scraper.scrapes))
+        frame = frame_of(list(snaps), start_wall=self.start_wall, failures=failures,
+                         gpu=_gpu_now(self.observers), max_num_seqs=self.max_num_seqs,
+                         scrapes=self.scraper.scrapes)
+        log = self.scraper.failure_log
+        if log and (not snaps or log[-1]["wall_time"] > snaps[-1].wall_time):
+            frame.extra["last_error"] = log[-1]["error"]  # the last scrape failed: say why
+        self.show(frame)
 
 
 def _cap_of(follower: Any) -> int | None:

@@ -53,9 +53,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         view.close()
+    scrapes = (report.get("window") or {}).get("scrapes") or 0
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
+        return 0 if scrapes >= 2 else 1
+    if scrapes < 2:  # nothing watched: the run failed, its directory says what was tried
+        print(f"error: {scrapes} /metrics scrape(s) read from {args.url}, a window needs two "
+              f"(the run is in {report['run_dir']})", file=sys.stderr)
+        return 1
     out = sys.stdout
     verdict = (report.get("verdict") or {}).get("text") or "no verdict"
     print(f"\n{report['run_dir']}: {verdict}", file=out)

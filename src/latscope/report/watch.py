@@ -57,7 +57,9 @@ def _gpu(frame: Any) -> str:
 
 def _scrape(frame: Any) -> str:
     text = f"{frame.scrape_ms:.0f} ms" if frame.scrape_ms is not None else "-"
-    return text + (f", {frame.failures} failed" if frame.failures else "")
+    text += f", {frame.failures} failed" if frame.failures else ""
+    last = frame.extra.get("last_error")
+    return text + (f" (the last: {last})" if last else "")
 
 
 WIDTH = 80
@@ -79,7 +81,10 @@ def plain_lines(frame: Any, width: int = WIDTH) -> list[str]:
             line = "   " + part
         else:
             line += (" | " if line.strip() and line != head else " ") + part
-    return lines + [line]
+    # a part longer than a line (a failed scrape's cause) wraps under its line
+    return [w for one in lines + [line]
+            for w in textwrap.wrap(one, width, subsequent_indent="     ",
+                                   break_on_hyphens=False) or [one]]
 
 
 class PlainView:
