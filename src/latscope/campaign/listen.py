@@ -100,7 +100,7 @@ def diagnose_passive(opts: PassiveOptions, progress: Progress = lambda _: None
         _stage(state, "net", lambda: _net(state))
         _stage(state, "window", lambda: _window(state))
         if opts.log:
-            _stage(state, "log", lambda: _log(state))
+            _stage(state, "log", lambda: parse_followed_log(state))
         if opts.trace or state.profile_files:
             _stage(state, "trace", lambda: _trace(state))
         window = next(s for s in state.stages if s.name == "window")
@@ -114,7 +114,7 @@ def diagnose_passive(opts: PassiveOptions, progress: Progress = lambda _: None
         status = f"failed: {exc}"
         raise
     finally:
-        report = _finish(state, status)
+        report = finish_passive(state, status)
     return report
 
 
@@ -188,7 +188,7 @@ def _window(state: PassiveRun) -> str:
                              max_bytes=state.opts.max_page_bytes)
     ctx = RunContext(state.opts.url.rstrip("/").removesuffix("/v1"), state.run.path,
                      _headers(state.opts), time.perf_counter_ns(), time.time())
-    observers = _observers(state)
+    observers = window_observers(state)
     state.progress(f"    watching for {state.opts.window_s:g} s: /metrics every "
                    f"{state.opts.scrape_s:g} s" + (f", {state.opts.log}" if state.opts.log
                                                    else "") + " ... (Ctrl-C ends it early)")
@@ -211,7 +211,7 @@ def _window(state: PassiveRun) -> str:
     return f"{len(scraper.snapshots)} scrapes{failed}" + (f"; {ended}" if ended else "")
 
 
-def _observers(state: PassiveRun) -> list[Any]:
+def window_observers(state: PassiveRun) -> list[Any]:
     from latscope.env.hostload import HostLoadSampler
 
     opts, out = state.opts, []
@@ -281,7 +281,7 @@ def _record_sent(state: PassiveRun) -> None:
     state.run.update(passive=passive)
 
 
-def _log(state: PassiveRun) -> str:
+def parse_followed_log(state: PassiveRun) -> str:
     from latscope.server.logfollow import WINDOW_LOG, window_log
 
     follower = state.follower
@@ -314,7 +314,7 @@ def _trace(state: PassiveRun) -> str:
     return f"{paths[0]}" + (f" and {len(paths) - 1} more rank(s)" if len(paths) > 1 else "")
 
 
-def _finish(state: PassiveRun, status: str) -> dict[str, Any]:
+def finish_passive(state: PassiveRun, status: str) -> dict[str, Any]:
     """Conclude from what is on disk (as ``--replay`` does), write the reports, end the run."""
     from latscope.campaign.passive_dir import conclude_dir
 

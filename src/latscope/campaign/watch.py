@@ -124,27 +124,18 @@ def _top(snapshots: list[MetricSnapshot], max_num_seqs: int | None) -> str:
 def watch(opts: WatchOptions, show: Callable[[Frame], None]) -> dict[str, Any]:
     """Scrape until Ctrl-C (or ``duration_s``), ``show`` a frame after each scrape; then the
     run directory is concluded as a passive run's and its report returned."""
-    from latscope.campaign.listen import PassiveOptions, PassiveRun, _finish, _observers
-    from latscope.campaign.stages import _same_host
+    from latscope.campaign.listen import finish_passive, parse_followed_log, window_observers
     from latscope.campaign.state import StageRecord
     from latscope.campaign.watching import hold_window
-    from latscope.redact import redact_url_password
 
-    run = RunDir.create("watch", opts.output_dir, argv=opts.argv,
-                        target={"url": redact_url_password(opts.url), "local": False,
-                                "controlled": False},
-                        passive={"scrape_s": opts.interval_s, "load_sent": False,
-                                 "requests_sent": {}, "via": "watch"})
-    popts = PassiveOptions(url=opts.url, scrape_s=opts.interval_s, log=opts.log,
-                           api_key=opts.api_key, gpu_telemetry=opts.gpu_telemetry)
-    state = PassiveRun(popts, run, lambda _: None, same_host=_same_host(opts.url))
+    state = _watch_run(opts)
     # the frames read the last minute: two of them in memory, every scrape on disk
     scraper = MetricsScraper(interval_s=opts.interval_s, parse_during_run=True,
                              keep_last=int(2 * LAST_MINUTE_S / opts.interval_s) + 2)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
-    ctx = RunContext(opts.url.rstrip("/").removesuffix("/v1"), run.path, headers,
+    ctx = RunContext(opts.url.rstrip("/").removesuffix("/v1"), state.run.path, headers,
                      time.perf_counter_ns(), time.time())
-    observers = _observers(state)
+    observers = window_observers(state)
     ticker = _Ticker(scraper, observers, ctx.start_wall, show, state.follower)
     record = StageRecord("window")
     t0 = time.monotonic()
@@ -160,11 +151,29 @@ def watch(opts: WatchOptions, show: Callable[[Frame], None]) -> dict[str, Any]:
         state.stages.append(record)
         state.sent["GET /metrics"] += scraper.scrapes + scraper.failures
         if opts.log:
-            from latscope.campaign.listen import _log
-            record_log = StageRecord("log", note=_log(state))
-            state.stages.append(record_log)
-        report = _finish(state, "ok")
+            state.stages.append(StageRecord("log", note=parse_followed_log(state)))
+        ok = scraper.scrapes >= 2
+        if not ok:
+            record.status = "failed"
+        report = finish_passive(state, "ok" if ok else
+                                f"failed: {scraper.scrapes} /metrics scrape(s) read")
     return report
+
+
+def _watch_run(opts: WatchOptions) -> Any:
+    """The watch's run directory (a passive run's, ``via: watch``) and its state."""
+    from latscope.campaign.listen import PassiveOptions, PassiveRun
+    from latscope.campaign.stages import _same_host
+    from latscope.redact import redact_url_password
+
+    run = RunDir.create("watch", opts.output_dir, argv=opts.argv,
+                        target={"url": redact_url_password(opts.url), "local": False,
+                                "controlled": False},
+                        passive={"scrape_s": opts.interval_s, "load_sent": False,
+                                 "requests_sent": {}, "via": "watch"})
+    popts = PassiveOptions(url=opts.url, scrape_s=opts.interval_s, log=opts.log,
+                           api_key=opts.api_key, gpu_telemetry=opts.gpu_telemetry)
+    return PassiveRun(popts, run, lambda _: None, same_host=_same_host(opts.url))
 
 
 class _Ticker:
