@@ -114,15 +114,21 @@ def test_debug_and_request_logging_are_named_under_light_traffic(vllm_target_con
                                                                  tmp_path):
     target = vllm_target_constrained
     before = finished(target.url)
-    # one request at a time: under max_num_seqs 2 nothing queues, the logging is what is left
-    with traffic_of(target, num_prompts=400, concurrency=1) as traffic:
+    # two requests at a time: under max_num_seqs 2 nothing queues, the logging is what is left
+    with traffic_of(target, num_prompts=400, concurrency=2) as traffic:
         wait_for_traffic(target.url, traffic, before)
         report = passive(target, tmp_path)
+    verdict = report["verdict"]
     ids = acting(report)
     assert ids[:2] in (["server.debug_logging", "server.request_logging"],
-                       ["server.request_logging", "server.debug_logging"]), ids
+                       ["server.request_logging", "server.debug_logging"]), (ids, verdict["text"])
     assert "server.queue_max_num_seqs" not in ids
-    assert report["verdict"]["finding_id"] in ("server.debug_logging", "server.request_logging")
+    # the log and /proc guarantee both findings; their share of the server's TTFT (the API
+    # server's own processing) moves with this box's load: named as the cause with it (71% in
+    # the recorded passive-debug-logging), or, below 20%, as the thing to check
+    assert verdict["finding_id"] in ("server.debug_logging", "server.request_logging") or \
+        "To check, its cost not measured here: The server logs at DEBUG" in verdict["text"], \
+        verdict["text"]
     assert_nothing_sent(report)
 
 
@@ -170,10 +176,12 @@ def test_a_healthy_server_is_healthy_and_watch_shows_it_in_a_log_file(vllm_targe
     assert not [f for f in report["findings"] if f["severity"] == "critical"
                 and f["id"] != "host.cpu_contention"]
     assert_nothing_sent(report)
-    lines = log.read_text().splitlines()
+    text = log.read_text()
+    lines = text.split("\n\n")[0].splitlines()  # the live view; its end names the run dir
     frames = [line for line in lines if "/s done" in line]
     assert len(frames) >= 5 and all(len(line) <= 80 for line in lines), lines[:20]
-    assert any("TTFT p50" in line for line in lines) and "\x1b[" not in log.read_text()
+    assert "re-read it: latscope diagnose --replay" in text
+    assert any("TTFT p50" in line for line in lines) and "\x1b[" not in text
     assert any(line.startswith("  last minute:") for line in lines)
     watched = replay(tmp_path / "watch", tmp_path / "watch-replayed")
     assert watched["verdict"]["healthy"] or watched["verdict"]["finding_id"] == \

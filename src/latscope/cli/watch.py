@@ -61,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {scrapes} /metrics scrape(s) read from {args.url}, a window needs two "
               f"(the run is in {report['run_dir']})", file=sys.stderr)
         return 1
-    out = sys.stdout
+    import textwrap
+
     verdict = (report.get("verdict") or {}).get("text") or "no verdict"
-    print(f"\n{report['run_dir']}: {verdict}", file=out)
-    print(f"re-read it: latscope diagnose --replay {report['run_dir']}", file=out)
+    print("", *textwrap.wrap(f"{report['run_dir']}: {verdict}", 80, subsequent_indent="  ",
+                             break_on_hyphens=False),
+          f"re-read it: latscope diagnose --replay {report['run_dir']}", sep="\n")
     return 0
