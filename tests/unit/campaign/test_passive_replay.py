@@ -106,3 +106,25 @@ def test_a_spike_names_the_gpu_busy_while_it_lasted_only_when_it_was(tmp_path):
     assert all("the GPU busy (96% of the time)" in s.binding for s in busy.spikes)
     assert not any("GPU" in b for s in idle.spikes for b in s.binding)
     assert all(s.gpu_busy == pytest.approx(0.40) for s in idle.spikes)
+
+
+def test_a_queue_the_gauges_missed_is_read_from_the_histograms_by_littles_law(tmp_path):
+    """The issue's anchor: under a queue that held most of TTFT, the waiting gauge read 0 in
+    most samples. Here every sample of the recorded max_num_seqs window is set so; the
+    counters and histograms are as vLLM wrote them."""
+    import dataclasses
+
+    with tarfile.open(DATA / "passive-max-num-seqs.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    snaps = read_snapshots(tmp_path / "passive-max-num-seqs")
+    for snap in snaps:
+        snap.samples = [dataclasses.replace(s, value=0.0)
+                        if s.name.startswith("vllm:num_requests_waiting") else s
+                        for s in snap.samples]
+    c = conclude_window(snaps, max_num_seqs=2, max_num_seqs_source="the test")
+    top = c.ranked[0]
+    assert top.id == "server.queue_max_num_seqs" and c.verdict.finding_id == top.id
+    little = {e.name: e.value for e in top.evidence if "Little's law" in e.name}
+    assert little["requests running, mean (Little's law)"] >= 0.8 * 2
+    assert little["requests waiting, mean (Little's law)"] >= 0.5
+    assert top.impact["explains"] == "latency.queue" and top.impact["share"] > 0.5
