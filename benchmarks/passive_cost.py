@@ -35,9 +35,11 @@ def bench(url: str, out: Path, seed: int, args: argparse.Namespace) -> float:
     cmd = [sys.executable, "-m", "latscope", "bench", "--url", url, "-n", str(args.requests),
            "-c", str(args.concurrency), "--input-len", "128", "--output-len", "32",
            "--warmup", str(args.concurrency), "--seed", str(seed), "--scrape-interval", "0",
-           "--no-trace-requests", "-o", str(out), "--json"]
-    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, check=True)
-    summary = json.loads(done.stdout)
+           "--no-trace-requests", "--output-dir", str(out)]
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench failed ({done.returncode}): {done.stderr[-2000:]}")
+    summary = json.loads((out / "summary.json").read_text())
     return float(summary["ttft_ms"]["mean"])
 
 

@@ -85,7 +85,8 @@ def _manifest(src: Path) -> dict[str, Any]:
         raise ConfigError(f"{src}: no manifest.json: not a latscope run directory")
     manifest = read_json(path)
     if manifest.get("kind") not in ("diagnose", "watch"):
-        raise ConfigError(f"{src}: a {manifest.get('kind')!r} run, not a diagnose or watch run")
+        raise ConfigError(f"{src}: a {manifest.get('kind')!r} run, not a diagnose run (nor a "
+                          "watch)")
     if manifest.get("schema_version") not in KNOWN_SCHEMAS:
         raise ConfigError(f"{src}: schema_version {manifest.get('schema_version')!r} is newer "
                           f"than this latscope knows ({KNOWN_SCHEMAS[-1]}): upgrade latscope")
