@@ -96,8 +96,10 @@ class PlainView:
 
     def __call__(self, frame: Any) -> None:
         print("\n".join(plain_lines(frame)), file=self.out, flush=True)
-        if frame.top != self.top:
-            self.top = frame.top
+        # said again when the finding changes, not each time its share moves a point
+        topic = frame.top.split(" (")[0]
+        if topic != self.top:
+            self.top = topic
             print("\n".join(textwrap.wrap(frame.top, WIDTH, initial_indent="  last minute: ",
                                           subsequent_indent="    ")), file=self.out, flush=True)
 
