@@ -9,11 +9,15 @@ from __future__ import annotations
 import shutil
 import time
 
+import pytest
 from aiohttp import web
 
 from latscope.campaign.watching import LiveProfile, hold_window
 from latscope.model import RunContext
 from latscope.server.scrape import MetricsScraper
+
+# the profile's schedule is timed: one at a time, after the parallel unit phase
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 
 
 async def test_a_live_profile_covers_the_windows_last_seconds_and_finds_its_file(

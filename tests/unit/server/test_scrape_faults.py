@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from aiohttp import web
 
 from latscope.campaign.watching import hold_window
 from latscope.model import RunContext
 from latscope.server.scrape import MAX_PAGE_BYTES, MetricsScraper, read_snapshots
+
+# timeouts and a window's end are timed: one at a time, after the parallel unit phase
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 
 
 class FaultyMetrics:
