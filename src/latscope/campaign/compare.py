@@ -1,0 +1,150 @@
+"""``latscope compare``'s work: BASE run(s) against NEW run(s), as a typed ``Comparison``.
+
+    compare_runs([base], [new], CompareOptions())          # two run directories
+    compare_runs([b1, b2, b3], [n1, n2, n3], options)      # repeated runs a side
+
+Each kind of run directory has one function (``campaign.compare_kinds.KINDS``) that says which
+of its load runs give the per-request figures and what else it adds (a sweep's curve and knee, a
+diagnose's findings, a trace's kernels); a run directory of any other kind with a
+``requests.jsonl`` is compared as a load run. A new kind plugs in with one function and one
+entry there. The rest is common: every load
+run read in one pass (``analysis.compare_sample``), its facts and gauges, the figures and their
+intervals (``analysis.compare_metrics``), then the rules (``findings.compare*``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from latscope.analysis.compare_facts import Fact, LoadRunInfo, read_load_run
+from latscope.analysis.compare_metrics import estimate_all
+from latscope.analysis.compare_model import (
+    EXIT_UNDECIDED,
+    Comparison,
+)
+from latscope.analysis.compare_sample import RunSample, goodput_slo, read_sample
+from latscope.campaign.compare_kinds import KINDS, CompareOptions, KindPart, load_runs
+from latscope.errors import ConfigError
+from latscope.findings.compare import differences, gate, judge, not_judged
+from latscope.findings.compare_findings import (
+    difference_findings,
+    layer_finding,
+    metric_findings,
+)
+from latscope.findings.compare_layers import layer_rows, layer_sentence, state_rows
+from latscope.findings.compare_policy import parse_fail_on
+from latscope.rundir import REQUESTS, RunDir
+
+
+def compare_runs(base: Sequence[str | Path], new: Sequence[str | Path],
+                 options: CompareOptions | None = None) -> Comparison:
+    """BASE against NEW: refused or compared, every figure with its verdict, the gate."""
+    options = options or CompareOptions()
+    terms = parse_fail_on(options.fail_on)  # a bad --fail-on fails before any reading
+    base_dirs, new_dirs = [RunDir.open(p) for p in base], [RunDir.open(p) for p in new]
+    kind, notes = _kind_of(base_dirs + new_dirs)
+    comparer = KINDS.get(kind, load_runs)
+    part = comparer(base_dirs, new_dirs, options)
+    part.notes[:0] = notes
+    sides = [_read_side(part.base_runs, part.base_root, options),
+             _read_side(part.new_runs, part.new_root, options)]
+    facts = part.facts or ([i.facts for i in sides[0].infos], [i.facts for i in sides[1].infos])
+    diffs = differences(facts[0], facts[1], options.allow | part.listed_groups)
+    rows = []
+    if sides[0].samples and sides[1].samples:
+        slo = bool(sides[0].samples[0].good is not None)
+        rows = [judge(e, terms) for e in estimate_all(sides[0].samples, sides[1].samples,
+                                                      goodput=slo, draws=options.draws)]
+    return _assemble(kind, base_dirs, new_dirs, part, sides, diffs, rows, terms)
+
+
+@dataclass
+class _Side:
+    infos: list[LoadRunInfo]
+    samples: list[RunSample]
+
+
+def _read_side(runs: list[Path], root: Path | None, options: CompareOptions) -> _Side:
+    infos, samples = [], []
+    for i, path in enumerate(runs):
+        info = read_load_run(path, root)
+        _add_client_fact(info)
+        infos.append(info)
+        slo = options.slo or (info.manifest.get("config") or {}).get("slo")
+        samples.append(read_sample(path, slo if isinstance(slo, (str, dict)) else None,
+                                   seed=i))
+    return _Side(infos, samples)
+
+
+def _add_client_fact(info: LoadRunInfo) -> None:
+    """Whether latscope's own timing was reliable in the run (``campaign.observe``'s one
+    judgement, from its summary and decomposition)."""
+    from latscope.analysis.decompose import Component, Decomposition
+    from latscope.campaign.observe import client_reliability
+
+    decomposition = None
+    if info.decomposition:
+        comps = [Component(**c) for c in info.decomposition.get("components") or []]
+        decomposition = Decomposition(comps, None, None, None, "", 0, None)
+    if not info.summary:
+        return
+    judged = client_reliability(info.summary, decomposition)
+    info.facts["client.reliable"] = Fact(
+        "client.reliable", "latscope's own timing reliable", judged["reliable"], "client",
+        judged["why"] or "summary.json client, decomposition.json")
+
+
+def _kind_of(dirs: list[RunDir]) -> tuple[str, list[str]]:
+    kinds = list(dict.fromkeys(d.kind or "bench" for d in dirs))
+    if len(kinds) == 1:
+        return kinds[0], []
+    if all((d.path / REQUESTS).is_file() for d in dirs):
+        return "bench", [f"run directories of kinds {', '.join(kinds)}: compared as load runs "
+                         "(their requests.jsonl)"]
+    raise ConfigError(f"cannot compare run directories of kinds {', '.join(kinds)}: give "
+                      "two of the same kind (bench, sweep, diagnose, trace)")
+
+
+def _assemble(kind: str, base: list[RunDir], new: list[RunDir], part: KindPart,
+              sides: list[_Side], diffs: list[Any], rows: list[Any], terms: list[Any]
+              ) -> Comparison:
+    from latscope.campaign.compare_curves import curves_of
+
+    layers = layer_rows([i.layers for i in sides[0].infos], [i.layers for i in sides[1].infos])
+    state = state_rows([i.state for i in sides[0].infos], [i.state for i in sides[1].infos])
+    status, code, reasons = gate(rows, diffs)
+    if status == "not comparable":  # the figures are shown, never judged
+        rows = [not_judged(r) for r in rows]
+    sentence, moved = layer_sentence(layers, rows, state)
+    if not rows and status == "no regression":
+        status, code = "inconclusive", EXIT_UNDECIDED
+        reasons = [f"{kind} runs carry no per-request figures to gate on"]
+    findings = [*difference_findings(diffs), *metric_findings(rows),
+                *layer_finding(sentence, moved, layers, state, status == "regression"),
+                *part.findings]
+    notes = part.notes + [r.note for r in rows if r.note][:1]
+    return Comparison(
+        kind=kind, base=[str(d.path) for d in base], new=[str(d.path) for d in new],
+        status=status, exit_code=code, headline=_headline(status, reasons),
+        reasons=reasons, policy=[t.text for t in terms], differences=diffs, metrics=rows,
+        layers=layers, layer_sentence=sentence, state=state,
+        curves=curves_of(sides[0].samples, sides[1].samples, part.base_runs, part.new_runs,
+                         part.sweep),
+        sweep=part.sweep, diagnose=part.diagnose, trace=part.trace, notes=notes,
+        findings=[f.to_dict() for f in findings])
+
+
+def _headline(status: str, reasons: list[str]) -> str:
+    """The gate's one line: what failed it, what left it undecided, or that all passed."""
+    if status == "no regression":
+        return "every gated figure is within its tolerance"
+    shown = 1 if status == "not comparable" else 3
+    return "; ".join(reasons[:shown]) + (f" (and {len(reasons) - shown} more)"
+                                         if len(reasons) > shown else "")
+
+
+def slo_terms(text: str | None) -> dict[str, float]:
+    """The per-request SLO terms goodput counts (``--slo``), checked early."""
+    return goodput_slo(text)
