@@ -97,11 +97,12 @@ def _workload_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[F
     config = manifest.get("config") or {}
     work = config.get("workload") or {}
     src = "manifest.json config"
-    facts = [Fact(f"workload.{key}", label, _plain(work.get(key)), "workload", src)
+    facts = [Fact(f"workload.{key}", label, _setting(work.get(key)), "workload", src)
              for key, label in _WORKLOAD if key in work]
-    facts += [Fact("workload.endpoint", "endpoint", config.get("endpoint"), "workload", src),
-              Fact("workload.stream", "streaming", config.get("stream"), "workload", src),
-              Fact("workload.seed", "--seed", config.get("seed"), "workload", src)]
+    facts += [Fact(f"workload.{key}", label, _setting(config.get(key)) if config else None,
+                   "workload", src)
+              for key, label in (("endpoint", "endpoint"), ("stream", "streaming"),
+                                 ("seed", "--seed"))]
     tokens = summary.get("tokens") or {}
     done = (summary.get("requests") or {}).get("completed")
     for key, label, total in (("prompt_tokens", "mean prompt tokens", "input_total"),
@@ -112,11 +113,12 @@ def _workload_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[F
     return facts
 
 
-def _plain(value: Any) -> Any:
-    """A workload setting as one comparable value (a mix list as its JSON)."""
+def _setting(value: Any) -> Any:
+    """A setting of the run's config as one comparable value: a mix list as its JSON, and a
+    setting left unset as "(not set)" (a value: another run may have set it)."""
     if isinstance(value, (list, dict)):
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() if value else None
-    return value
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() if value else "(none)"
+    return "(not set)" if value is None else value
 
 
 def _load_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[Fact]:
@@ -124,10 +126,14 @@ def _load_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[Fact]
     src = "manifest.json config"
     rate = config.get("rate")
     mode = "open loop" if rate else "closed loop" if config else None
+
+    def setting(key: str) -> Any:
+        return _setting(config.get(key)) if config else None
+
     return [Fact("load.mode", "load", mode, "load", src),
-            Fact("load.concurrency", "--concurrency", config.get("concurrency"), "load", src),
-            Fact("load.rate", "--rate", rate, "load", src),
-            Fact("load.burstiness", "--burstiness", config.get("burstiness") if rate else None,
+            Fact("load.concurrency", "--concurrency", setting("concurrency"), "load", src),
+            Fact("load.rate", "--rate", setting("rate"), "load", src),
+            Fact("load.burstiness", "--burstiness", setting("burstiness") if rate else None,
                  "load", src),
             Fact("model.name", "model", manifest.get("model") or summary.get("model"), "model",
                  "manifest.json model")]

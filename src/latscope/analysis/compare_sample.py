@@ -49,7 +49,7 @@ class RunSample:
     itl_count: np.ndarray = field(default_factory=lambda: np.empty(0))
     prompt_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))
     output_tokens: np.ndarray = field(default_factory=lambda: np.empty(0))
-    # pooled ITL gaps of the sampled requests and the (send-order) request of each
+    # pooled ITL gaps of the sampled requests and which of them (0.., in send order) each is
     itl_gaps: np.ndarray = field(default_factory=lambda: np.empty(0))
     itl_request: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     itl_sampled: int = 0  # requests whose gaps were kept (of those with any)
@@ -155,7 +155,8 @@ class _Collector:
             prompt_tokens=col("prompt"), output_tokens=col("output"),
             itl_gaps=(np.concatenate([g for _, _, g in kept]).astype(np.float64)
                       if kept else np.empty(0)),
-            itl_request=(np.concatenate([np.full(g.size, rank[i]) for _, i, g in kept])
+            # the sampled requests numbered 0.. in send order (the draws' units)
+            itl_request=(np.concatenate([np.full(g.size, j) for j, (_, _, g) in enumerate(kept)])
                          if kept else np.empty(0, dtype=np.int64)),
             itl_sampled=len(kept), itl_requests=self.itl_requests, warmup=self.warmup,
             errors=dict(self.errors), closed_loop=not self.open_loop)
