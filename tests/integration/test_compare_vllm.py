@@ -27,8 +27,8 @@ def base_run(vllm_target, tmp_path_factory):
     return _bench(vllm_target.url, tmp_path_factory.mktemp("base") / "run", seed=11)
 
 
-def _compare(capsys, base: str, new: str, out) -> tuple[int, dict, str]:
-    code = main(["compare", base, new, "--json", "-o", str(out)])
+def _compare(capsys, base: str, new: str, out, *extra: str) -> tuple[int, dict, str]:
+    code = main(["compare", base, new, "--json", "-o", str(out), *extra])
     captured = capsys.readouterr()
     return code, orjson.loads(captured.out), captured.err
 
@@ -36,7 +36,9 @@ def _compare(capsys, base: str, new: str, out) -> tuple[int, dict, str]:
 def test_a_planted_max_num_seqs_2_is_a_regression_named_queueing(base_run, vllm_target_constrained,
                                                                 tmp_path, capsys):
     new = _bench(vllm_target_constrained.url, tmp_path / "new", seed=12)
-    code, data, text = _compare(capsys, base_run, new, tmp_path / "cmp")
+    # --allow host: the CI box is shared, and a run beside other work is refused by default
+    # (tests/unit/campaign/test_compare.py holds that rule); the planted fault is ~20x TTFT
+    code, data, text = _compare(capsys, base_run, new, tmp_path / "cmp", "--allow", "host")
     assert code == 1, data["reasons"]
     assert data["status"] == "regression"
     assert "queueing" in data["layer_sentence"] and "queueing" in text
@@ -53,10 +55,11 @@ def test_the_same_configuration_twice_is_no_regression(base_run, vllm_target, tm
     again = _bench(vllm_target.url, tmp_path / "again", seed=13)
     code, data, _ = _compare(capsys, base_run, again, tmp_path / "cmp")
     assert code in (0, 2), data["reasons"]
-    assert data["status"] in ("no regression", "inconclusive")
-    if code == 2:  # undecided, and it says which figure and why
+    if code == 2:  # undecided or refused, and it says why
         assert data["reasons"] and all(":" in r for r in data["reasons"])
-    assert not [d for d in data["differences"] if d["action"] == "refuse"]
+    refused = {d["group"] for d in data["differences"] if d["action"] == "refuse"}
+    assert refused <= {"host", "client"}  # only a measurement other work made unreliable
+    assert (data["status"] == "not comparable") == bool(refused)
 
 
 def test_another_workload_is_refused_with_the_difference_listed(base_run, vllm_target, tmp_path,

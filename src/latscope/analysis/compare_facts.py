@@ -18,7 +18,7 @@ import orjson
 from latscope.rundir import MANIFEST, SUMMARY, read_json
 
 # The facts' groups, in the order a difference list gives them
-GROUPS = ("workload", "load", "model", "hardware", "client", "cache", "server", "run")
+GROUPS = ("workload", "load", "model", "hardware", "host", "client", "cache", "server", "run")
 # a bench run's workload keys (manifest config.workload), as the flags spell them
 _WORKLOAD = (("input_len", "--input-len"), ("output_len", "--output-len"), ("mix", "--mix"),
              ("dataset", "--dataset"), ("prefix_len", "--prefix-len"),
@@ -34,6 +34,7 @@ class Fact:
     value: Any  # a str, number or bool as read; None: not recorded
     group: str  # one of GROUPS
     source: str = ""
+    detail: str = ""  # shown beside the value where it differs (what made a host "busy")
 
 
 @dataclass(slots=True)

@@ -178,7 +178,7 @@ def _rate_draws(s: RunSample, what: str, point: float, draws: int, rng: np.rando
     last request ends, so throughput is the slots over the mean request time (Little's law)
     and moves as amount / E2E does: its draws, scaled to the measured rate. (The send gaps of
     a closed loop come in waves, 7 near nothing and one long at c=8; their blocks drew an
-    interval twice as wide as E2E's own, docs/compare.md.)"""
+    interval 1.6 times as wide as E2E's own on the same runs: docs/compare.md.)"""
     if not s.closed_loop:
         paced = _paced(s, what)
         assert paced is not None

@@ -71,6 +71,7 @@ def _read_side(runs: list[Path], root: Path | None, options: CompareOptions) -> 
     for i, path in enumerate(runs):
         info = read_load_run(path, root)
         _add_client_fact(info)
+        _add_host_fact(info)
         infos.append(info)
         slo = options.slo or (info.manifest.get("config") or {}).get("slo")
         samples.append(read_sample(path, slo if isinstance(slo, (str, dict)) else None,
@@ -94,6 +95,24 @@ def _add_client_fact(info: LoadRunInfo) -> None:
     info.facts["client.reliable"] = Fact(
         "client.reliable", "latscope's own timing reliable", judged["reliable"], "client",
         judged["why"] or "summary.json client, decomposition.json")
+
+
+def _add_host_fact(info: LoadRunInfo) -> None:
+    """Whether other processes were busy on the server's CPUs during the run
+    (``findings.host``'s one rule, on the run's ``host/cpu.json``)."""
+    from latscope.env.hostload import read_cpu_usage
+    from latscope.findings.host import contention_finding
+    from latscope.model import Severity
+
+    found = contention_finding(read_cpu_usage(info.path), info.path.name)
+    if found is None:
+        return
+    busy = found.severity != Severity.OK
+    others = next((e.value for e in found.evidence if e.name.startswith("used by other")), 0)
+    cpus = next((e.value for e in found.evidence if e.name.startswith("CPUs the server")), "?")
+    info.facts["host.busy"] = Fact(
+        "host.busy", "other work on the server's CPUs", "busy" if busy else "quiet", "host",
+        "host/cpu.json", detail=f"others used {others} of {cpus} CPUs")
 
 
 def _kind_of(dirs: list[RunDir]) -> tuple[str, list[str]]:

@@ -17,7 +17,7 @@ from latscope.cli.common import add_output_arguments
 
 HELP = "compare two runs (or two sets of runs): the change per figure with its interval, " \
        "where in the chain it moved, a CI gate"
-_GROUPS = ("workload", "load", "model", "hardware", "client", "cache")
+_GROUPS = ("workload", "load", "model", "hardware", "host", "client", "cache")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -40,9 +40,11 @@ HIT_RATE_GAP = 0.05
 # docs/compare.md: 0.86 for a p99 of 64 requests, 0.95 from 10 beyond it); a mean needs 20
 TAIL_REQUESTS = 10
 MEAN_REQUESTS = 20
-_REFUSED = {"workload", "load", "model", "hardware", "client", "cache"}
+_REFUSED = {"workload", "load", "model", "hardware", "host", "client", "cache"}
 _NUMERIC = {"workload.prompt_tokens": SIZE_GAP, "workload.output_tokens": SIZE_GAP}
 _LISTED_ONLY = {"workload.seed", "hardware.hostname"}
+# facts whose value makes a run unreliable: refused when on either side, both included
+_UNRELIABLE: dict[str, Any] = {"client.reliable": False, "host.busy": "busy"}
 
 
 def side_value(facts: Sequence[dict[str, Fact]], key: str) -> Any:
@@ -59,6 +61,10 @@ def side_value(facts: Sequence[dict[str, Fact]], key: str) -> Any:
 class _Mixed(tuple):
     def __str__(self) -> str:
         return "differs between runs: " + ", ".join(map(_text, dict.fromkeys(self)))
+
+
+def _unreliable(key: str, value: Any) -> bool:
+    return key in _UNRELIABLE and value == _UNRELIABLE[key]
 
 
 def _same(key: str, a: Any, b: Any) -> bool:
@@ -88,19 +94,24 @@ def differences(base: Sequence[dict[str, Fact]], new: Sequence[dict[str, Fact]],
         a, b = side_value(base, key), side_value(new, key)
         if isinstance(a, _Mixed) or isinstance(b, _Mixed):
             pass  # the runs of one side disagree: listed as what it is
-        elif a is None and b is None or (_same(key, a, b)):
+        elif a is None and b is None or (_same(key, a, b) and not _unreliable(key, a)):
             continue
         fact = next(f[key] for side in (base, new) for f in side if key in f)
         action, why = _action(fact, a, b, no_gpu)
         if action == "refuse" and fact.group in allow:
             action, why = "caveat", why + f" (--allow {fact.group})"
-        shown = flag_difference(a, b) if key == "server.flags" else (_shown(key, a),
-                                                                      _shown(key, b))
+        shown = flag_difference(a, b) if key == "server.flags" else (
+            _with_detail(_shown(key, a), base, key), _with_detail(_shown(key, b), new, key))
         out.append(Difference(key=key, label=fact.label, group=fact.group, base=shown[0],
                               new=shown[1], action=action, why=why))
     out.sort(key=lambda d: (("refuse", "caveat", "list").index(d.action),
                             GROUPS.index(d.group) if d.group in GROUPS else len(GROUPS)))
     return out
+
+
+def _with_detail(text: str, side: Sequence[dict[str, Fact]], key: str) -> str:
+    details = list(dict.fromkeys(f[key].detail for f in side if key in f and f[key].detail))
+    return f"{text} ({'; '.join(details)})" if details else text
 
 
 def flag_difference(a: Any, b: Any) -> tuple[str, str]:
@@ -158,10 +169,11 @@ def _action(fact: Fact, a: Any, b: Any, no_gpu: bool) -> tuple[str, str]:
     if key == "hardware.cpus" and not no_gpu:
         return "caveat", "the host differs; the GPUs are named beside it"
     if key == "client.reliable":
-        if a is False and b is False:
-            return "caveat", "latscope's own timing was unreliable in both runs"
-        return "refuse", ("latscope's own timing was unreliable on one side only: its own "
-                          "delays would read as the server's")
+        return "refuse", ("latscope's own timing was unreliable: its own delays would read as "
+                          "the server's" + (" (in both runs)" if a is b else ""))
+    if key == "host.busy":
+        return "refuse", ("other work was busy on the server's CPUs: latencies are slower, and "
+                          "vary, for that reason first" + (" (in both runs)" if a == b else ""))
     if group in _REFUSED:
         return "refuse", _REFUSE_WHY[group]
     return "caveat", ""
