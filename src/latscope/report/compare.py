@@ -16,7 +16,7 @@ from latscope.report.text import compact_table, titled
 
 _STATUS = {"regression": "REGRESSION", "no regression": "NO REGRESSION",
            "inconclusive": "INCONCLUSIVE", "not comparable": "NOT COMPARABLE"}
-_ACTION = {"refuse": "refused", "caveat": "caveat", "list": "listed"}
+ACTIONS = {"refuse": "refused", "caveat": "caveat", "list": "listed"}
 
 
 def value(v: float | None, row: MetricRow) -> str:
@@ -106,7 +106,7 @@ def differences_table(c: Comparison) -> RenderableType:
     for col in ("", "what", "BASE", "NEW"):
         table.add_column(col, overflow="fold")
     for d in c.differences:
-        table.add_row(_ACTION.get(d.action, d.action), d.label, d.base, d.new)
+        table.add_row(ACTIONS.get(d.action, d.action), d.label, d.base, d.new)
     return titled("What differs between the runs", table)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from latscope.analysis.compare_model import Comparison
 from latscope.report.compare import (
+    ACTIONS,
     change,
     interval,
     interval_note,
@@ -32,8 +33,8 @@ def render_markdown(c: Comparison) -> str:
     if c.differences:
         lines += ["## What differs between the runs", "", "| | what | BASE | NEW | why |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {d.action} | {_cell(d.label)} | {_cell(d.base)} | {_cell(d.new)} | "
-                  f"{_cell(d.why)} |" for d in c.differences]
+        lines += [f"| {ACTIONS.get(d.action, d.action)} | {_cell(d.label)} | {_cell(d.base)} | "
+                  f"{_cell(d.new)} | {_cell(d.why)} |" for d in c.differences]
         lines.append("")
     if c.metrics:
         lines += ["## Figures", "", "| figure | BASE | NEW | change | 95% interval | verdict |",

@@ -164,3 +164,80 @@ def test_run_directories_of_different_kinds_are_refused_in_one_line(tmp_path):
     (tmp_path / "t" / "manifest.json").write_text('{"schema_version": 2, "kind": "trace"}')
     with pytest.raises(ConfigError, match="kinds bench, trace"):
         _compare(bench, tmp_path / "t")
+
+
+def _busy(run: Path, others: float) -> Path:
+    """The run's host/cpu.json as env.hostload writes it: ``others`` cores taken by another
+    process on a 2-core host."""
+    from latscope.rundir import write_json
+
+    (run / "host").mkdir(exist_ok=True)
+    write_json(run / "host" / "cpu.json", {
+        "window_s": 10.0, "cores": 2, "server_cpus": 2,
+        "cores_used": {"latscope": 0.05, "server": 1.0, "others": others},
+        "server_pids": [123], "others": [{"pid": 999, "comm": "pytest", "cores": others,
+                                          "on_server_cpus": 1.0}] if others else []})
+    return run
+
+
+def test_a_host_busy_with_other_work_refuses_on_either_side_both_included(tmp_path):
+    quiet = _busy(write_run(tmp_path / "a", seed=1), 0.0)
+    busy = _busy(write_run(tmp_path / "b", seed=2), 0.9)
+    c = _compare(quiet, busy)
+    host = next(d for d in c.differences if d.key == "host.busy")
+    assert (host.action, host.base, host.new) == (
+        "refuse", "quiet (others used 0 of 2 CPUs)", "busy (others used 0.9 of 2 CPUs)")
+    both = _compare(_busy(write_run(tmp_path / "c", seed=3), 0.8), busy)
+    assert [d.key for d in both.differences if d.action == "refuse"] == ["host.busy"]
+    assert "both runs" in both.differences[0].why
+    assert _compare(quiet, busy, allow=frozenset({"host"})).status != "not comparable"
+    calm = _compare(quiet, _busy(write_run(tmp_path / "d", seed=4), 0.1))  # under 20%
+    assert "host.busy" not in [d.key for d in calm.differences]
+
+
+def _sweep(root: Path, name: str, ttft_ms: float, knee: float) -> Path:
+    from latscope.rundir import RunDir
+
+    run = RunDir.create("sweep", root / name)
+    steps = []
+    for load in (1, 2, 4):
+        step = write_run(root / name / f"step-{load}", seed=int(load * 10 + ttft_ms),
+                         concurrency=load, ttft_ms=ttft_ms * load, config={"concurrency": load})
+        steps.append({"load": load, "run_dir": str(step), "metrics": {
+            "requests_per_s": 10.0 * load / (ttft_ms / 50), "ttft_p99_ms": ttft_ms * load}})
+    run.write("sweep.json", {"meta": {"mode": "concurrency"}, "steps": steps,
+                             "analysis": {"knee": {"load": knee}}})
+    return run.path
+
+
+def test_sweeps_compare_curve_against_curve_and_the_steps_at_one_load(tmp_path):
+    c = _compare(_sweep(tmp_path, "a", 50, knee=4), _sweep(tmp_path, "b", 100, knee=2))
+    assert c.kind == "sweep" and c.sweep is not None
+    assert [p.load for p in c.sweep.points] == [1, 2, 4]
+    assert c.sweep.metrics_at == 4  # the highest load both measured
+    assert (c.sweep.knee_base, c.sweep.knee_new) == (4, 2)
+    assert "knee c=4 -> c=2" in c.sweep.sentence and "-50%" in c.sweep.sentence
+    knee = next(f for f in c.findings if f["id"] == "compare.knee_moved")
+    assert knee["severity"] == "warning"
+    assert _row(c, "ttft_mean").verdict == "regression"  # 200 ms against 400 at c=4
+    at_two = _compare(_sweep(tmp_path, "c", 50, 4), _sweep(tmp_path, "d", 50, 4), load=2)
+    assert at_two.sweep.metrics_at == 2
+    with pytest.raises(ConfigError, match="not a load both sweeps measured"):
+        _compare(_sweep(tmp_path, "e", 50, 4), _sweep(tmp_path, "f", 50, 4), load=3)
+
+
+def test_traces_are_compared_by_trace_compare_and_the_gate_says_it_cannot_decide(tmp_path,
+                                                                               capsys):
+    from latscope.cli.main import main
+
+    traces = REPO / "tests" / "data" / "multi-rank"
+    for rank in (0, 1):
+        assert main(["trace", str(traces / f"hta_sampled_rank-{rank}.json.gz"), "-o",
+                     str(tmp_path / f"t{rank}"), "--quiet"]) == 0
+    capsys.readouterr()
+    c = _compare(tmp_path / "t0", tmp_path / "t1")
+    assert c.kind == "trace" and c.trace is not None
+    assert {r["key"] for r in c.trace["breakdown"]} >= {"busy", "idle", "window"}
+    assert c.exit_code == EXIT_UNDECIDED and not c.metrics
+    assert "no per-request figures" in c.reasons[0]
+    assert any(f["id"] == "compare.trace_moved" for f in c.findings)
