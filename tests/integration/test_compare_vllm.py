@@ -28,6 +28,7 @@ def base_run(vllm_target, tmp_path_factory):
 
 
 def _compare(capsys, base: str, new: str, out, *extra: str) -> tuple[int, dict, str]:
+    capsys.readouterr()  # what the bench runs printed
     code = main(["compare", base, new, "--json", "-o", str(out), *extra])
     captured = capsys.readouterr()
     return code, orjson.loads(captured.out), captured.err

@@ -22,6 +22,7 @@ from latscope.analysis.compare_stats import (
     RunValues,
     between_runs,
     block_length,
+    blocks_of,
     difference,
     draws_of,
     ratio_draws,
@@ -111,7 +112,8 @@ def _itl(base: Sequence[RunSample], new: Sequence[RunSample], draws: int,
              for side in (base, new)]
     points = [_ratio_point(p) for p in parts]
     within = relative_change(points[0], points[1], ratio_draws(parts[0], draws=draws, rng=rng),
-                             ratio_draws(parts[1], draws=draws, rng=rng))
+                             ratio_draws(parts[1], draws=draws, rng=rng),
+                             units=_blocks(parts))
     between = _between([[_ratio_point([p]) for p in side] for side in parts], True)
     mean = Estimate(spec, points[0], points[1], within, between,
                     sum(s.itl_requests for s in base), sum(s.itl_requests for s in new))
@@ -138,10 +140,19 @@ def _compare(key: str, sides: list[list[RunValues]], draws: int, rng: np.random.
         out.append(Estimate(MetricSpec(f"{key}_{stat}", f"{label} {stat}", "ms", False),
                             points[0], points[1],
                             relative_change(points[0], points[1], drawn[0][stat],
-                                            drawn[1][stat]),
+                                            drawn[1][stat], units=_units(sides)),
                             _between(per_run, True),
                             sum(r.units for r in sides[0]), sum(r.units for r in sides[1])))
     return out
+
+def _units(sides: list[list[RunValues]]) -> int:
+    """The blocks the shorter side is drawn as: what its interval rests on."""
+    return min(sum(blocks_of(r.units, r.block) for r in side) for side in sides)
+
+
+def _blocks(parts: list[list[tuple[np.ndarray, np.ndarray, int]]]) -> int:
+    return min(sum(blocks_of(a.size, block) for a, _, block in side) for side in parts)
+
 
 def _between(per_run: list[list[float | None]], relative: bool) -> Change | None:
     if min(len(per_run[0]), len(per_run[1])) < 2:
@@ -203,7 +214,9 @@ def _rate(spec: MetricSpec, base: Sequence[RunSample], new: Sequence[RunSample],
     points = [_ratio_point([(a, g, 1) for _, (a, g) in side]) if side else None
               for side in sides]
     drawn = [_pooled_rates(side, rates, what, draws, rng) for side, rates in zip(sides, per_run)]
-    within = relative_change(points[0], points[1], drawn[0], drawn[1])
+    within = relative_change(points[0], points[1], drawn[0], drawn[1],
+                             units=_blocks([[(a, g, _block(s, a.size)) for s, (a, g) in side]
+                                            for side in sides]))
     return Estimate(spec, points[0], points[1], within, _between(per_run, True),
                     sum(a.size for _, (a, _) in sides[0]), sum(a.size for _, (a, _) in sides[1]))
 
@@ -236,7 +249,7 @@ def _errors(spec: MetricSpec, base: Sequence[RunSample], new: Sequence[RunSample
     drawn = [draws_of(side, ("mean",), draws=draws, rng=rng)["mean"] for side in sides]
     per_run = [[_share([r]) for r in side] for side in sides]
     return Estimate(spec, points[0], points[1],
-                    difference(points[0], points[1], drawn[0], drawn[1]),
+                    difference(points[0], points[1], drawn[0], drawn[1], units=_units(sides)),
                     _between(per_run, False),
                     sum(r.units for r in sides[0]), sum(r.units for r in sides[1]))
 

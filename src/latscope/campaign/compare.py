@@ -140,9 +140,9 @@ def _assemble(kind: str, base: list[RunDir], new: list[RunDir], part: KindPart,
     if not rows and status == "no regression":
         status, code = "inconclusive", EXIT_UNDECIDED
         reasons = [f"{kind} runs carry no per-request figures to gate on"]
-    findings = [*difference_findings(diffs), *metric_findings(rows),
-                *layer_finding(sentence, moved, layers, state, status == "regression"),
-                *part.findings]
+    findings = sorted([*difference_findings(diffs), *metric_findings(rows),
+                       *layer_finding(sentence, moved, layers, state, status == "regression"),
+                       *part.findings], key=lambda f: f.severity.rank)  # stable: rules' order
     notes = part.notes + [r.note for r in rows if r.note][:1]
     return Comparison(
         kind=kind, base=[str(d.path) for d in base], new=[str(d.path) for d in new],
