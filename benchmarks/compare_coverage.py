@@ -78,6 +78,7 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=200)
     p.add_argument("--draws", type=int, default=1000)
     p.add_argument("--sizes", default="64,200,1000")
+    p.add_argument("--waves-only", action="store_true")
     args = p.parse_args()
     started = time.monotonic()
     print(f"coverage of the 95% interval of a +20% change, {args.trials} pairs each "
@@ -86,6 +87,8 @@ def main() -> None:
           f"{'expanded':>13}")
     for waves in (False, True):
         for n in map(int, args.sizes.split(",")):
+            if args.waves_only and not waves:
+                continue
             found = coverage(n, waves, args.trials, args.draws, seed=n)
             for s in STATS:
                 cells = " ".join(f"{found[w][s][0]:6.1%} {found[w][s][1] * 100:6.1f}"

@@ -56,12 +56,17 @@ class Change:
         return self.hi - self.lo
 
 
+MIN_BLOCKS = 8  # a run is drawn as this many blocks at least
+
+
 def block_length(n: int, in_flight: int | None = None) -> int:
-    """Requests per bootstrap block: at least one wave of the requests in flight together
-    (they share the batch), and at least n^(1/3) (the usual rate for a block bootstrap)."""
+    """Requests per bootstrap block: two waves of the requests in flight together (they share
+    the batch; a block that starts mid-wave still holds a whole one), at least n^(1/3) (the
+    usual rate for a block bootstrap), and short enough for ``MIN_BLOCKS`` blocks a run."""
     if n <= 1:
         return 1
-    return int(max(1, min(n, max(in_flight or 1, round(n ** (1 / 3))))))
+    wanted = max(2 * (in_flight or 1), round(n ** (1 / 3)))
+    return int(max(1, min(wanted, n // MIN_BLOCKS or 1)))
 
 
 def block_weights(n: int, block: int, draws: int, rng: np.random.Generator) -> np.ndarray:

@@ -11,7 +11,10 @@ or not comparable (and for any error: a gate must not read a broken input as "pr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from typing import Iterator
 
 from latscope.cli.common import add_output_arguments
 
@@ -73,12 +76,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--load {args.load:g}: must be above 0")
     options = CompareOptions(fail_on=args.fail_on, allow=allow, slo=args.slo, load=args.load)
     run_dir = open_run(args, "compare", base=base, new=new)
-    try:
-        comparison = compare_runs(base, new, options)
-    except BaseException as exc:
-        run_dir.finish("interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}")
-        raise
-    write_comparison(run_dir, comparison)
+    with _sigterm_as_interrupt():
+        try:
+            comparison = compare_runs(base, new, options)
+            write_comparison(run_dir, comparison)
+        except BaseException as exc:  # the manifest says how it ended, then main says it
+            run_dir.finish("interrupted" if isinstance(exc, KeyboardInterrupt)
+                           else f"failed: {exc}")
+            raise
     console = make_console(stderr=args.json)
     print_comparison(comparison, console)
     if args.json:
@@ -88,6 +93,19 @@ def _run(args: argparse.Namespace) -> int:
         console.print(f"[dim]run directory: {run_dir.path} (compare.json, report.md, "
                       "report.html)[/dim]")
     return comparison.exit_code
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM as Ctrl-C: the run directory says "interrupted" and the exit is 130."""
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _sides(runs: list[str], vs: list[str] | None) -> tuple[list[str], list[str]]:

@@ -15,6 +15,8 @@ from latscope.analysis.compare_stats import (
     between_runs,
     block_length,
     block_weights,
+    blocks_of,
+    expansion,
     difference,
     draws_of,
     min_requests,
@@ -72,7 +74,8 @@ def _coverage(stat: str, n: int, *, trials: int, factor: float, dependent: bool 
             runs.append(scale * values)
         draws = [draws_of([RunValues(v, block)], (stat,), draws=400, rng=rng)[stat]
                  for v in runs]
-        c = relative_change(statistic(runs[0], stat), statistic(runs[1], stat), *draws)
+        c = relative_change(statistic(runs[0], stat), statistic(runs[1], stat), *draws,
+                            units=blocks_of(n, block))
         hits += c.lo <= factor - 1 <= c.hi
     return hits / trials
 
@@ -95,11 +98,19 @@ def test_a_p99_needs_requests_beyond_it_and_holds_its_coverage_with_them():
 @pytest.mark.slow
 def test_blocks_keep_their_coverage_where_requests_depend_on_each_other():
     # requests in waves share the server's moment: an i.i.d. bootstrap's interval is too
-    # narrow there; blocks of one wave hold it
+    # narrow there; blocks of two waves hold it
     iid = _coverage("mean", 400, trials=120, factor=1.2, dependent=True, block=1, seed=6)
-    blocks = _coverage("mean", 400, trials=120, factor=1.2, dependent=True, block=8, seed=6)
+    blocks = _coverage("mean", 400, trials=120, factor=1.2, dependent=True, block=16, seed=6)
     assert blocks >= 0.89
     assert iid < blocks
+
+
+def test_the_expansion_is_t_over_z_with_k_over_k_minus_one():
+    assert expansion(8) == pytest.approx(sps.t.ppf(0.975, 7) / sps.norm.ppf(0.975)
+                                         * (8 / 7) ** 0.5)
+    assert expansion(8) == pytest.approx(1.29, abs=0.01)
+    assert 1.0 < expansion(1000) < 1.005 and expansion(None) == 1.0
+    assert blocks_of(64, 8) == 8 and blocks_of(65, 8) == 9
 
 
 def test_a_ratio_estimator_draws_summed_numerators_over_summed_denominators():
@@ -143,7 +154,9 @@ def test_no_ratio_of_a_zero_and_the_wider_interval_wins():
     assert wider(narrow, Change(0.1)) == (narrow, 0)
 
 
-def test_a_block_is_one_wave_of_the_requests_in_flight_at_least():
-    assert block_length(1000, 8) == 10  # n^(1/3) is larger
-    assert block_length(1000, 64) == 64
-    assert block_length(5, 64) == 5  # never longer than the run
+def test_a_block_is_two_waves_of_the_requests_in_flight_and_a_run_eight_blocks_at_least():
+    assert block_length(1000, 8) == 16
+    assert block_length(1000, 2) == 10  # n^(1/3) is larger
+    assert block_length(1000, 64) == 125  # 8 blocks
+    assert block_length(64, 8) == 8
+    assert block_length(5, 64) == 1  # never fewer than 8 blocks where it can be helped

@@ -107,3 +107,25 @@ def test_text_from_the_runs_is_escaped_in_html(tmp_path, capsys):
     html = (tmp_path / "c" / "report.html").read_text()
     assert HOSTILE not in html and "&lt;script&gt;" in html
     assert not re.search(r"<script\b", html)
+
+
+def test_sigterm_mid_comparison_says_interrupted_and_exits_130(runs, tmp_path, capsys,
+                                                               monkeypatch):
+    import os
+    import signal
+
+    from latscope.campaign import compare as campaign
+
+    real = campaign.compare_runs
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # a real signal, while comparing
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(campaign, "compare_runs", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = _run(capsys, runs["a"], runs["b"], "-o", tmp_path / "term")
+    assert code == 130 and err.strip() == ("interrupted (SIGTERM): results gathered so far "
+                                           "are on disk")
+    assert RunDir.open(tmp_path / "term").manifest["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler was put back
