@@ -26,7 +26,7 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
               queue_share: float = 0.1, running: float = 4, waiting: float = 0,
               config: dict[str, Any] | None = None, hit_rate: float | None = 0.0,
               fail_every: int = 0, warmup: int = 0, client: dict[str, Any] | None = None,
-              gpu: str | None = None) -> Path:
+              gpu: str | None = None, prompt_range: tuple[int, int] = (128, 128)) -> Path:
     """A bench run directory of ``n`` measured requests (and ``warmup`` before them)."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,8 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
             index=i, request_id=f"r{i}", scheduled_ns=sent, sent_ns=sent,
             headers_ns=sent + _MS, first_token_ns=None if failed else first,
             end_ns=None if failed else chunks[-1] + _MS,
-            chunk_ns=[] if failed else chunks, prompt_tokens=128,
+            chunk_ns=[] if failed else chunks,
+            prompt_tokens=int(rng.integers(prompt_range[0], prompt_range[1] + 1)),
             output_tokens=None if failed else output_tokens,
             output_tokens_source="usage", status=500 if failed else 200,
             error_kind="http_5xx" if failed else None, error="boom" if failed else None,

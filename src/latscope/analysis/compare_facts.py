@@ -28,6 +28,27 @@ _CACHE_INFO = ("block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_d
 
 
 @dataclass(frozen=True, slots=True)
+class Measured:
+    """A fact measured over the run's requests (a mean size), with its standard error: two
+    runs of one workload drawn with other seeds differ by their sampling error."""
+
+    value: float
+    error: float
+
+    def __str__(self) -> str:
+        return f"{self.value:.1f}"
+
+
+def measured_mean(values: Any) -> Measured | None:
+    """The mean of per-request values (a numpy array) and its standard error."""
+    n = len(values)
+    if not n:
+        return None
+    mean = float(values.mean())
+    return Measured(mean, float(values.std(ddof=1) / n ** 0.5) if n > 1 else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
 class Fact:
     key: str  # "workload.input_len"
     label: str  # "--input-len"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from latscope.analysis.compare_facts import Fact, LoadRunInfo, read_load_run
+from latscope.analysis.compare_facts import Fact, LoadRunInfo, measured_mean, read_load_run
 from latscope.analysis.compare_metrics import estimate_all
 from latscope.analysis.compare_model import (
     EXIT_UNDECIDED,
@@ -74,9 +74,23 @@ def _read_side(runs: list[Path], root: Path | None, options: CompareOptions) -> 
         _add_host_fact(info)
         infos.append(info)
         slo = options.slo or (info.manifest.get("config") or {}).get("slo")
-        samples.append(read_sample(path, slo if isinstance(slo, (str, dict)) else None,
-                                   seed=i))
+        sample = read_sample(path, slo if isinstance(slo, (str, dict)) else None, seed=i)
+        _add_size_facts(info, sample)
+        samples.append(sample)
     return _Side(infos, samples)
+
+
+def _add_size_facts(info: LoadRunInfo, sample: RunSample) -> None:
+    """The mean prompt and output sizes of the run's completed requests, with their standard
+    errors: another workload shows there even when its flags read the same (a dataset file
+    changed under the same name)."""
+    done = ~sample.failed
+    for key, label, values in (("prompt_tokens", "mean prompt tokens", sample.prompt_tokens),
+                               ("output_tokens", "mean output tokens", sample.output_tokens)):
+        mean = measured_mean(values[done])
+        if mean is not None:
+            info.facts[f"workload.{key}"] = Fact(f"workload.{key}", label, mean, "workload",
+                                                 "requests.jsonl (completed requests)")
 
 
 def _add_client_fact(info: LoadRunInfo) -> None:

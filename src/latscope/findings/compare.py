@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from latscope.analysis.compare_facts import GROUPS, Fact
+from latscope.analysis.compare_facts import GROUPS, Fact, Measured
 from latscope.analysis.compare_metrics import Estimate
 from latscope.analysis.compare_model import (
     EXIT_OK,
@@ -68,6 +68,11 @@ def _unreliable(key: str, value: Any) -> bool:
 
 
 def _same(key: str, a: Any, b: Any) -> bool:
+    if isinstance(a, Measured) and isinstance(b, Measured):
+        # 5% apart, and beyond three standard errors: not the sampling of one workload
+        gap = abs(a.value - b.value)
+        return gap <= max(_NUMERIC.get(key, 0.0) * max(abs(a.value), abs(b.value)),
+                          3 * math.hypot(a.error, b.error))
     if key in _NUMERIC and isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return abs(a - b) <= _NUMERIC[key] * max(abs(a), abs(b))
     if key == "cache.prefix_hit_rate" and isinstance(a, (int, float)) \
@@ -154,8 +159,8 @@ def _flags(command: str) -> dict[str, str]:
 def _shown(key: str, value: Any) -> str:
     if key == "cache.prefix_hit_rate" and isinstance(value, (int, float)):
         return f"{value:.0%}"
-    if key in _NUMERIC and isinstance(value, (int, float)):
-        return f"{value:.1f}"
+    if key in _NUMERIC and isinstance(value, (int, float, Measured)):
+        return f"{value.value if isinstance(value, Measured) else value:.1f}"
     return _text(value) if not isinstance(value, _Mixed) else str(value)
 
 

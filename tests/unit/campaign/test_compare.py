@@ -72,6 +72,18 @@ def test_runs_of_another_workload_or_load_are_refused_with_the_difference(tmp_pa
     assert [f["id"] for f in c.findings][0] == "compare.not_comparable"
 
 
+def test_sizes_drawn_from_one_range_with_other_seeds_are_one_workload_a_shifted_one_not(
+        tmp_path):
+    # 40 prompts of 96..160 tokens: these two seeds draw means 9% apart (122.3 and 134.0),
+    # within three standard errors of their difference: the sampling of one workload
+    base = write_run(tmp_path / "a", n=40, seed=5, prompt_range=(96, 160))
+    again = write_run(tmp_path / "b", n=40, seed=10, prompt_range=(96, 160))
+    assert "workload.prompt_tokens" not in [d.key for d in _compare(base, again).differences]
+    longer = write_run(tmp_path / "c", n=40, seed=3, prompt_range=(126, 190))  # +30 tokens
+    refused = {d.key: d for d in _compare(base, longer).differences if d.action == "refuse"}
+    assert "workload.prompt_tokens" in refused
+
+
 def test_allow_compares_anyway_with_the_difference_as_a_caveat(tmp_path):
     base = write_run(tmp_path / "a", seed=1)
     new = write_run(tmp_path / "b", seed=2, config={"input_len": "256"})
