@@ -52,6 +52,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--fake-ttft-ms", type=float, default=50.0)
     p.add_argument("--fail-on", default=None, help="the policy (default: the default policy)")
     p.add_argument("--keep", help="keep the run directories here")
+    p.add_argument("--reanalyse", metavar="DIR", help="no runs: compare the runs a --keep DIR "
+                   "holds again (with this latscope's rules), and print the tables")
     return p.parse_args()
 
 
@@ -92,7 +94,7 @@ def _compare(base: list[Path], new: list[Path], fail_on: str | None) -> dict[str
     """The default comparison, and the same with --allow host (compared although other work
     was busy on the server's CPUs): what the busy-host refusal saves a gate from."""
     out = {}
-    for name, allow in (("", frozenset()), ("allow_host", frozenset({"host"}))):
+    for name, allow in (("", frozenset()), ("allow_host", frozenset({"host", "client"}))):
         c = compare_runs(base, new, CompareOptions(fail_on=fail_on, allow=allow))
         out[name] = {"exit": c.exit_code, "reasons": c.reasons, "layer": c.layer_sentence,
                      "moved": next((f["layer"] for f in c.findings
@@ -125,8 +127,27 @@ def _report(name: str, results: list[dict[str, Any]], counted: int) -> None:
                                              for k, v in layers.most_common()))
 
 
+def _reanalysed(root: Path, args: argparse.Namespace
+                ) -> tuple[dict[str, list[Path]], dict[str, list[dict[str, Any]]]]:
+    runs: dict[str, list[Path]] = {"A": [], "B": [], "C": []}
+    pairs: dict[str, list[dict[str, Any]]] = {"same": [], "planted": []}
+    i = 0
+    while all((root / f"{i:02d}-{arm}" / "requests.jsonl").is_file() for arm in "ABC"):
+        for arm in "ABC":
+            runs[arm].append(root / f"{i:02d}-{arm}")
+        pairs["same"].append(_compare([runs["A"][i]], [runs["B"][i]], args.fail_on))
+        pairs["planted"].append(_compare([runs["A"][i]], [runs["C"][i]], args.fail_on))
+        i += 1
+    args.pairs = i
+    return runs, pairs
+
+
 def main() -> None:
     args = _args()
+    if args.reanalyse:
+        runs, pairs = _reanalysed(Path(args.reanalyse), args)
+        _tables(args, runs, pairs, Path(args.reanalyse))
+        return
     root = Path(args.keep or tempfile.mkdtemp(prefix="compare-fp-"))
     root.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[Path]] = {"A": [], "B": [], "C": []}
@@ -142,16 +163,21 @@ def main() -> None:
             pairs["same"].append(_compare([runs["A"][i]], [runs["B"][i]], args.fail_on))
             pairs["planted"].append(_compare([runs["A"][i]], [runs["C"][i]], args.fail_on))
             print(f"  pair {i + 1}: same -> exit {pairs['same'][-1]['']['exit']}, planted -> "
-                  f"exit {pairs['planted'][-1]['']['exit']} (--allow host: "
+                  f"exit {pairs['planted'][-1]['']['exit']} (--allow host,client: "
                   f"{pairs['same'][-1]['allow_host']['exit']}, "
                   f"{pairs['planted'][-1]['allow_host']['exit']}; "
                   f"{time.monotonic() - started:.0f} s)", flush=True)
+    _tables(args, runs, pairs, root)
+
+
+def _tables(args: argparse.Namespace, runs: dict[str, list[Path]],
+            pairs: dict[str, list[dict[str, Any]]], root: Path) -> None:
     groups = [slice(i, i + 3) for i in range(0, args.pairs - 2, 3)]
     repeated = {arm: [_compare(runs["A"][g], runs[arm][g], args.fail_on) for g in groups]
                 for arm in ("B", "C")}
     print(f"\n{args.target}: {args.pairs} pairs of {args.requests} requests at c="
           f"{args.concurrency}, policy {args.fail_on or 'default'}, {root}")
-    for variant, words in (("", ""), ("allow_host", " (--allow host)")):
+    for variant, words in (("", ""), ("allow_host", " (--allow host,client)")):
         print(f"\ncompared as latscope compare{words or ' does by default'}:")
         _report(f"one run a side, same configuration{words}",
                 [p[variant] for p in pairs["same"]], 1)

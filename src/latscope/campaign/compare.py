@@ -37,6 +37,12 @@ from latscope.findings.compare_layers import layer_rows, layer_sentence, state_r
 from latscope.findings.compare_policy import parse_fail_on
 from latscope.rundir import REQUESTS, RunDir
 
+# latscope's own event loop ready but off the CPU for this share of a run (schedstat): the host's
+# CPUs were contended. diagnose calls the client's timing unreliable from 25%; a comparison of a
+# few percent needs quieter CPUs: on the shared 2-core box, same-configuration pairs with a side
+# at 16% and 25% moved TTFT +113% and E2E +46% (docs/compare.md)
+CONTENDED_OFF_CPU = 0.10
+
 
 def compare_runs(base: Sequence[str | Path], new: Sequence[str | Path],
                  options: CompareOptions | None = None) -> Comparison:
@@ -109,6 +115,14 @@ def _add_client_fact(info: LoadRunInfo) -> None:
     info.facts["client.reliable"] = Fact(
         "client.reliable", "latscope's own timing reliable", judged["reliable"], "client",
         judged["why"] or "summary.json client, decomposition.json")
+    off_cpu = judged.get("off_cpu_share")
+    if isinstance(off_cpu, (int, float)):
+        contended = off_cpu >= CONTENDED_OFF_CPU
+        info.facts["client.contended"] = Fact(
+            "client.contended", "CPUs contended (latscope's loop waiting for one)",
+            "contended" if contended else "free", "client",
+            "summary.json client.run_queue_wait_s / wall_s",
+            detail=f"waited {off_cpu:.0%} of the run")
 
 
 def _add_host_fact(info: LoadRunInfo) -> None:

@@ -44,7 +44,8 @@ _REFUSED = {"workload", "load", "model", "hardware", "host", "client", "cache"}
 _NUMERIC = {"workload.prompt_tokens": SIZE_GAP, "workload.output_tokens": SIZE_GAP}
 _LISTED_ONLY = {"workload.seed", "hardware.hostname"}
 # facts whose value makes a run unreliable: refused when on either side, both included
-_UNRELIABLE: dict[str, Any] = {"client.reliable": False, "host.busy": "busy"}
+_UNRELIABLE: dict[str, Any] = {"client.reliable": False, "host.busy": "busy",
+                                "client.contended": "contended"}
 
 
 def side_value(facts: Sequence[dict[str, Fact]], key: str) -> Any:
@@ -176,8 +177,8 @@ def _action(fact: Fact, a: Any, b: Any, no_gpu: bool) -> tuple[str, str]:
     if key == "client.reliable":
         return "refuse", ("latscope's own timing was unreliable: its own delays would read as "
                           "the server's" + (" (in both runs)" if a is b else ""))
-    if key == "host.busy":
-        return "refuse", ("other work was busy on the server's CPUs: latencies are slower, and "
+    if key in ("host.busy", "client.contended"):
+        return "refuse", ("the CPUs were contended by other work: latencies are slower, and "
                           "vary, for that reason first" + (" (in both runs)" if a == b else ""))
     if group in _REFUSED:
         return "refuse", _REFUSE_WHY[group]

@@ -207,6 +207,21 @@ def test_a_host_busy_with_other_work_refuses_on_either_side_both_included(tmp_pa
     assert "host.busy" not in [d.key for d in calm.differences]
 
 
+def test_cpus_contended_under_latscope_itself_refuse(tmp_path):
+    """latscope's own loop thread ready but off the CPU 16% of a run (schedstat): the host's
+    CPUs were contended, and a comparison of a few percent cannot hold."""
+    free = {"cpu_utilization": 0.05, "loop_lag_ms": {"mean": 0.1, "p99": 0.5},
+            "run_queue_wait_s": 0.4, "wall_s": 10.0}
+    c = _compare(write_run(tmp_path / "a", seed=1, client=free),
+                 write_run(tmp_path / "b", seed=2, client={**free, "run_queue_wait_s": 1.6}))
+    contended = next(d for d in c.differences if d.key == "client.contended")
+    assert (contended.action, contended.base, contended.new) == (
+        "refuse", "free (waited 4% of the run)", "contended (waited 16% of the run)")
+    assert c.status == "not comparable"
+    allowed = _compare(tmp_path / "a", tmp_path / "b", allow=frozenset({"client"}))
+    assert allowed.status != "not comparable"
+
+
 def _sweep(root: Path, name: str, ttft_ms: float, knee: float) -> Path:
     from latscope.rundir import RunDir
 
