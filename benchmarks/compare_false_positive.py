@@ -10,9 +10,11 @@ Repeats, ``--pairs`` times, three bench runs of one configuration against one se
 then compares A with B (the same configuration: exit 1 is a false alarm) and A with C (the
 planted change: exit 1 is a catch), each through ``campaign.compare.compare_runs`` under the
 default policy, and groups of three runs a side (A A A --vs B B B, and A A A --vs C C C: the
-between-run interval). Prints, per way of comparing, the share of exits 0 / 1 / 2 with a 95%
-Clopper-Pearson interval on the false-positive rate and on the power, the reasons for exit 2,
-and the part of the chain named for the planted change.
+between-run interval), as latscope compare does and again with --allow host,client (compared
+although other work contended for the CPUs). Prints, per way of comparing, the share of exits
+0 / 1 / 2 with a 95% Clopper-Pearson interval on the false-positive rate and on the power, the
+reasons for exit 2, and the part of the chain named for the planted change. ``--reanalyse DIR``
+compares the runs a ``--keep DIR`` holds again, with this latscope, without running anything.
 
     python3 benchmarks/compare_false_positive.py --target fake --pairs 20          # ~2 min
     flock /tmp/latscope-heavy.lock python3 benchmarks/compare_false_positive.py \\
@@ -91,8 +93,8 @@ def _bench(url: str, out: Path, seed: int, args: argparse.Namespace, tokenizer: 
 
 
 def _compare(base: list[Path], new: list[Path], fail_on: str | None) -> dict[str, Any]:
-    """The default comparison, and the same with --allow host (compared although other work
-    was busy on the server's CPUs): what the busy-host refusal saves a gate from."""
+    """The default comparison, and the same with --allow host,client (compared although other
+    work contended for the CPUs): what the refusal of a contended host saves a gate from."""
     out = {}
     for name, allow in (("", frozenset()), ("allow_host", frozenset({"host", "client"}))):
         c = compare_runs(base, new, CompareOptions(fail_on=fail_on, allow=allow))

@@ -77,30 +77,31 @@ def sweep_spec(c: Comparison) -> dict[str, Any] | None:
 
 
 def changes_spec(c: Comparison) -> dict[str, Any] | None:
-    """Each relative figure's change (%) with its interval, the tolerance band behind it."""
+    """Each relative figure's NEW / BASE with its interval, on a log scale (a halving and a
+    doubling equally far from 1), the tolerance band behind it."""
     rows = []
     for r in c.metrics:
         chosen = r.between if r.interval == "between-run" else r.within
-        if not r.relative or r.change is None or not chosen:
+        if not r.relative or r.change is None or not chosen or min(chosen) <= -1:
             continue
-        rows.append({"figure": r.label, "change": r.change * 100, "lo": chosen[0] * 100,
-                     "hi": chosen[1] * 100, "tol": r.tolerance * 100, "verdict": r.verdict})
+        rows.append({"figure": r.label, "ratio": 1 + r.change, "lo": 1 + chosen[0],
+                     "hi": 1 + chosen[1], "tol_lo": 1 - r.tolerance, "tol_hi": 1 + r.tolerance,
+                     "verdict": r.verdict})
     if not rows:
         return None
     y = {"field": "figure", "type": "nominal", "sort": None, "title": None}
-    x = {"field": "change", "type": "quantitative", "title": "change NEW / BASE (%)"}
+    x = {"field": "ratio", "type": "quantitative", "scale": {"type": "log"},
+         "title": "NEW / BASE (log scale; 1 = no change)"}
     return {
         "title": "Each figure's change and 95% interval (grey: the tolerance)",
         "width": WIDTH - 120, "height": 16 * len(rows),
         "data": {"values": rows},
         "layer": [
             {"mark": {"type": "bar", "color": "#eeeeee", "height": 14},
-             "encoding": {"y": y, "x": {"field": "tol", "type": "quantitative"},
-                          "x2": {"field": "neg"}},
-             "transform": [{"calculate": "-datum.tol", "as": "neg"}]},
+             "encoding": {"y": y, "x": {**x, "field": "tol_lo"}, "x2": {"field": "tol_hi"}}},
             {"mark": {"type": "rule", "strokeWidth": 2},
-             "encoding": {"y": y, "x": {"field": "lo", "type": "quantitative", "title": x["title"]},
-                          "x2": {"field": "hi"}, "color": _verdict_colour()}},
+             "encoding": {"y": y, "x": {**x, "field": "lo"}, "x2": {"field": "hi"},
+                          "color": _verdict_colour()}},
             {"mark": {"type": "point", "filled": True, "size": 40},
              "encoding": {"y": y, "x": x, "color": _verdict_colour()}},
         ],
