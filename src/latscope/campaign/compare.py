@@ -132,7 +132,13 @@ def _add_host_fact(info: LoadRunInfo) -> None:
     from latscope.findings.host import contention_finding
     from latscope.model import Severity
 
-    found = contention_finding(read_cpu_usage(info.path), info.path.name)
+    usage = read_cpu_usage(info.path)
+    if not usage or not usage.get("server_pids"):
+        # the server's process not found on this host (a remote one, or not visible): its
+        # own CPU would read as another process's; latscope's own wait for a CPU
+        # (client.contended) still says whether the client's host was contended
+        return
+    found = contention_finding(usage, info.path.name)
     if found is None:
         return
     busy = found.severity != Severity.OK
