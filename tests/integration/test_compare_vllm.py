@@ -37,9 +37,10 @@ def _compare(capsys, base: str, new: str, out, *extra: str) -> tuple[int, dict, 
 def test_a_planted_max_num_seqs_2_is_a_regression_named_queueing(base_run, vllm_target_constrained,
                                                                 tmp_path, capsys):
     new = _bench(vllm_target_constrained.url, tmp_path / "new", seed=12)
-    # --allow host: the CI box is shared, and a run beside other work is refused by default
-    # (tests/unit/campaign/test_compare.py holds that rule); the planted fault is ~20x TTFT
-    code, data, text = _compare(capsys, base_run, new, tmp_path / "cmp", "--allow", "host")
+    # --allow host,client: the CI box is shared, and a run beside other work is refused by
+    # default (tests/unit/campaign/test_compare.py holds those rules); the fault is ~20x TTFT
+    code, data, text = _compare(capsys, base_run, new, tmp_path / "cmp", "--allow",
+                                "host,client")
     assert code == 1, data["reasons"]
     assert data["status"] == "regression"
     assert "queueing" in data["layer_sentence"] and "queueing" in text
