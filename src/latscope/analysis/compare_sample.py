@@ -30,7 +30,11 @@ from latscope.rundir import REQUESTS
 from latscope.slo import parse as parse_slo
 from latscope.stats import meets_slo, origin_ns
 
-ITL_GAP_BUDGET = 1 << 20  # token gaps kept for pooled ITL percentiles (4 MiB of float32)
+# token gaps kept for pooled ITL percentiles (1 MiB of float32): their bootstrap costs draws x
+# gaps, and 2^20 gaps took minutes where 2^18 take seconds (benchmarks/compare_scale.py); the
+# interval of a pooled percentile rests on the requests sampled, which 2^18 gaps still number
+# in the hundreds at 1000 tokens a request
+ITL_GAP_BUDGET = 1 << 18
 _NS_PER_MS = 1e6
 
 

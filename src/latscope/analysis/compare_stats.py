@@ -95,16 +95,18 @@ def statistic(values: np.ndarray, stat: str, weights: np.ndarray | None = None) 
     return float(weighted_stats(values, w[None, :], (stat,))[stat][0])
 
 
-def weighted_stats(values: np.ndarray, weights: np.ndarray, stats: Sequence[str]
-                   ) -> dict[str, np.ndarray]:
-    """Each statistic of ``values`` under each row of ``weights`` (draws x values)."""
+def weighted_stats(values: np.ndarray, weights: np.ndarray, stats: Sequence[str],
+                   order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each statistic of ``values`` under each row of ``weights`` (draws x values);
+    ``order``: ``values``' sorting permutation, where the caller has it."""
     totals = weights.sum(axis=1)
     out: dict[str, np.ndarray] = {}
     if "mean" in stats:
         out["mean"] = (weights @ values) / totals
     quantiles = [s for s in stats if s != "mean"]
     if quantiles:
-        order = np.argsort(values, kind="stable")
+        if order is None:
+            order = np.argsort(values, kind="stable")
         sorted_values = values[order]
         cum = np.cumsum(weights[:, order], axis=1)
         for s in quantiles:
@@ -139,6 +141,7 @@ def draws_of(runs: Sequence[RunValues], stats: Sequence[str], *, draws: int,
     if not runs:
         return {s: np.empty(0) for s in stats}
     values = np.concatenate([r.values for r in runs])
+    order = np.argsort(values, kind="stable") if any(s != "mean" for s in stats) else None
     out: dict[str, list[np.ndarray]] = {s: [] for s in stats}
     per = max(1, _CHUNK_CELLS // values.size)
     for start in range(0, draws, per):
@@ -147,7 +150,7 @@ def draws_of(runs: Sequence[RunValues], stats: Sequence[str], *, draws: int,
         for r in runs:
             w = block_weights(r.units, r.block, size, rng)
             parts.append(w if r.owner is None else w[:, r.owner])
-        for s, v in weighted_stats(values, np.hstack(parts), stats).items():
+        for s, v in weighted_stats(values, np.hstack(parts), stats, order).items():
             out[s].append(v)
     return {s: np.concatenate(v) for s, v in out.items()}
 
