@@ -30,11 +30,10 @@ from latscope.rundir import REQUESTS
 from latscope.slo import parse as parse_slo
 from latscope.stats import meets_slo, origin_ns
 
-# token gaps kept for pooled ITL percentiles (1 MiB of float32): their bootstrap costs draws x
-# gaps, and 2^20 gaps took minutes where 2^18 take seconds (benchmarks/compare_scale.py); the
-# interval of a pooled percentile rests on the requests sampled, which 2^18 gaps still number
-# in the hundreds at 1000 tokens a request
-ITL_GAP_BUDGET = 1 << 18
+# token gaps kept for pooled ITL percentiles (256 KiB of float32): their bootstrap costs draws x
+# gaps: 2^20 gaps took minutes, 2^18 51 s of a 60 s comparison of two runs of 5000 x 512 tokens
+# (benchmarks/compare_scale.py); 2^16 are 128 requests of 512 tokens, 1024 of 64
+ITL_GAP_BUDGET = 1 << 16
 _NS_PER_MS = 1e6
 
 
