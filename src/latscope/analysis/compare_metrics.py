@@ -65,7 +65,7 @@ class Estimate:
     new: float | None
     within: Change
     between: Change | None  # None: fewer than two runs on a side
-    n_base: int  # the requests (or ITL gaps' requests, or slices) behind each side
+    n_base: int  # the requests behind each side (ITL percentiles: the requests sampled)
     n_new: int
     sampled: str = ""  # a note when the figure rests on a sample of the requests
 

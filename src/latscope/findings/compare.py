@@ -9,10 +9,10 @@ version is what a comparison is usually *for*: listed, never refused.
 
 A verdict weighs the change's interval against a tolerance t (``findings.compare_policy``):
 regression when the whole interval is worse than t, improvement when it is all better than -t,
-inconclusive when it reaches past t on the worse side (a regression that large is neither shown
-nor excluded) or when a run is too short for the statistic (a p99 needs requests beyond it:
-``analysis.compare_stats.min_requests``), no change otherwise. For a figure the gate names,
-the verdict is the gate's: regression fails it, inconclusive leaves it undecided.
+no change when it lies within +-t, inconclusive otherwise or when a run is too short for the
+statistic (a p99 needs requests beyond it: ``analysis.compare_stats.min_requests``). The gate
+fails on a regression of a figure it names, passes it where a regression beyond t is excluded,
+and is undecided (exit 2) where one is neither shown nor excluded.
 """
 
 from __future__ import annotations
@@ -254,19 +254,22 @@ def _verdict(change: Change, tolerance: float, higher_is_better: bool, short: st
              ) -> tuple[str, str]:
     """(verdict, gate) of an interval against the tolerance t, oriented so that worse is up:
     regression when all of it is worse than +t; improvement when all of it is better than -t;
-    inconclusive when it reaches past +t without lying beyond it (a regression that large is
-    neither shown nor excluded); no change otherwise (no regression beyond t, none in sight)."""
+    no change when all of it lies within +-t; inconclusive otherwise. The gate fails on a
+    regression, passes where a regression beyond t is excluded (an interval from -40% to +5%
+    passes it, its verdict inconclusive: better or unchanged, the data cannot say), and is
+    undecided where one is neither shown nor excluded."""
     if short or not change.has_interval:
         return "inconclusive", "undecided"
     sign = -1.0 if higher_is_better else 1.0
     lo, hi = sorted((sign * change.lo, sign * change.hi))  # type: ignore[operator]
     if lo > tolerance:
         return "regression", "fail"
+    gate = "pass" if hi <= tolerance else "undecided"
     if hi < -tolerance:
-        return "improvement", "pass"
-    if hi > tolerance:
-        return "inconclusive", "undecided"
-    return "no change", "pass"
+        return "improvement", gate
+    if lo >= -tolerance and hi <= tolerance:
+        return "no change", gate
+    return "inconclusive", gate
 
 
 def _pair(change: Change | None) -> list[float] | None:

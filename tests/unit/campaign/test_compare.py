@@ -34,7 +34,8 @@ def test_the_same_configuration_twice_is_no_regression(tmp_path):
     c = _compare(write_run(tmp_path / "a", seed=1), write_run(tmp_path / "b", seed=2))
     assert c.exit_code == EXIT_OK, c.reasons
     assert c.status == "no regression"
-    assert {r.verdict for r in c.metrics if r.gate} <= {"no change"}
+    assert {r.gate for r in c.metrics if r.gate} == {"pass"}
+    assert "regression" not in {r.verdict for r in c.metrics}
     assert [d.key for d in c.differences] == ["workload.seed"]  # listed, not refused
     assert c.differences[0].action == "list"
 
