@@ -26,7 +26,8 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
               queue_share: float = 0.1, running: float = 4, waiting: float = 0,
               config: dict[str, Any] | None = None, hit_rate: float | None = 0.0,
               fail_every: int = 0, warmup: int = 0, client: dict[str, Any] | None = None,
-              gpu: str | None = None, prompt_range: tuple[int, int] = (128, 128)) -> Path:
+              gpu: str | None = None, prompt_range: tuple[int, int] = (128, 128),
+              rate: float | None = None) -> Path:
     """A bench run directory of ``n`` measured requests (and ``warmup`` before them)."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True, exist_ok=True)
@@ -35,7 +36,8 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
            "workload": {"input_len": "128", "output_len": str(output_tokens), "mix": [],
                         "dataset": None, "prefix_len": 0, "prefix_fraction": 0.0,
                         "ignore_eos": True},
-           "concurrency": concurrency, "rate": None, "burstiness": 1.0, "num_requests": n,
+           "concurrency": None if rate else concurrency, "rate": rate, "burstiness": 1.0,
+           "num_requests": n,
            "duration_s": None, "warmup": warmup, "seed": seed, "slo": None}
     for key, value in (config or {}).items():
         if key in cfg["workload"]:
@@ -47,10 +49,12 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
                            "host": {"hostname": "box", "cpus": 2, "platform": "Linux"},
                            "start_ns": 0})
     slots = [10 * _MS] * concurrency
+    arrivals = 10 * _MS + np.cumsum(rng.exponential(1e9 / rate, n + warmup)).astype(np.int64) \
+        if rate else None  # an open loop: Poisson arrivals, each sent when it is due
     ttfts, e2es = [], []
     for i in range(n + warmup):
         slot = int(np.argmin(slots))
-        sent = slots[slot]
+        sent = int(arrivals[i]) if arrivals is not None else slots[slot]
         ttft = ttft_ms * rng.lognormal(0, 0.25)
         first = sent + int(ttft * _MS)
         chunks = [first + int(k * itl_ms * rng.uniform(0.9, 1.1) * _MS)
@@ -65,7 +69,7 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
             output_tokens=None if failed else output_tokens,
             output_tokens_source="usage", status=500 if failed else 200,
             error_kind="http_5xx" if failed else None, error="boom" if failed else None,
-            warmup=i < warmup)
+            warmup=i < warmup, open_loop=rate is not None)
         writer.append(record)
         slots[slot] = (record.end_ns or sent + 20 * _MS) + _MS // 10
         if not record.warmup and not failed:

@@ -73,6 +73,17 @@ def test_runs_of_another_workload_or_load_are_refused_with_the_difference(tmp_pa
     assert [f["id"] for f in c.findings][0] == "compare.not_comparable"
 
 
+def test_open_loop_runs_draw_their_throughput_from_the_arrivals(tmp_path):
+    base = write_run(tmp_path / "a", seed=1, rate=20.0)
+    new = write_run(tmp_path / "b", seed=2, rate=20.0)
+    c = _compare(base, new)
+    rps = _row(c, "rps")
+    assert rps.within is not None and rps.within[0] < 0 < rps.within[1]  # the same rate
+    assert rps.base == pytest.approx(20.0, rel=0.25)  # Poisson arrivals at 20/s
+    other = _compare(base, write_run(tmp_path / "c", seed=3, rate=40.0))
+    assert [d.key for d in other.differences if d.action == "refuse"] == ["load.rate"]
+
+
 def test_sizes_drawn_from_one_range_with_other_seeds_are_one_workload_a_shifted_one_not(
         tmp_path):
     # 40 prompts of 96..160 tokens: these two seeds draw means 9% apart (122.3 and 134.0),
