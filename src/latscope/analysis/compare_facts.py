@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from latscope.redact import redact_argv
 from latscope.rundir import MANIFEST, SUMMARY, read_json
 
 # The facts' groups, in the order a difference list gives them
@@ -211,8 +212,9 @@ def _server_facts(run_dir: Path, root: Path | None) -> list[Fact]:
     top = _optional_json(root / MANIFEST) if root else None
     target = (top or {}).get("target") or {}
     args = target.get("server_args") or ((doctor or {}).get("facts") or {}).get("cmdline")
+    # redacted again: an --api-key on the server's command line never reaches a report
     facts.append(Fact("server.flags", "server command line",
-                      shlex.join(map(str, args)) if args else None, "server",
+                      shlex.join(redact_argv(list(map(str, args)))) if args else None, "server",
                       "manifest.json target.server_args / doctor.json facts.cmdline"))
     cache = _cache_config(run_dir / "metrics" / "first.prom")
     for key in _CACHE_INFO:

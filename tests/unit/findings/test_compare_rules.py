@@ -133,3 +133,17 @@ def test_the_layer_named_is_the_part_that_moved_with_the_gauges_that_say_why():
                         "2 in NEW, 14 waiting (was 8)")
     metrics[0].within = [-0.1, 0.9]  # the total did not change beyond its interval
     assert layer_sentence(layers, metrics, state)[1] is None
+
+
+def test_a_server_api_key_never_reaches_the_comparison(tmp_path):
+    import orjson
+
+    from latscope.analysis.compare_facts import read_load_run
+
+    (tmp_path / "manifest.json").write_bytes(orjson.dumps(
+        {"kind": "diagnose", "target": {"server_args": ["vllm", "serve", "m", "--api-key",
+                                                        "sk-secret-123"]}}))
+    (tmp_path / "step").mkdir()
+    facts = read_load_run(tmp_path / "step", root=tmp_path).facts
+    assert "sk-secret-123" not in facts["server.flags"].value
+    assert "--api-key" in facts["server.flags"].value
