@@ -35,13 +35,8 @@ from latscope.findings.compare_findings import (
 )
 from latscope.findings.compare_layers import layer_rows, layer_sentence, state_rows
 from latscope.findings.compare_policy import parse_fail_on
+from latscope.reliability import level
 from latscope.rundir import REQUESTS, RunDir
-
-# latscope's own event loop ready but off the CPU for this share of a run (schedstat): the host's
-# CPUs were contended. diagnose calls the client's timing unreliable from 25%; a comparison of a
-# few percent needs quieter CPUs: on the shared 2-core box, same-configuration pairs with a side
-# at 16% and 25% moved TTFT +113% and E2E +46% (docs/compare.md)
-CONTENDED_OFF_CPU = 0.10
 
 
 def compare_runs(base: Sequence[str | Path], new: Sequence[str | Path],
@@ -113,11 +108,11 @@ def _add_client_fact(info: LoadRunInfo) -> None:
         return
     judged = client_reliability(info.summary, decomposition)
     info.facts["client.reliable"] = Fact(
-        "client.reliable", "latscope's own timing reliable", judged["reliable"], "client",
-        judged["why"] or "summary.json client, decomposition.json")
-    off_cpu = judged.get("off_cpu_share")
+        "client.reliable", "latscope's own timing reliable", judged.reliable, "client",
+        judged.why or "summary.json client, decomposition.json")
+    off_cpu = judged.off_cpu_share
     if isinstance(off_cpu, (int, float)):
-        contended = off_cpu >= CONTENDED_OFF_CPU
+        contended = off_cpu >= level("off_cpu_share", "incomparable")
         info.facts["client.contended"] = Fact(
             "client.contended", "CPUs contended (latscope's loop waiting for one)",
             "contended" if contended else "free", "client",
