@@ -28,6 +28,7 @@ COMMANDS = {
     "report": "report",
     "gateway": "gateway",
     "watch": "watch",
+    "compare": "compare",
 }
 
 
