@@ -16,6 +16,9 @@ from latscope.model import Severity
 
 IMPACT_TARGETS = {
     "ttft_mean": "of mean client TTFT",
+    # passive runs: no client of latscope's, the server's own TTFT (frontend arrival -> first
+    # token) is the total (docs/passive.md)
+    "server_ttft_mean": "of mean server TTFT",
     "ttft_p99": "of p99 TTFT",
     "e2e_mean": "of mean E2E",
     "tpot": "of TPOT",
@@ -86,5 +89,11 @@ def describe(impact: dict[str, Any] | None) -> str:
     if isinstance(value, (int, float)):
         text += f" ({value:.1f}{unit})"
     if impact.get("measured_at"):
-        text += f" at {impact['measured_at']}"
+        text += f" {where_words(impact['measured_at'])}"
     return text.strip()
+
+
+def where_words(where: str) -> str:
+    """``at c=16 (the knee)``; a passive window's label (``the last 10 min of live traffic``,
+    latscope.findings.traffic) reads ``over the last 10 min of live traffic``."""
+    return f"over {where}" if where.startswith("the last ") else f"at {where}"

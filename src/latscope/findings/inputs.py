@@ -18,6 +18,8 @@ from latscope.results import ABResult, Proposal
 
 if TYPE_CHECKING:
     from latscope.analysis.decompose import Decomposition
+    from latscope.analysis.spanwindow import SpanWindow
+    from latscope.analysis.traffic import WindowFacts
     from latscope.server.logs import ServerLog
 
 
@@ -126,7 +128,9 @@ class TraceFacts:
 
 @dataclass(frozen=True, slots=True)
 class ConclusionInputs:
-    """Everything a conclusion is drawn from. ``kind``: "load" (latscope's own load, a sweep)."""
+    """Everything a conclusion is drawn from. ``kind``: "load" (latscope's own load, a sweep)
+    or "passive" (a window of the server's own traffic: ``traffic`` holds it, ``spans`` the
+    requests' own spans in it, and ``measured`` its one ``Measured``, with no load)."""
 
     kind: str = "load"
     measured: tuple[Measured, ...] = ()
@@ -142,6 +146,8 @@ class ConclusionInputs:
     experiments: tuple[ABResult, ...] = ()
     proposals: tuple[Proposal, ...] = ()
     slo: str | None = None
+    traffic: WindowFacts | None = None
+    spans: SpanWindow | None = None
 
     def at(self, load: float | None) -> Measured | None:
         return next((m for m in self.measured if m.load == load), None) \

@@ -120,5 +120,6 @@ def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:
 
 _RENDERERS: dict[str, Callable[[RunDir, Console, bool], None]] = {
     "bench": _bench, "diagnose": _diagnose, "sweep": _sweep, "tune": _tune,
+    "watch": _diagnose,  # a watch's run directory is a passive diagnose's
     "compare": _compare,
 }
