@@ -100,6 +100,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("eager-telemetry", "--enforce-eager, no profile: NVML only",
              {"kind": "cause", "finding": "server.enforce_eager"}, server=("--enforce-eager",),
              diagnose=(*SHORT, "--max-load", "64", "--budget", "90s"), profile=False, est_s=200),
+    # issue #52 item 2, written before it ran: default flags and 1k-token prompts past the knee;
+    # throughput may still creep up at the top while queueing dominates TTFT and the GPU is busy
+    Scenario("saturated-1k", "default flags, ~1k-token prompts, load to c=256",
+             {"kind": "capacity", "no_flag_blamed": True},
+             diagnose=("--input-len", "896..1152", "--output-len", "32..96", "--max-load", "256",
+                       "--budget", "100s"), est_s=220),
     Scenario("cpu-contention", "server pinned to 4 cores, 4 busy processes on the same cores",
              {"kind": "cause", "finding": "host.cpu_contention"},
              server_cores="0-3", burn_cores=4,
