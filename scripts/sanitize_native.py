@@ -109,7 +109,8 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
     @conf
     @given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=50))
     def edge_times(times):
-        assert (simd.gaps_ms(times) is None) == (len(times) < 2)
+        store = simd.GapStore(64)
+        assert store.add_times(times) and store.count == max(len(times) - 1, 0)
 
     @conf
     @given(st.integers(0, 40), st.lists(st.lists(st.integers(-2**64, 2**64), max_size=30),
@@ -124,9 +125,10 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
                     store.add_times(times)
             except OverflowError:
                 pass
-            gaps = simd.gaps_ms(times) if all(abs(t) < 2**63 for t in times) else None
-            if gaps is not None:
-                store.add_gaps(gaps)
+            if len(times) > 1 and all(abs(t) < 2**63 for t in times):
+                one = simd.GapStore(len(times))
+                one.add_times(times)
+                store.add_gaps((one.values(), one.total, one.total_sq, one.lo, one.hi))
             assert 0 <= store.kept <= cap and len(store.values()) == 4 * store.kept
         for wrong in ([1, "x"], (1, 2), None):
             try:
@@ -224,7 +226,7 @@ def feed(simd_path: Path, middle_paths: list[Path], scalar_path: Path, examples:
         assert simd.scan_stream(wrong) is None
     for wrong in (None, [1, "x"], [2**70, 1]):
         try:
-            simd.gaps_ms(wrong)
+            simd.GapStore(4).add_times(wrong)
         except (TypeError, OverflowError):
             pass
     for wrong in ((None,), (("x",), ((1, 2),), 0), (("x",), ([1],), "0"), (("x",), ([1],), 2**70),

@@ -621,29 +621,6 @@ static int times_gaps(PyObject *times, GapSums *sums) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None
- * The gaps between consecutive token times (ns, a list of ints) in ms, as stats.itls_ms gives
- * them (int64 differences over 1e6 in double, stored as float32) with their float64 sums and
- * extremes; None for fewer than two times. What GapStore.add_times keeps, as one tuple (the
- * shape json_gaps gives a line's). */
-static PyObject *gaps_ms(PyObject *module, PyObject *times) {
-    (void)module;
-    if (!PyList_Check(times)) {
-        PyErr_SetString(PyExc_TypeError, "gaps_ms takes a list of ints");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(times);
-    if (n < 2) Py_RETURN_NONE;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (n - 1) * (Py_ssize_t)sizeof(float));
-    if (out == NULL) return NULL;
-    GapSums sums = {(float *)PyBytes_AS_STRING(out), 0, 0.0, 0.0, 0.0, 0.0};
-    if (times_gaps(times, &sums) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return Py_BuildValue("(Ndddd)", out, sums.total, sums.total_sq, sums.lo, sums.hi);
-}
-
 /* GapStore(cap): a run's ITL gaps (latscope.stats._Pooled). Every gap added is counted in
  * float64 sums and extremes (count, total, total_sq, lo, hi); the float32 values of those not
  * yet folded into the histogram are kept, up to `cap` of them (`kept`), and handed over by
@@ -1217,9 +1194,6 @@ static PyMethodDef methods[] = {
      "scan_stream(reads, skip=0) -> (token_times, tail) | None: a finished chunked SSE body "
      "(past skip bytes of the first read) read in one pass, or None where the exact reader must "
      "read it."},
-    {"gaps_ms", gaps_ms, METH_O,
-     "gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None: the gaps between "
-     "consecutive token times (ns) in ms; None for fewer than two."},
     {"last_int", (PyCFunction)(void (*)(void))last_int, METH_FASTCALL,
      "last_int(text, key) -> int | None: the integer after the last key, as "
      "re.match(rb'\\s*:\\s*(\\d+)') reads it there."},

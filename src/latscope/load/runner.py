@@ -51,7 +51,7 @@ from latscope.load.stagger import Stagger
 from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
 from latscope.load.workload import Prompt, Workload, build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
-from latscope.rundir import RunWriter, default_run_dir, read_run
+from latscope.rundir import RunWriter, default_run_dir, iter_records, read_run
 from latscope.stats import RunStats, distribution
 
 _LAG_INTERVAL_S = 0.01
@@ -76,8 +76,14 @@ class BenchResult:
 
     @property
     def records(self) -> list[RequestRecord]:
-        """The run's records, read back from ``requests.jsonl`` (the run keeps none in memory)."""
+        """The run's records, read back from ``requests.jsonl`` (the run keeps none in memory),
+        every one with its token times at once (~9 kB a 256-token record): for tests and
+        small runs; a pass over a long run's records takes ``iter_records``."""
         return read_run(self.run_dir)[1]
+
+    def iter_records(self, token_times: bool = False) -> Iterator[RequestRecord]:
+        """The run's records one at a time, without their token times unless asked."""
+        return iter_records(self.run_dir, token_times=token_times)
 
 
 def run_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from latscope.rundir import read_run
+from latscope.rundir import iter_records_with_gaps, read_meta
 from latscope.stats import RunStats, distribution
 
 _GROUP_KEYS = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
@@ -89,12 +89,15 @@ def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[st
 def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
     """A run's summary recomputed from ``requests.jsonl`` and ``manifest.json`` alone: for a run
     that was killed (SIGKILL, a crash) before it wrote ``summary.json``. What only the live run
-    knew (client CPU, event-loop lag, per-group figures) is left out, and the summary says so."""
-    manifest, records, _ = read_run(run_dir)
+    knew (client CPU, event-loop lag, per-group figures) is left out, and the summary says so.
+    The records are read one line at a time, their token times as ITL gaps read where they lie
+    (``iter_records_with_gaps``): it holds the statistics (bytes a request), never the
+    records."""
+    manifest, _ = read_meta(run_dir)
     config = manifest.get("config") or {}
     stats = RunStats(config.get("percentiles") or (50, 90, 95, 99), config.get("slo"))
-    for record in records:
-        stats.add(record)
+    for record, gaps in iter_records_with_gaps(run_dir):
+        stats.add(record, gaps)
     client: dict[str, Any] = {"cpu_s": None, "wall_s": None, "cpu_utilization": None,
                               "loop_lag_ms": {}, "run_queue_wait_s": None, "event_loop": None}
     summary = compose_summary(stats.summary(), config, manifest.get("model"),

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import latscope.load.client as client
+from latscope import native
 from latscope.load.client import _Exchange
 
 _LINES = [
@@ -36,18 +37,16 @@ def _read(head: bytes) -> tuple:
 
 def _read_by_the_loop(head: bytes) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(client, "_usual_head", None)
-        patch.setattr(client, "_CHUNKED_LINE", b"\x00never in a head\x00")
+        patch.setattr(client, "usual_head", lambda head: None)  # no quick path: the loop
         return _read(head)
 
 
 @pytest.fixture(params=["c", "python"])
 def quick(request, monkeypatch):
-    """The quick paths under test: the C reader first (then Python's), or Python's alone."""
-    if request.param == "c" and client._usual_head is None:
+    """The quick path under test: the C reader of the usual head, or its twin."""
+    if request.param not in native.BACKENDS:
         pytest.skip("the C part is not built (tests/unit/test_native.py says why)")
-    if request.param == "python":
-        monkeypatch.setattr(client, "_usual_head", None)
+    monkeypatch.setattr(client, "usual_head", native.BACKENDS[request.param].usual_head)
     return request.param
 
 
@@ -73,10 +72,11 @@ def test_odd_bytes_in_a_head_read_as_the_header_loop_reads_them(quick, status, h
     assert _read(head) == _read_by_the_loop(head)
 
 
-def test_the_c_reader_answers_the_usual_head_and_declines_the_rest():
-    if client._usual_head is None:
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_the_quick_reader_answers_the_usual_head_and_declines_the_rest(backend):
+    if backend not in native.BACKENDS:
         pytest.skip("the C part is not built")
-    usual = client._usual_head
+    usual = native.BACKENDS[backend].usual_head
     assert usual(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nx-id: 1") == 200
     assert usual(b"HTTP/1.0 503\r\ntransfer-encoding: chunked") == 503
     for declined in (b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip",
@@ -85,7 +85,7 @@ def test_the_c_reader_answers_the_usual_head_and_declines_the_rest():
                      b"HTTP/1.1 200\rx\r\ntransfer-encoding: chunked", b"HTTP/2 200", b""):
         assert usual(declined) is None, declined
     with pytest.raises(TypeError):
-        usual("HTTP/1.1 200 OK")
+        usual("HTTP/1.1 200 OK")  # type: ignore[arg-type]
 
 
 def test_the_usual_streaming_head_is_chunked_and_kept_alive():

@@ -283,15 +283,22 @@ def test_a_workers_batch_is_its_records_requests_jsonl_lines(tmp_path):
     assert (tmp_path / "requests.jsonl").read_bytes() == b""  # the driver writes the run's file
 
 
-def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole():
-    # the driver's statistics read each worker's line with its token times left as text (the
-    # C part reads their gaps): the record is the one decoded whole but for chunk_ns, and the
-    # run's statistics come out identical; an unusual line is decoded whole instead
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_a_line_read_without_its_times_is_the_line_read_whole(backend, monkeypatch):
+    # a line is read back (a dead worker's, a run rebuilt, the decomposition) with its token
+    # times left as text (native.json_gaps reads their gaps): the record is the one decoded
+    # whole but for chunk_ns, and the run's statistics come out identical; an unusual line is
+    # decoded whole instead
     import orjson
 
-    from latscope.load.workers import read_for_merge
+    from latscope import native
     from latscope.rundir import record_line
+    from latscope.rundir import record_without_times as read_for_merge
     from latscope.stats import RunStats
+
+    if backend not in native.BACKENDS:
+        pytest.skip("the C part is not built")
+    monkeypatch.setattr(native, "json_gaps", native.BACKENDS[backend].json_gaps)
 
     t = 10**13
     records = [
@@ -333,7 +340,7 @@ def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole(
 def test_a_lines_index_is_read_off_its_start():
     # a dead worker's records are found in requests.jsonl by their index, read off the line's
     # start (record_line writes it first) without decoding the rest
-    from latscope.load.workers import _line_index
+    from latscope.load.merge import _line_index
     from latscope.rundir import record_line
 
     for index in (0, 7, 10**12):
@@ -419,7 +426,7 @@ def test_a_dead_workers_records_are_counted_from_the_file_by_its_share(tmp_path)
     from types import SimpleNamespace
 
     from latscope.load.shares import Share
-    from latscope.load.workers import WorkerState, count_records_of
+    from latscope.load.merge import WorkerState, count_records_of
     from latscope.rundir import record_line
 
     t = 10**13
