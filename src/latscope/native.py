@@ -15,7 +15,12 @@ What the C part holds, and what each function buys (docs/bench.md has the runs):
 - ``record_line``: a record's ``requests.jsonl`` line (orjson's dataclass path took ~4.6 us of
   a response at the client's ceiling);
 - ``json_gaps``: a line's token times read where they lie, as ITL gaps, without a Python int
-  per time (the records a run reads back: a dead worker's).
+  per time: every pass that reads a run back (the decomposition, a rebuilt summary, a dead
+  worker's records) took 4.2x the CPU with its twin.
+
+Dropped after measuring (docs/bench.md, "The C behind one door"): ``gaps_ms`` (no caller but
+tests), ``last_int`` and ``usual_head`` (~1.5 us a response between them, which no real run
+showed: the client's CPU per token moved +0.011 +/- 0.064 and +0.000 +/- 0.048 us with them).
 """
 
 from __future__ import annotations
@@ -44,14 +49,12 @@ class Backend:
     GapStore: Callable[[int], Any]
     record_line: Callable[..., bytes | None]
     json_gaps: Callable[..., tuple[int, int, Gaps | None] | None]
-    last_int: Callable[[bytes, bytes], int | None]
-    usual_head: Callable[[bytes], int | None]
 
 
 PYTHON = Backend("python", fastread.scan_stream, twins.GapStore, twins.record_line,
-                 twins.json_gaps, twins.last_int, twins.usual_head)
-C = (Backend("c", _c.scan_stream, _c.GapStore, _c.record_line, _c.json_gaps, _c.last_int,
-             _c.usual_head) if _c is not None else None)
+                 twins.json_gaps)
+C = (Backend("c", _c.scan_stream, _c.GapStore, _c.record_line, _c.json_gaps)
+     if _c is not None else None)
 BACKENDS = {"python": PYTHON, **({"c": C} if C is not None else {})}
 
 _chosen = C if C is not None and os.environ.get("LATSCOPE_NATIVE", "") != "python" else PYTHON
@@ -60,5 +63,3 @@ scan_stream = _chosen.scan_stream
 GapStore = _chosen.GapStore
 record_line = _chosen.record_line
 json_gaps = _chosen.json_gaps
-last_int = _chosen.last_int
-usual_head = _chosen.usual_head

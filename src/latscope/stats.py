@@ -226,7 +226,7 @@ class RunStats:
             self.first_ns = lo
         if self.last_ns is None or hi > self.last_ns:
             self.last_ns = hi
-        self.steady.add_measured_batch(start, end, out, prompt)
+        self.steady.add_measured_batch(start, sent, end, out, prompt)
         self.out_tokens += int(out.sum())
         self.in_tokens += int(prompt.sum())
         self.output_source.update(sources)

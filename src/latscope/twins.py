@@ -8,7 +8,6 @@ C function against its twin (tests/unit/test_native.py, test_native_door.py).
 from __future__ import annotations
 
 import math
-import re
 from array import array
 from typing import Any
 
@@ -21,7 +20,6 @@ from latscope.model import CHUNK_GAPS_KEY, gaps_of_times
 # min and max (``GapStore.add_times`` of its token times, ``json_gaps`` of its line)
 Gaps = tuple[bytes, float, float, float, float]
 NS_PER_MS = 1e6
-_INT = re.compile(rb'\s*:\s*(\d+)')
 _GAPS_KEY = b'"' + CHUNK_GAPS_KEY.encode() + b'":['
 _BOUND = 10**18  # json_gaps reads ints of up to 18 digits (their sums stay inside 64 bits)
 
@@ -82,38 +80,6 @@ class GapStore:
 
     def clear(self) -> None:
         self._values = array("f")
-
-
-def last_int(text: bytes, key: bytes) -> int | None:
-    """The integer after the last ``key`` in ``text`` (a usage count in a response's tail)."""
-    at = text.rfind(key)
-    if at < 0:
-        return None
-    m = _INT.match(text, at + len(key))
-    return int(m[1]) if m else None
-
-
-def usual_head(head: bytes) -> int | None:
-    """The status of a streaming server's usual response head (chunked framing, kept alive:
-    "HTTP/1.1 " or "HTTP/1.0 ", three digits, a space or the line's end; a header line
-    "transfer-encoding: chunked" in any case, no "connection" or "content-length" anywhere in
-    the headers); None for anything else, which the caller's header loop reads."""
-    if not isinstance(head, bytes):
-        raise TypeError("usual_head(head: bytes)")
-    if len(head) < 12 or head[:9] not in (b"HTTP/1.1 ", b"HTTP/1.0 ") \
-            or not head[9:12].isdigit():
-        return None
-    if head[12:13] != b" " and head[12:14] != b"\r\n":
-        return None
-    eol = head.find(b"\r\n", 12)
-    if eol < 0:
-        return None
-    headers = head[eol + 2:].lower()
-    if b"connection" in headers or b"content-length" in headers:
-        return None
-    if b"\r\ntransfer-encoding: chunked\r\n" not in b"\r\n" + headers + b"\r\n":
-        return None
-    return int(head[9:12])
 
 
 def record_line(keys: tuple[str, ...], values: tuple[Any, ...], gaps_at: int = -1) -> bytes:

@@ -25,12 +25,11 @@ def test_the_c_part_is_built_and_chosen():
     # costs ~3.5x the CPU per streamed token and every test of the C paths skips: CI must not
     # pass on the fallback unnoticed
     from latscope import native
-    from latscope.load import client, response
+    from latscope.load import response
 
     assert native.C is not None, "_native.c is not built: bash scripts/install.sh"
     assert native.BACKEND == "c" and response.STREAM_PARSER == "c"
     assert response.scan_stream is native.C.scan_stream
-    assert client.usual_head is native.C.usual_head
 
 
 def _variant_build(tmp_path: Path, flag: str):
@@ -231,29 +230,6 @@ def test_json_gaps_reads_a_lines_times_as_the_store_reads_the_ints():
                 b'{"chunk_gaps_ns":[' + past_2_63 + b']}',
                 b'{"chunk_ns":[1,2]}', b'{"x":[1,2]}'):  # schema 1's times: decoded whole
         assert _native.json_gaps(bad) is None, bad
-
-
-def test_last_int_reads_as_the_regex_reads():
-    # a response's usage counts, read from its tail: the C part's answer is the regex's
-    from hypothesis import strategies as st
-
-    from latscope import _native
-    from latscope.twins import last_int as last_int_py
-
-    pieces = st.sampled_from([b'"completion_tokens"', b'"prompt_tokens"', b":", b" ", b"\t",
-                              b"\n", b"7", b"0", b"12345678901234567890123", b",", b"}", b"x"])
-
-    @settings(max_examples=500, deadline=None, database=None, derandomize=True)
-    @given(st.lists(pieces, max_size=12), st.sampled_from([b'"completion_tokens"', b":", b"7"]))
-    def same(parts, key):
-        text = b"".join(parts)
-        assert _native.last_int(text, key) == last_int_py(text, key)
-
-    same()
-    assert _native.last_int(b'{"completion_tokens": 256}', b'"completion_tokens"') == 256
-    assert _native.last_int(b"abc", b"") is None is last_int_py(b"abc", b"")
-    with pytest.raises(TypeError):
-        _native.last_int("text", b"key")
 
 
 def test_the_c_part_is_clean_under_address_and_undefined_behaviour_sanitizers():

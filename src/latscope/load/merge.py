@@ -33,6 +33,7 @@ class WorkerState:
     figures: dict[str, Any] | None = None
     error: str | None = None
     received: int = 0
+    measured: int = 0  # of them, not warm-up (a closed loop's ramp is): the share's size counts these
     thread: threading.Thread | None = None
     appends: bool = False  # it appends its lines to requests.jsonl itself (``_appends_itself``)
     # the worker's statistics of its share (and per group), sent at its end; None where it
@@ -42,8 +43,9 @@ class WorkerState:
 
     def report(self) -> dict[str, Any]:
         fig = self.figures or {}
-        lost = (self.share.size - self.received) if self.error and self.share.size else None
+        lost = (self.share.size - self.measured) if self.error and self.share.size else None
         return {"worker": self.index, **self.facts, "requests": self.received,
+                "measured": self.measured,
                 "share": self.share.size, "concurrency": self.share.concurrency,
                 "records_written_by": "worker" if self.appends else "driver",
                 "cpu_s": fig.get("cpu_s"), "wall_s": fig.get("wall_s"),
@@ -97,6 +99,7 @@ def merge_worker_stats(run: _Run, states: list[WorkerState]) -> None:
             missing.append(state)
             continue
         state.received = state.stats.total + state.stats.warmup  # every one sent before "done"
+        state.measured = state.stats.total
         run.stats.merge(state.stats, offset)
         if run.groups is not None:
             for group, stats in (state.groups or {}).items():
@@ -135,6 +138,7 @@ def count_records_of(run: _Run, states: list[WorkerState]) -> None:
             if owner is not None:
                 run.count(record, gaps)
                 owner.received += 1
+                owner.measured += not record.warmup
 
 
 _INDEX_KEY = b'{"index":'

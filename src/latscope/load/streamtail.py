@@ -4,10 +4,13 @@ the chunks counted) and vLLM's per-request metrics. Shared by every stream reade
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from latscope.model import RequestRecord
-from latscope.native import last_int  # noqa: F401 (the readers take it from here)
+
+_INT = re.compile(rb'\s*:\s*(\d+)')
 
 
 def keep_server_metrics(record: RequestRecord, body: bytes) -> None:
@@ -24,6 +27,15 @@ def keep_server_metrics(record: RequestRecord, body: bytes) -> None:
         return  # "metrics" was part of the generated text, not a field
     if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
         record.server["metrics"] = data["metrics"]
+
+
+def last_int(text: bytes, key: bytes) -> int | None:
+    """The integer after the last ``key`` in ``text`` (a usage count in a response's tail)."""
+    at = text.rfind(key)
+    if at < 0:
+        return None
+    m = _INT.match(text, at + len(key))
+    return int(m[1]) if m else None
 
 
 def set_tokens(record: RequestRecord, completion: int | None, prompt: int | None,

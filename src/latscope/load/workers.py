@@ -67,6 +67,7 @@ from latscope.load.runner import (
     RunInterrupted,
     _Run,
     _stoppable,
+    add_staggers,
 )
 from latscope.load.shares import plan_shares
 from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
@@ -301,6 +302,9 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         summary["workers"] = [s.report() for s in states]
         summary["workers_failed"] = [f"worker {s.index}: {s.error}" for s in states if s.error]
         summary["load"]["workers"] = {"backend": backend, "count": workers}
+        # each worker's closed loop staggered (and ramped) its own slots
+        add_staggers(summary, run.staggers + [loop for s in states
+                                              for loop in (s.figures or {}).get("stagger") or []])
         run.writer.write_summary(summary)
         run.writer.close()
         run.client.close()
