@@ -293,7 +293,7 @@ class _Run(OpenLoop):
             if spread:
                 await stagger.wait(i)
             stagger.slot_starts()  # the last slot's first send is the first the load holds
-            while (sent := feed.take(ramping=spread and not stagger.held)) is not None:
+            while (sent := feed.take(spread and stagger.held_ns is None)) is not None:
                 index, warm, ramp = sent
                 if gate is not None and not warm and not gate.ran:
                     await gate.run()

@@ -58,10 +58,6 @@ class Stagger:
         if self.started == self.slots:
             self.held_ns = time.perf_counter_ns()
 
-    @property
-    def held(self) -> bool:
-        return self.held_ns is not None
-
     def pilot_ended(self, took_ns: int | None) -> None:
         if self.released.is_set():
             return
