@@ -433,8 +433,9 @@ def iter_records(run_dir: str | Path, *, token_times: bool = True) -> Iterator[R
 def iter_records_with_gaps(run_dir: str | Path, *, token_times: bool = False
                            ) -> Iterator[tuple[RequestRecord, Gaps | None]]:
     """Each record with its ITL gaps (``Gaps``: None for fewer than two token times), its
-    token times read where they lie in the line (``record_without_times``) unless
-    ``token_times``: what the statistics take (``RunStats.add(record, gaps)``)."""
+    token times read where they lie in the line (``record_without_times``): what the
+    statistics take (``RunStats.add(record, gaps)``). With ``token_times`` each record keeps
+    its times and the gaps are None."""
     path = Path(run_dir) / REQUESTS
     for number, line, last in _lines(path):
         read = None if token_times else record_without_times(line)
@@ -450,9 +451,11 @@ def iter_records_with_gaps(run_dir: str | Path, *, token_times: bool = False
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}: line {number} is not a JSON object")
         record = _record_of(obj, path)
+        if token_times:  # (the caller has the times: no gaps computed for it)
+            yield record, None
+            continue
         gaps = twins.gaps_of(record.chunk_ns)
-        if not token_times:
-            record.chunk_ns = []
+        record.chunk_ns = []
         yield record, gaps
 
 
