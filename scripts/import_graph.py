@@ -24,7 +24,8 @@ ROOT = "latscope"
 # The ground: plain values and helpers every layer uses; they import only each other.
 GROUND = frozenset({"latscope", "latscope.model", "latscope.errors", "latscope.slo", "latscope.rundir",
                     "latscope.stats", "latscope.redact", "latscope.results",
-                    "latscope.reliability"})
+                    "latscope.reliability", "latscope.percentiles", "latscope.itlpool",
+                    "latscope.steady", "latscope.native", "latscope.twins", "latscope.fastread"})
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 

@@ -178,9 +178,9 @@ def _observation(step_dir: Path, rtt_ms: float | None) -> Observation:
     step's own records with today's code (the rest of the summary, such as the client's loop
     lag, only the live run knew)."""
     from latscope.load.runner import BenchResult, rebuild_summary
-    from latscope.rundir import read_run
+    from latscope.rundir import read_meta
 
-    manifest, _, summary = read_run(step_dir)
+    manifest, summary = read_meta(step_dir)
     rebuilt = rebuild_summary(step_dir)
     summary = {**rebuilt, **summary, "throughput": rebuilt.get("throughput") or
                summary.get("throughput") or {}}

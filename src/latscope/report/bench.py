@@ -74,7 +74,10 @@ def totals_table(summary: dict[str, Any]) -> Table:
     for kind, count in sorted(summary.get("errors", {}).items()):
         table.add_row(f"  failed: {kind}", f"[red]{count}[/red]")
     if req.get("warmup_excluded"):
+        ramp = (summary.get("load") or {}).get("ramp_requests_excluded")
         table.add_row("warm-up requests (excluded)", str(req["warmup_excluded"]))
+        if ramp:
+            table.add_row("  of them the stagger's ramp", str(ramp))
     table.add_row("duration (s)", _num(summary.get("duration_s"), ".2f"))
     steady = "steady" in str(thr.get("window") or "")
     table.add_row("requests/s (steady window)" if steady else "requests/s",
@@ -122,6 +125,8 @@ def print_bench(summary: dict[str, Any], console: Console | None = None) -> None
     workload = summary.get("workload") or {}
     for note in workload.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {note}")
+    if (summary.get("load") or {}).get("ramp_note"):
+        console.print(f"[dim]note: {summary['load']['ramp_note']}[/dim]")
     for warning in (summary.get("client") or {}).get("warnings", []):
         console.print(f"[bold yellow]warning:[/bold yellow] {warning}")
     if summary.get("stream") is False:
@@ -129,7 +134,10 @@ def print_bench(summary: dict[str, Any], console: Console | None = None) -> None
 
 
 def _load_text(load: dict[str, Any]) -> str:
+    held = load.get("mean_in_flight")
+    held_text = f" (held {held:.1f} on average)" if held is not None else ""
     if load.get("mode") == "open":
         cap = f", at most {load['concurrency']} in flight" if load.get("concurrency") else ""
-        return f"open loop {load['rate']:g} req/s (burstiness {load['burstiness']:g}){cap}"
-    return f"closed loop, concurrency {load.get('concurrency') or 1}"
+        return (f"open loop {load['rate']:g} req/s (burstiness {load['burstiness']:g}){cap}"
+                f"{held_text}")
+    return f"closed loop, concurrency {load.get('concurrency') or 1}{held_text}"

@@ -34,7 +34,7 @@ def _pct_keys(stats: dict[str, dict[str, Any]]) -> list[str]:
 def per_request_lines(split: PerRequestSplit, *, slowest: int = 5) -> list[str]:
     lines = [f"Per request, joined with the server's spans: {split.joined} of "
              f"{split.completed} requests (ms)"]
-    if not split.rows:
+    if not split.joined:
         return lines + [f"note: {n}" for n in split.notes]
     pcts = _pct_keys(split.stats)
     header = f"{'component':<26}" + "".join(f"{p:>9}" for p in pcts) + f"{'mean':>9}{'n':>6}"

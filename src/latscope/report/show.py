@@ -25,12 +25,12 @@ def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.analysis.decompose import Component, Decomposition
     from latscope.report.bench import print_bench
     from latscope.report.observe import print_decomposition
-    from latscope.rundir import read_run
+    from latscope.rundir import read_meta
 
-    manifest, records, summary = read_run(run.path)
+    _, summary = read_meta(run.path)
     if not summary:  # a run killed before it wrote its summary: rebuild it from the records
         console.print("no summary.json (the run was killed): rebuilt from requests.jsonl")
-        summary = _rebuild_summary(run, manifest, records)
+        summary = _rebuild_summary(run)
     print_bench(summary, console)
     data = run.read("decomposition.json")
     if data:
@@ -40,7 +40,7 @@ def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
     _findings_only(run, console, show_ok)
 
 
-def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) -> dict[str, Any]:
+def _rebuild_summary(run: RunDir) -> dict[str, Any]:
     from latscope.load.runner import rebuild_summary
 
     return rebuild_summary(run.path)

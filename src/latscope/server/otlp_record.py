@@ -20,7 +20,7 @@ import asyncio
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,23 +174,15 @@ def read_spans(run_dir: str | Path) -> list[dict[str, Any]]:
     """The spans of a run directory (``spans.jsonl``, and ``spans.raw`` if the run was killed
     before it stopped); [] when it has none. A torn last line is skipped; a torn line mid-file
     is an error."""
-    from latscope.errors import LatscopeError
+    return list(iter_spans(run_dir))
 
-    path = Path(run_dir) / SPANS_FILE
-    out = []
+
+def iter_spans(run_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """``read_spans``' spans one at a time: ``spans.jsonl`` is read a line at a time, so that
+    a long run's spans are never all held (the join keeps only each one's timings)."""
+    from latscope.rundir import iter_jsonl
+
     # A run killed before its stop left its bodies undecoded
     for received_ns, body in _frames(Path(run_dir) / RAW_FILE):
-        out += decode_export_request(body, received_unix_ns=received_ns)
-    if not path.is_file():
-        return out
-    lines = path.read_bytes().split(b"\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            if number >= len(lines) - 1:
-                break
-            raise LatscopeError(f"{path}: line {number} is not JSON") from None
-    return out
+        yield from decode_export_request(body, received_unix_ns=received_ns)
+    yield from iter_jsonl(Path(run_dir) / SPANS_FILE)

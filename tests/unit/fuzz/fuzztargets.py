@@ -474,17 +474,16 @@ def chunked_reads(draw) -> list[tuple[int, bytes]]:
 
 
 def sse_chunked(reads: list[tuple[int, bytes]]) -> None:
-    """Each quick reader (the C pass where built, the pure-Python one) must agree with the exact
-    per-event one whenever it answers, and take nothing that is not valid chunked framing."""
-    from latscope.load import response
-    from latscope.load.response import FramingError, _read_stream, dechunk
+    """Each quick pass (the C one where built, its pure-Python twin) must agree with the exact
+    per-event reader whenever it answers, and take nothing that is not valid chunked framing."""
+    from latscope import native
+    from latscope.load.response import FramingError, _read_stream, dechunk, read_stream_quick
 
-    quick = [response._read_stream_fast] + ([response._read_stream_c] if response._native else [])
     took = {}
-    for reader in quick:
+    for name, backend in native.BACKENDS.items():
         record = RequestRecord(index=0, request_id="r", scheduled_ns=0)
-        if reader(record, reads):
-            took[reader.__name__] = record
+        if read_stream_quick(record, reads, scan=backend.scan_stream):
+            took[name] = record
     try:
         pieces = dechunk(reads)
     except FramingError:
