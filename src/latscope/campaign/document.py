@@ -31,7 +31,7 @@ from latscope.report.model import (
     TraceSection,
     section,
 )
-from latscope.telemetry.facts import telemetry_section
+from latscope.telemetry.series import telemetry_section
 
 
 def build_report(state: Diagnosis) -> dict[str, Any]:

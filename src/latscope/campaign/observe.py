@@ -15,7 +15,7 @@ from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.reliability import ClientReliability, judge_client
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
-from latscope.telemetry.facts import telemetry_facts
+from latscope.telemetry.facts import TelemetryFacts, telemetry_facts
 
 
 @dataclass
@@ -33,8 +33,9 @@ class Observation:
     extra: dict[str, Any] = field(default_factory=dict)  # telemetry, cpu: facts of the run
 
     @property
-    def telemetry(self) -> dict[str, Any]:
-        return self.extra.get("telemetry") or {}
+    def telemetry(self) -> TelemetryFacts | None:
+        telemetry: TelemetryFacts | None = self.extra.get("telemetry")
+        return telemetry
 
     @property
     def cpu(self) -> dict[str, Any] | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from latscope.findings.abtest import with_proof
 from latscope.findings.capacity import GpuBusy, Point, capacity_finding
@@ -26,7 +25,12 @@ from latscope.findings.limits import limit_readings
 from latscope.findings.rank import merge, rank
 from latscope.findings.server import findings_from_log, findings_from_metrics
 from latscope.findings.servermetrics import resent_prompts
-from latscope.findings.telemetry import capacity_hint, idle_time, telemetry_findings
+from latscope.findings.telemetry import (
+    CapacityHint,
+    capacity_hint,
+    idle_time,
+    telemetry_findings,
+)
 from latscope.findings.trace import trace_findings_of
 from latscope.findings.trade import budget_trade
 from latscope.findings.verdict import HealthySplit, VerdictInputs, verdict
@@ -87,7 +91,7 @@ def findings_at(m: Measured, same_host: bool | None = None,
     if contention is not None:
         out.append(contention)
     if m.telemetry is not None:
-        out += telemetry_findings(dict(m.telemetry))
+        out += telemetry_findings(m.telemetry)
     if m.prompts is not None:
         out += resent_prompts(m.prompts.hit_rate, m.prompts.drawn_to_share,
                               m.prompts.seed or 0, m.source or f"/metrics at {m.label}")
@@ -220,12 +224,12 @@ def _gpu_busy(inputs: ConclusionInputs) -> GpuBusy | None:
     return GpuBusy(1.0 - float(b["idle_share"]), where, source)
 
 
-def _telemetry_at_verdict_load(inputs: ConclusionInputs) -> tuple[dict[str, Any], str] | None:
+def _telemetry_at_verdict_load(inputs: ConclusionInputs) -> tuple[CapacityHint, str] | None:
     load = inputs.levels.verdict_load()
     m = inputs.at(load)
-    if m is None or load is None:
+    if m is None or load is None or m.telemetry is None:
         return None
-    hint = capacity_hint(dict(m.telemetry or {}))
+    hint = capacity_hint(m.telemetry)
     return (hint, inputs.levels.label(load)) if hint else None
 
 
@@ -234,7 +238,7 @@ def _telemetry_busy(inputs: ConclusionInputs) -> GpuBusy | None:
     if found is None:
         return None
     hint, where = found
-    return GpuBusy(hint["gpu_busy_pct"] / 100.0, where, hint["source"], kind="telemetry")
+    return GpuBusy(hint.gpu_busy_pct / 100.0, where, hint.source, kind="telemetry")
 
 
 def _telemetry_idle(inputs: ConclusionInputs) -> list[Finding]:

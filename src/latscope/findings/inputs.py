@@ -19,6 +19,7 @@ from latscope.results import ABResult, Proposal
 if TYPE_CHECKING:
     from latscope.analysis.decompose import Decomposition
     from latscope.server.logs import ServerLog
+    from latscope.telemetry.facts import TelemetryFacts
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class Measured:
     decomposition: Decomposition | None = None
     snapshots: tuple[MetricSnapshot, ...] = ()
     cpu: Mapping[str, Any] | None = None  # env.hostload's host/cpu.json of the run
-    telemetry: Mapping[str, Any] | None = None  # telemetry.facts.telemetry_facts of the run
+    telemetry: TelemetryFacts | None = None  # the GPUs over the run (telemetry.facts)
     client: ClientReliability | None = None
     prompts: PromptReuse | None = None
     throughput: Throughput = field(default_factory=Throughput)

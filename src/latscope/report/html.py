@@ -14,7 +14,7 @@ from typing import Any
 
 from latscope.findings.impact import describe
 from latscope.report import plots, units
-from latscope.report.model import CrossRank, DecompositionView, Report
+from latscope.report.model import CrossRank, DecompositionView, Report, TelemetrySeries
 from latscope.report.schema import check_report, checks, component_tree, more, shown, ttft_leaves
 
 _ASSETS = "latscope.report.assets"
@@ -53,9 +53,9 @@ def _chart_specs(report: Report) -> dict[str, dict[str, Any] | None]:
             "experiments": plots.experiments_spec(report.experiments)}
 
 
-def _telemetry(report: Report) -> dict[str, Any] | None:
-    tel = report.telemetry  # telemetry.facts' section: an open dict
-    return tel if isinstance(tel, dict) and tel.get("status") == "ok" else None
+def _telemetry(report: Report) -> TelemetrySeries | None:
+    tel = report.telemetry
+    return tel if tel is not None and tel.status == "ok" else None
 
 
 def _decomposition_rows(d: DecompositionView) -> dict[str, Any]:

@@ -14,19 +14,29 @@ from typing import Any
 
 from latscope.errors import LatscopeError
 from latscope.rundir import iter_jsonl
+from latscope.telemetry.files import (
+    DIR,
+    SAMPLES,
+    SUMMARY,
+    DeviceInfo,
+    SampleLine,
+    TelemetrySummary,
+    encode_line,
+    write_summary,
+)
 from latscope.telemetry.holders import VISIBLE_VARS, holders
-from latscope.telemetry.sample import from_nvml
-from latscope.telemetry.sampler import DIR, SAMPLES, SUMMARY
+from latscope.telemetry.sample import GpuSample, from_nvml
 
 
-def read_recording(rec_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]],
+def read_recording(rec_dir: Path) -> tuple[dict[str, Any], list[GpuSample],
                                            list[dict[str, Any]]]:
     """(system + devices, GpuSamples, raw readings) of a recording's ``nvml.jsonl``."""
     path = Path(rec_dir) / "nvml.jsonl"
     if not path.is_file():
         raise LatscopeError(f"{rec_dir}: no nvml.jsonl (not a record_gpu_telemetry.py recording)")
     head: dict[str, Any] = {}
-    samples, raw = [], []
+    samples: list[GpuSample] = []
+    raw: list[dict[str, Any]] = []
     previous: dict[int, dict[str, Any]] = {}
     for line in iter_jsonl(path):
         kind = line.get("kind")
@@ -49,16 +59,15 @@ def recording_to_run(rec_dir: Path, out: Path, interval_s: float = 1.0) -> Path:
     rec_dir, out = Path(rec_dir), Path(out)
     head, samples, _ = read_recording(rec_dir)
     (out / DIR).mkdir(parents=True, exist_ok=True)
-    with (out / DIR / SAMPLES).open("w") as fh:
+    with (out / DIR / SAMPLES).open("wb") as fh:
         for s in samples:  # one GPU per line: the reader takes every GPU of every line
-            fh.write(json.dumps({"t_ns": s["t_ns"], "wall_time": s["wall_time"],
-                                 "gpus": [s]}) + "\n")
+            fh.write(encode_line(SampleLine(s.t_ns, s.wall_time, [s])))
     pids, visible = _server(rec_dir)
-    summary = {"status": "ok", "source": "NVML (record_gpu_telemetry.py)",
-               "interval_s": interval_s, "samples": len(samples),
-               "devices": head.get("devices", []),
-               "server": holders(samples, pids, visible, head.get("devices", []))}
-    (out / DIR / SUMMARY).write_text(json.dumps(summary, indent=2))
+    # the static facts the sampler keeps (DeviceInfo), not every raw reading of the recording
+    devices = [DeviceInfo.from_nvml(d) for d in head.get("devices", [])]
+    write_summary(out / DIR / SUMMARY, TelemetrySummary(
+        status="ok", source="NVML (record_gpu_telemetry.py)", interval_s=interval_s,
+        samples=len(samples), devices=devices, server=holders(samples, pids, visible, devices)))
     _metrics(rec_dir, out)
     return out
 

@@ -1,9 +1,9 @@
 """One GPU at one instant, in one form whatever the vendor: what the sampler writes and the rules read.
 
-A ``GpuSample`` dict has ``gpu`` (the index the vendor tool gives it, i.e. the host's ordinal,
-not the server's CUDA ordinal), ``t_ns`` (``perf_counter_ns``, the client's clock),
-``wall_time``, and whichever of these the driver answered (a key is absent, never zero, when it
-did not):
+A ``GpuSample`` has ``gpu`` (the index the vendor tool gives it, i.e. the host's ordinal, not
+the server's CUDA ordinal), ``t_ns`` (``perf_counter_ns``, the client's clock), ``wall_time``,
+and whichever of these the driver answered (None when it did not: the key is then absent from
+``samples.jsonl``, never zero):
 
 =====================  ==================================================================
 ``util_pct``           time a kernel ran, over the driver's last sample period (NVML
@@ -20,13 +20,64 @@ did not):
                        20 ms sampled throughput)
 ``ecc_corrected``      volatile ECC error counts (since driver load) / ``ecc_uncorrected``
 ``xids``               XID event codes delivered since the previous sample
-``processes``          ``[{"pid", "used_bytes"}]`` holding a context on this GPU
+``processes``          ``GpuProcess`` (pid, used_bytes) holding a context on this GPU
 =====================  ==================================================================
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import msgspec
+
+# a reading as the driver gave it: an int stays an int in the JSON (95, not 95.0)
+Number = int | float
+
+
+class GpuProcess(msgspec.Struct):
+    """A process holding a context on a GPU; ``used_bytes`` None when the driver does not say."""
+
+    pid: int
+    used_bytes: int | None
+
+
+class GpuSample(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """One GPU at one instant (the table above). A reading the driver did not answer is None,
+    and left out of ``samples.jsonl`` (absent, never zero); ``reasons`` [] is a reading (no
+    limit active), None none. The producers always set ``xids`` and ``processes``."""
+
+    gpu: int
+    t_ns: int
+    wall_time: float
+    util_pct: Number | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: Number | None = None
+    power_limit_w: Number | None = None
+    power_default_limit_w: Number | None = None
+    sm_clock_mhz: Number | None = None
+    sm_clock_max_mhz: Number | None = None
+    mem_clock_mhz: Number | None = None
+    mem_clock_max_mhz: Number | None = None
+    temp_c: Number | None = None
+    reasons: list[str] | None = None
+    violation_s: dict[str, float] | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    pcie_tx_MBps: float | None = None
+    pcie_rx_MBps: float | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    xids: list[int] | None = None
+    processes: list[GpuProcess] | None = None
+
+    def mem_used_frac(self) -> float | None:
+        """Memory used as a share of the device's, where both were read."""
+        if self.mem_used_bytes is None or not self.mem_total_bytes:
+            return None
+        return self.mem_used_bytes / self.mem_total_bytes
 
 # nvmlClocksEventReason* bits (nvml.h); HW slowdown is a thermal or power-brake event.
 REASON_BITS = {
@@ -45,35 +96,36 @@ def reason_names(bits: int) -> list[str]:
 
 
 def from_nvml(reading: dict[str, Any], static: dict[str, Any], wall_time: float,
-              previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ``GpuSample`` from one ``NvmlReader.read()`` reading and its GPU's ``open()`` facts;
-    ``previous`` (the same GPU's previous raw reading) turns byte counters into MB/s."""
-    s: dict[str, Any] = {"gpu": reading["index"], "t_ns": reading["t_ns"], "wall_time": wall_time}
-    _copy(s, reading, {"utilization.gpu_pct": "util_pct", "memory.used_bytes": "mem_used_bytes",
-                       "memory.total_bytes": "mem_total_bytes", "clocks.sm_mhz": "sm_clock_mhz",
-                       "clocks.mem_mhz": "mem_clock_mhz", "temperature.gpu_c": "temp_c",
-                       "pcie.gen": "pcie_gen", "pcie.width": "pcie_width",
-                       "ecc.volatile_corrected": "ecc_corrected",
-                       "ecc.volatile_uncorrected": "ecc_uncorrected"})
-    _copy(s, static, {"clocks.max.sm_mhz": "sm_clock_max_mhz",
-                      "clocks.max.mem_mhz": "mem_clock_max_mhz", "pcie.max_gen": "pcie_max_gen",
-                      "pcie.max_width": "pcie_max_width"})
+              previous: dict[str, Any] | None = None) -> GpuSample:
+    """A ``GpuSample`` from one raw ``NvmlReader.read()`` reading and its GPU's ``open()``
+    facts (both NVML's own keys: the recording script writes them as read); ``previous`` (the
+    same GPU's previous raw reading) turns byte counters into MB/s."""
+    found = _numbers(reading, {
+        "utilization.gpu_pct": "util_pct", "memory.used_bytes": "mem_used_bytes",
+        "memory.total_bytes": "mem_total_bytes", "clocks.sm_mhz": "sm_clock_mhz",
+        "clocks.mem_mhz": "mem_clock_mhz", "temperature.gpu_c": "temp_c",
+        "pcie.gen": "pcie_gen", "pcie.width": "pcie_width",
+        "ecc.volatile_corrected": "ecc_corrected", "ecc.volatile_uncorrected": "ecc_uncorrected"})
+    found.update(_numbers(static, {
+        "clocks.max.sm_mhz": "sm_clock_max_mhz", "clocks.max.mem_mhz": "mem_clock_max_mhz",
+        "pcie.max_gen": "pcie_max_gen", "pcie.max_width": "pcie_max_width"}))
     for key, out in (("power.draw_mw", "power_w"), ("power.limit_mw", "power_limit_w")):
         if _num(reading.get(key)):
-            s[out] = reading[key] / 1000.0
+            found[out] = reading[key] / 1000.0
     if _num(static.get("power.default_limit_mw")):
-        s["power_default_limit_w"] = static["power.default_limit_mw"] / 1000.0
+        found["power_default_limit_w"] = static["power.default_limit_mw"] / 1000.0
     if _num(reading.get("clocks.event_reasons")):
-        s["reasons"] = reason_names(int(reading["clocks.event_reasons"]))
+        found["reasons"] = reason_names(int(reading["clocks.event_reasons"]))
     violations = {k.split(".", 1)[1][:-3]: reading[k] / 1e9 for k in reading
                   if k.startswith("violation.") and _num(reading[k])}
     if violations:
-        s["violation_s"] = violations
-    s.update(_pcie_rates(reading, previous))
-    s["xids"] = [x["xid"] for x in reading.get("xid_events") or ()]
-    s["processes"] = [{"pid": p["pid"], "used_bytes": p.get("used_bytes")}
-                      for p in reading.get("processes") or ()]
-    return s
+        found["violation_s"] = violations
+    found.update(_pcie_rates(reading, previous))
+    return GpuSample(
+        gpu=reading["index"], t_ns=reading["t_ns"], wall_time=wall_time, **found,
+        xids=[x["xid"] for x in reading.get("xid_events") or ()],
+        processes=[GpuProcess(p["pid"], p.get("used_bytes"))
+                   for p in reading.get("processes") or ()])
 
 
 def _pcie_rates(reading: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, float]:
@@ -89,10 +141,9 @@ def _pcie_rates(reading: dict[str, Any], previous: dict[str, Any] | None) -> dic
     return out
 
 
-def _copy(out: dict[str, Any], src: dict[str, Any], names: dict[str, str]) -> None:
-    for key, name in names.items():
-        if _num(src.get(key)):
-            out[name] = src[key]
+def _numbers(src: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The numbers of ``src`` under their sample names (a key that is no number is left out)."""
+    return {name: src[key] for key, name in names.items() if _num(src.get(key))}
 
 
 def _num(value: Any) -> bool:
