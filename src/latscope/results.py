@@ -175,14 +175,25 @@ def ab_outcome(verdict: str | None, worse_guards: list[str]) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Structs as dicts in field order, recursively; every other value left as it is (the JSON
-    writer encodes those, as it always did)."""
+    """Structs as dicts in field order, recursively, without the fields msgspec's encoder
+    leaves out (``UNSET``; a default where the Struct omits defaults); every other value left
+    as it is (the JSON writer encodes those, as it always did)."""
     if isinstance(value, msgspec.Struct):
+        omitted = _omitted(value)
         return {name: _plain(v) for name in value.__struct_fields__
-                if (v := getattr(value, name)) is not UNSET}
+                if (v := getattr(value, name)) is not UNSET
+                and not (name in omitted and v == omitted[name])}
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def _omitted(value: msgspec.Struct) -> dict[str, Any]:
+    """The defaults of a Struct that omits them when encoded (``omit_defaults``)."""
+    if not value.__struct_config__.omit_defaults:
+        return {}
+    return {f.name: f.default for f in msgspec.structs.fields(value)
+            if f.default is not msgspec.NODEFAULT}
 
 
 def section(data: Any, kind: type[T]) -> T:

@@ -107,7 +107,7 @@ def _doctor(state: Diagnosis) -> DoctorFacts | None:
 
 
 def _trace(state: Diagnosis) -> TraceFacts | None:
-    if not state.trace:
+    if state.trace is None:
         return None
     load = state.levels.get("knee") or state.levels.get("light")
     return TraceFacts(state.trace, profiled=state.opts.profile, load=load)

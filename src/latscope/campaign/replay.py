@@ -208,6 +208,8 @@ def _restore_log(state: Diagnosis, out: Path) -> None:
 
 
 def _restore_trace(state: Diagnosis, out: Path) -> None:
+    from latscope.trace.files import read_stored
+
     data = _read(out, "trace.json", None)
     if data:  # one trace, or every rank's with the cross-rank view (campaign.traces)
-        state.trace = data
+        state.trace = read_stored(data, str(out / "trace.json"))

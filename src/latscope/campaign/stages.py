@@ -227,8 +227,10 @@ def trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) 
         return f"cut: time budget ({budget.left():.0f} s left, a profile needs about 15 s)"
     paths = list(state.opts.trace) if state.opts.trace else take_profile(state, base, running,
                                                                           budget)
+    from latscope.trace.files import as_json
+
     state.trace, notes = analyse_traces(paths)
     state.notes += notes
-    state.run.write("trace.json", state.trace)
+    state.run.write("trace.json", as_json(state.trace))
     where = paths[0] if len(paths) == 1 else f"{len(paths)} rank traces ({paths[0]}, ...)"
     return f"{where}: {len(trace_findings_of(state.trace))} findings"

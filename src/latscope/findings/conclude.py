@@ -152,7 +152,7 @@ def _trace(inputs: ConclusionInputs) -> list[Finding]:
     the knee's load (the trace file's name says nothing to a reader of the verdict)."""
     if inputs.trace is None:
         return []
-    found = trace_findings_of(dict(inputs.trace.analysis))
+    found = trace_findings_of(inputs.trace.analysis)
     load = inputs.trace.load
     if not inputs.trace.profiled or load is None:
         return found
@@ -214,14 +214,12 @@ def _gpu_busy(inputs: ConclusionInputs) -> GpuBusy | None:
     profile and NVML agreed over the same seconds (47% and 47%; docs/telemetry.md)."""
     telemetry = _telemetry_busy(inputs)
     trace = inputs.trace
-    devices = (trace.analysis.get("devices") or []) if trace is not None else []
-    b = (devices[0].get("breakdown") or {}) if devices else {}
-    if telemetry is not None or trace is None or b.get("idle_share") is None:
+    if telemetry is not None or trace is None or not trace.analysis.devices:
         return telemetry
     load = trace.load if trace.load is not None else inputs.levels.light
     where = inputs.levels.label(load) if load is not None else "the profiled load"
-    source = (trace.analysis.get("source") or {}).get("path") or "trace.json"
-    return GpuBusy(1.0 - float(b["idle_share"]), where, source)
+    source = trace.analysis.source.path or "trace.json"
+    return GpuBusy(1.0 - trace.analysis.devices[0].breakdown.idle_share, where, source)
 
 
 def _telemetry_at_verdict_load(inputs: ConclusionInputs) -> tuple[CapacityHint, str] | None:

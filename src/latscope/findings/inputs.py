@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from latscope.analysis.decompose import Decomposition
     from latscope.server.logs import ServerLog
     from latscope.telemetry.facts import TelemetryFacts
+    from latscope.trace.files import StoredTrace
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,7 @@ class TraceFacts:
     the cross-rank view), the load it was taken at, and whether diagnose took it (``--profile``)
     rather than being handed a file."""
 
-    analysis: Mapping[str, Any]
+    analysis: StoredTrace
     profiled: bool = False
     load: float | None = None
 

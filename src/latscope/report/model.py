@@ -7,7 +7,7 @@ experiments (A/B proofs, with their guards) and the proposals are the producers'
 (``latscope.results``, in the ground: the findings engine makes them). Open-ended leaves,
 documented where they are: the target (server_args, log: whatever was known
 about the server), a finding's impact (``findings.impact``: target, share and what measured it),
-an A/B's reruns and a rank's collective ``kinds``. The GPU series are the telemetry layer's
+an A/B's reruns. The GPU series are the telemetry layer's
 ``TelemetrySeries``. ``load_report``
 checks a report.json dict against the model (types included) and gives it back typed.
 """
@@ -128,6 +128,15 @@ class RankRef(msgspec.Struct):
     device: Any
 
 
+class CollectiveKind(msgspec.Struct):
+    """A rank's collectives of one kind (all-reduce, all-gather ...): count, time, waiting."""
+
+    kind: str
+    count: int
+    total_ms: float | None
+    wait_ms: float | None
+
+
 class RankRow(msgspec.Struct):
     rank: Any
     file: str
@@ -140,7 +149,7 @@ class RankRow(msgspec.Struct):
     collective_ms: float | None
     wait_ms: float | None
     wait_share: float | None
-    kinds: list[dict[str, Any]]
+    kinds: list[CollectiveKind]
 
 
 class CrossRank(msgspec.Struct):

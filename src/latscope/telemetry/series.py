@@ -67,5 +67,10 @@ def _columns(rows: list[GpuSample], info: TelemetryFacts, t0_wall: float) -> Tel
         util_pct=[s.util_pct for s in rows], sm_clock_mhz=[s.sm_clock_mhz for s in rows],
         sm_clock_max_mhz=[s.sm_clock_max_mhz for s in rows], power_w=[s.power_w for s in rows],
         power_limit_w=[s.power_limit_w for s in rows],
-        mem_used_pct=[None if (f := s.mem_used_frac()) is None else 100 * f for s in rows],
+        mem_used_pct=[_mem_used_pct(s) for s in rows],
         temp_c=[s.temp_c for s in rows])
+
+
+def _mem_used_pct(s: GpuSample) -> float | None:
+    used, total = s.mem_used_bytes, s.mem_total_bytes
+    return 100 * used / total if used is not None and total else None

@@ -141,7 +141,7 @@ def test_the_capacity_gate_reads_the_telemetry_not_the_profile_where_both_exist(
     replay_mod._restore(state, out)
     busy = seam._gpu_busy(conclude.inputs_of(state))
     assert busy is not None and busy.kind == "telemetry" and "NVML" in busy.source
-    profile_busy = 1 - state.trace["devices"][0]["breakdown"]["idle_share"]
+    profile_busy = 1 - state.trace.devices[0].breakdown.idle_share
     assert abs(busy.share - profile_busy) > 0.01  # a different figure: not the profile's
     state.observations = {}  # no telemetry read: the profile's share is the fallback
     fallback = seam._gpu_busy(conclude.inputs_of(state))
