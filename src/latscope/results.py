@@ -11,6 +11,7 @@ written again keeps the keys it had, in field order.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import msgspec
@@ -194,6 +195,21 @@ def _omitted(value: msgspec.Struct) -> dict[str, Any]:
         return {}
     return {f.name: f.default for f in msgspec.structs.fields(value)
             if f.default is not msgspec.NODEFAULT}
+
+
+def to_json_builtins(value: msgspec.Struct) -> Any:
+    """A typed result as the plain values its JSON file holds (what the run directory's writer
+    encodes): numpy numbers as Python's, a path as its text."""
+    return msgspec.to_builtins(value, enc_hook=_builtin)
+
+
+def _builtin(value: Any) -> Any:
+    item = getattr(value, "item", None)  # a numpy scalar
+    if item is not None:
+        return item()
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def section(data: Any, kind: type[T]) -> T:

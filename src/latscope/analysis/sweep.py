@@ -13,13 +13,17 @@ fixed grid. A list of loads is measured as given, with the same early stops. The
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+import msgspec
 
 from latscope.analysis.knee import (
     SATURATION_GAIN,
     CurvePoint,
     Knee,
+    Metrics,
+    Number,
     SloTerm,
     find_knee,
     highest_load_meeting,
@@ -33,29 +37,22 @@ KNEE_LATENCY = "e2e_p50_ms"
 THROUGHPUT = "requests_per_s"
 
 
-@dataclass(slots=True)
-class Step:
+class Step(msgspec.Struct):
     """One measured load: flat metrics (see ``flatten_summary``), where the run lives, and the
     per-step latency decomposition (mean ms per component) when it could be computed."""
 
-    load: float
-    metrics: dict[str, Any]
+    load: Number
+    metrics: dict[str, Number | None]
     run_dir: str = ""
-    decomposition: dict[str, float] = field(default_factory=dict)
+    decomposition: dict[str, float] = {}
     stop_reason: str = ""  # why the sweep stopped after this step ("" if it did not)
-    phase: str = "grow"  # grow | refine | list
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Step:
-        return cls(**data)
+    phase: str = "grow"  # grow | refine | list | remeasure
 
 
-def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """``latscope.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``."""
-    flat: dict[str, Any] = {}
+def flatten_summary(summary: dict[str, Any]) -> dict[str, Number | None]:
+    """``latscope.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``:
+    every value a number (or None where the run did not measure it)."""
+    flat: dict[str, Number | None] = {}
     for metric in ("ttft", "itl", "tpot", "e2e"):
         dist = summary.get(f"{metric}_ms") or {}
         for stat, value in dist.items():
@@ -76,7 +73,7 @@ def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def noise_estimates(summary: dict[str, Any], metrics: dict[str, Any]) -> dict[str, float]:
+def noise_estimates(summary: dict[str, Any], metrics: Metrics) -> dict[str, float]:
     """Standard errors of the knee's two numbers, from the spread of E2E within the step.
 
     Median: 1.2533 * std / sqrt(n) (large-sample normal approximation). Throughput: by Little's
@@ -88,8 +85,9 @@ def noise_estimates(summary: dict[str, Any], metrics: dict[str, Any]) -> dict[st
     if n < 2 or not std or not mean:
         return {}
     out = {"e2e_p50_ms_se": 1.2533 * std / math.sqrt(n)}
-    if metrics.get(THROUGHPUT):
-        out["requests_per_s_se"] = metrics[THROUGHPUT] * std / (mean * math.sqrt(n))
+    throughput = metrics.get(THROUGHPUT)
+    if throughput:
+        out["requests_per_s_se"] = throughput * std / (mean * math.sqrt(n))
     return out
 
 
@@ -230,31 +228,14 @@ def _refine(take: Callable[[float, str], Step], steps: list[Step], count: int, i
         on_step(steps)
 
 
-@dataclass(slots=True)
-class SweepAnalysis:
-    knee: Knee | None
-    slo_load: float | None
-    slo_monotone: bool
-    recommended: float | None
-    predicted: dict[str, float] | None  # interpolated throughput/latency at the recommendation
-    grows_at_knee: dict[str, float]  # decomposition component -> ms added from knee to next step
+class SweepAnalysis(msgspec.Struct, kw_only=True):
+    knee: Knee | None = None
+    slo_load: Number | None = None
+    slo_monotone: bool = True
+    recommended: Number | None = None
+    predicted: dict[str, float] | None = None  # interpolated throughput/latency at it
+    grows_at_knee: dict[str, float] = {}  # decomposition component -> ms added past the knee
     latency: str = KNEE_LATENCY  # the latency metric the knee was read on
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["knee"] = self.knee.to_dict() if self.knee else None
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> SweepAnalysis:
-        """The analysis as recorded in sweep.json (with the sweep's SLO); none: nothing marked."""
-        data = data or {}
-        knee = data.get("knee")
-        return cls(knee=Knee.from_dict(knee) if knee else None,
-                   slo_load=data.get("slo_load"), slo_monotone=data.get("slo_monotone", True),
-                   recommended=data.get("recommended"), predicted=data.get("predicted"),
-                   grows_at_knee=data.get("grows_at_knee") or {},
-                   latency=data.get("latency", KNEE_LATENCY))
 
 
 def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0.10,
@@ -271,8 +252,10 @@ def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0
         recommended = slo_load
     if recommended is not None and (at := interpolate(pts, recommended)):
         predicted = {THROUGHPUT: at[0], latency: at[1]}
-    return SweepAnalysis(knee, slo_load, monotone, recommended, predicted,
-                         _growth_past(steps, knee.load) if knee else {}, latency)
+    return SweepAnalysis(knee=knee, slo_load=slo_load, slo_monotone=monotone,
+                         recommended=recommended, predicted=predicted,
+                         grows_at_knee=_growth_past(steps, knee.load) if knee else {},
+                         latency=latency)
 
 
 def _growth_past(steps: Sequence[Step], knee_load: float) -> dict[str, float]:

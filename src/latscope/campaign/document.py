@@ -120,13 +120,14 @@ def _sweep_section(state: Diagnosis) -> Sweep | None:
             output_tok_s=m.get("output_tokens_per_s"),
             ttft_p50_ms=m.get("ttft_p50_ms"), ttft_p99_ms=m.get("ttft_p99_ms"),
             e2e_p50_ms=m.get("e2e_p50_ms"), e2e_p99_ms=m.get("e2e_p99_ms"),
-            itl_p50_ms=m.get("itl_p50_ms"), errors=m.get("requests_failed"),
+            itl_p50_ms=m.get("itl_p50_ms"),
+            errors=None if (failed := m.get("requests_failed")) is None else int(failed),
             prefix_cache_hit_rate=m.get("prefix_cache_hit_rate"), warm=True, run_dir=s.run_dir))
     a = state.analysis
-    knee = a.knee.to_dict() if a and a.knee else None
+    knee = a.knee if a else None
     cut = next((s.stop_reason for s in state.steps if s.stop_reason), "")
     return Sweep(load_kind="concurrency", points=points,
-                 knee=Knee(knee["load"], knee.get("confidence")) if knee else None,
+                 knee=Knee(knee.load, knee.confidence) if knee else None,
                  recommended=(Recommended(a.recommended, "10% left of the knee")
                               if a and a.recommended is not None else None),
                  cut=cut)

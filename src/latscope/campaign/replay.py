@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from latscope.analysis.sweep import Step, analyse
+from latscope.analysis.sweep import analyse
 from latscope.campaign.conclude import conclude
 from latscope.campaign.document import build_report, unmodelled_report
 from latscope.campaign.observe import Observation, observation_of
@@ -150,10 +150,10 @@ def _restore_net(state: Diagnosis, out: Path) -> None:
 
 def _restore_sweep(state: Diagnosis, out: Path) -> None:
     from latscope.analysis.knee import parse_slo
+    from latscope.analysis.sweepfile import read_sweep
 
-    stored = _read(out, "sweep.json", {}).get("steps") or []
-    for data in stored:
-        old = Step.from_dict(data)
+    stored = read_sweep(out / "sweep.json").steps if (out / "sweep.json").is_file() else []
+    for old in stored:
         step_dir = out / "sweep" / Path(old.run_dir).name
         if not (step_dir / "requests.jsonl").is_file():
             continue

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
+from latscope.analysis.sweepfile import SweepFile, write_sweep
 from latscope.campaign.observe import observe, with_load
 from latscope.campaign.profiling import take_profile
 from latscope.campaign.servers import Running
@@ -116,8 +117,8 @@ def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
 
     def on_step(steps: list[Step]) -> None:
         state.analysis = analyse(steps, _slo(opts.slo))
-        state.run.write("sweep.json", {"steps": [s.to_dict() for s in steps],
-                                       "analysis": state.analysis.to_dict()})
+        write_sweep(state.run.file("sweep.json"),
+                    SweepFile(steps=list(steps), analysis=state.analysis))
 
     rules = StopRules(max_load=opts.max_load)
     loads = [float(c) for c in opts.loads] if opts.loads else None

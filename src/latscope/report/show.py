@@ -6,7 +6,6 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from latscope.errors import ConfigError
 from latscope.rundir import RunDir
 
 
@@ -59,21 +58,17 @@ def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:
 
 
 def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:
-    from latscope.analysis.sweep import Step, SweepAnalysis
+    from latscope.analysis.sweepfile import SweepFile, SweepMeta, read_sweep
     from latscope.report.sweep import decomposition_table, sweep_table
 
-    doc = run.read("sweep.json") or {}
-    try:
-        steps = [Step.from_dict(s) for s in doc.get("steps", [])]
-        # the analysis the sweep recorded, its SLO included: analysing again here without the
-        # SLO dropped the "SLO max" mark (#19)
-        analysis = SweepAnalysis.from_dict(doc.get("analysis"))
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{run.path / 'sweep.json'}: not a sweep latscope wrote "
-                          f"({type(exc).__name__}: {exc})") from exc
+    path = run.file("sweep.json")
+    # the analysis the sweep recorded, its SLO included: analysing again here without the SLO
+    # dropped the "SLO max" mark (#19)
+    doc = read_sweep(path) if path.is_file() else SweepFile()
+    steps, analysis = doc.steps, doc.analysis
     if steps:
-        unit = "concurrency" if (doc.get("meta") or {}).get("mode", "concurrency") == \
-            "concurrency" else "request rate"
+        mode = doc.meta.mode if isinstance(doc.meta, SweepMeta) else "concurrency"
+        unit = "concurrency" if mode == "concurrency" else "request rate"
         console.print(sweep_table(steps, analysis, unit))
         table = decomposition_table(steps, unit)
         if table is not None:

@@ -8,19 +8,20 @@ per second. The sweep's findings are made by ``latscope.findings.sweep``; the JS
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
-import orjson
+from msgspec import UNSET
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from latscope.analysis.sweep import THROUGHPUT, Step, SweepAnalysis
+from latscope.analysis.sweepfile import SweepFile, SweepMeta
+from latscope.findings.rank import sort_findings
 from latscope.findings.sweep import LEAF_LABELS
 from latscope.model import Finding
-from latscope.report.findings import findings_to_json
 from latscope.report.text import compact_table
+from latscope.results import FindingEntry, section
 
 
 def _ms(value: Any) -> str:
@@ -65,16 +66,12 @@ def decomposition_table(steps: Sequence[Step], unit: str) -> Table | None:
 
 
 def sweep_document(steps: Sequence[Step], analysis: SweepAnalysis, findings: list[Finding],
-                   meta: dict[str, Any]) -> dict[str, Any]:
-    return {"meta": meta, "steps": [s.to_dict() for s in sorted(steps, key=lambda s: s.load)],
-            "analysis": analysis.to_dict(), "findings": findings_to_json(findings)}
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomic write: a reader (or an interrupted run) never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    tmp.replace(path)
+                   meta: SweepMeta | None) -> SweepFile:
+    """sweep.json of ``latscope sweep``: steps by load, the analysis, the findings (most
+    severe first)."""
+    return SweepFile(meta=meta if meta is not None else UNSET,
+                     steps=sorted(steps, key=lambda s: s.load), analysis=analysis,
+                     findings=[section(f.to_dict(), FindingEntry) for f in sort_findings(findings)])
 
 
 def _fmt(v: Any) -> str:
