@@ -81,11 +81,10 @@ def _tune(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.report.sweep import trials_table
 
     state = TuneState.load(run.path)
-    res = state.result or {}
-    console.print(trials_table(state.trials, state.spec.objective, state.spec.latency,
-                               res.get("best")))
-    if res.get("best"):
-        console.print(f"best: {res['best']}")
+    best = state.result.best if state.result is not None else None
+    console.print(trials_table(state.trials, state.spec.objective, state.spec.latency, best))
+    if best:
+        console.print(f"best: {best}")
 
 
 def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:

@@ -15,8 +15,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from latscope.analysis.search import Config
 from latscope.analysis.sweep import THROUGHPUT, Step, SweepAnalysis
 from latscope.analysis.sweepfile import SweepFile, SweepMeta
+from latscope.analysis.tune import Trial, Validation
 from latscope.findings.rank import sort_findings
 from latscope.findings.sweep import LEAF_LABELS
 from latscope.model import Finding
@@ -87,7 +89,8 @@ def _fmt(v: Any) -> str:
 _PURPOSE = {"search": "search", "validate-baseline": "val A", "validate-candidate": "val B"}
 
 
-def trials_table(trials: Sequence[Any], objective: str, latency: str, best: dict | None) -> Group:
+def trials_table(trials: Sequence[Trial], objective: str, latency: str,
+                 best: Config | None) -> Group:
     """Every trial (one server start each): the numbers it scored, its configuration last (it
     wraps at spaces), and why a trial failed as a numbered line under the table."""
     table = compact_table(title="Trials (one server start each; * best; val A = baseline, "
@@ -123,17 +126,17 @@ def _short(key: str) -> str:
     return f"{metric.upper()}\n{rest}"
 
 
-def validation_lines(validation: dict[str, Any]) -> list[str]:
-    lines = [f"validation: {validation['repeats']} pairs, order {validation['order']} "
-             f"(baseline {validation['baseline']} vs chosen {validation['candidate']})"]
-    for key, res in validation["metrics"].items():
-        if res.get("ci") is None:
-            lines.append(f"  {key}: {res['verdict']} (change {_pct(res.get('change'))})")
+def validation_lines(validation: Validation) -> list[str]:
+    lines = [f"validation: {validation.repeats} pairs, order {validation.order} "
+             f"(baseline {validation.baseline} vs chosen {validation.candidate})"]
+    for key, res in validation.metrics.items():
+        if res.ci is None:
+            lines.append(f"  {key}: {res.verdict} (change {_pct(res.change)})")
             continue
-        lo, hi = res["ci"]
-        lines.append(f"  {key}: median {_fmt(res['baseline_median'])} -> {_fmt(res['candidate_median'])}, "
-                     f"change {_pct(res['change'])} [{_pct(lo)}, {_pct(hi)}] "
-                     f"({res['confidence']:.0%} t interval, n={res['n']}): {res['verdict']}")
+        lo, hi = res.ci
+        lines.append(f"  {key}: median {_fmt(res.baseline_median)} -> "
+                     f"{_fmt(res.candidate_median)}, change {_pct(res.change)} [{_pct(lo)}, "
+                     f"{_pct(hi)}] ({res.confidence:.0%} t interval, n={res.n}): {res.verdict}")
     return lines
 
 
