@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from latscope.telemetry.nvml import NvmlReading
 from latscope.telemetry.sample import GpuProcess, GpuSample
 
 DIR = "telemetry"
@@ -50,13 +51,13 @@ class DeviceInfo(msgspec.Struct, omit_defaults=True, kw_only=True):
     mig_mode: list[int] | None = _nvml_key("mig.mode")
 
     @classmethod
-    def from_nvml(cls, raw: dict[str, Any]) -> DeviceInfo:
+    def from_nvml(cls, raw: NvmlReading) -> DeviceInfo:
         """The static facts of one raw ``NvmlReader.open()`` device (its errors left out); a
         driver answering an odd type leaves only the index (it must not stop the sampling)."""
         try:
-            return msgspec.convert(raw, cls, strict=False)
+            return msgspec.convert({**raw.values, "index": raw.index}, cls, strict=False)
         except msgspec.ValidationError:
-            return cls(index=int(raw["index"]))
+            return cls(index=raw.index)
 
 
 class ServerGpus(msgspec.Struct, kw_only=True):

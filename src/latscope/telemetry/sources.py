@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol
 from latscope.errors import LatscopeError
 from latscope.telemetry import amd
 from latscope.telemetry.files import DeviceInfo
-from latscope.telemetry.nvml import NvmlReader, NvmlUnavailable
+from latscope.telemetry.nvml import NvmlReader, NvmlReading, NvmlUnavailable
 from latscope.telemetry.nvsmi import NvidiaSmiSource
 from latscope.telemetry.sample import GpuSample, from_nvml
 
@@ -54,7 +54,7 @@ class NvmlSource:
             raise NvmlUnavailable("no NVIDIA GPU (NVML lists none)")
         self.devices = [DeviceInfo.from_nvml(d) for d in self.static]
         self.name = f"NVML (nvidia-ml-py {_version('nvidia-ml-py')})"
-        self._previous: dict[int, dict[str, Any]] = {}
+        self._previous: dict[int, NvmlReading] = {}
         self._checked_counters = False
 
     def read(self) -> list[GpuSample]:
@@ -63,11 +63,11 @@ class NvmlSource:
         if not self._checked_counters:
             # the byte counters are free; without them, NVML's 20 ms sampled throughput instead
             self._checked_counters = True
-            if readings and "pcie.tx_bytes_total" not in readings[0]:
+            if readings and "pcie.tx_bytes_total" not in readings[0].values:
                 self.reader.pcie_throughput = True
-        out = [from_nvml(r, self.static[r["index"]], wall, self._previous.get(r["index"]))
+        out = [from_nvml(r, self.static[r.index], wall, self._previous.get(r.index))
                for r in readings]
-        self._previous = {r["index"]: r for r in readings}
+        self._previous = {r.index: r for r in readings}
         return out
 
     def close(self) -> None:

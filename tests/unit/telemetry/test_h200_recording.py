@@ -33,12 +33,13 @@ def run(rec: Path, tmp_path_factory) -> Path:
 
 
 def test_every_reading_of_the_h200_was_answered_and_normalised(rec):
-    head, samples, raw = read_recording(rec)
-    assert head["system"]["driver_version"] == "580.159.04"
-    [device] = head["devices"]
-    assert device["name"] == "NVIDIA H200" and device["clocks.max.sm_mhz"] == 1980
-    assert device["pcie.max_gen"] == 5 and device["events.xid"] == "registered"
-    assert len(samples) == 314 and all(not r["errors"] for r in raw)
+    recording = read_recording(rec)
+    samples, raw = recording.samples, recording.raw
+    assert recording.system["driver_version"] == "580.159.04"
+    [device] = recording.devices
+    assert device.get("name") == "NVIDIA H200" and device.get("clocks.max.sm_mhz") == 1980
+    assert device.get("pcie.max_gen") == 5 and device.get("events.xid") == "registered"
+    assert len(samples) == 314 and all(not r.errors for r in raw)
     keys = {"util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "power_limit_w",
             "sm_clock_mhz", "sm_clock_max_mhz", "temp_c", "reasons", "violation_s",
             "pcie_gen", "pcie_width", "pcie_max_gen", "ecc_corrected", "processes"}
