@@ -24,7 +24,7 @@ ROOT = "latscope"
 # The ground: plain values and helpers every layer uses; they import only each other.
 GROUND = frozenset({"latscope", "latscope.model", "latscope.errors", "latscope.slo", "latscope.rundir",
                     "latscope.stats", "latscope.redact", "latscope.results",
-                    "latscope.reliability"})
+                    "latscope.reliability", "latscope.runfiles"})
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 

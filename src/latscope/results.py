@@ -197,6 +197,13 @@ def _omitted(value: msgspec.Struct) -> dict[str, Any]:
             if f.default is not msgspec.NODEFAULT}
 
 
+def json_schema(model: type[msgspec.Struct], description: str) -> dict[str, Any]:
+    """The JSON Schema of a run directory file, generated from its model."""
+    schema: dict[str, Any] = msgspec.json.schema(model)
+    schema["description"] = description
+    return schema
+
+
 def to_json_builtins(value: msgspec.Struct) -> Any:
     """A typed result as the plain values its JSON file holds (what the run directory's writer
     encodes): numpy numbers as Python's, a path as its text."""

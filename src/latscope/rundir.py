@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - exercised where no compiler was found
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 FINDINGS_SCHEMA_VERSION = 1  # findings.json's (latscope/findings/schema.json)
+SUMMARY_SCHEMA_VERSION = 1  # summary.json's (latscope.runfiles.BenchSummary)
 MANIFEST = "manifest.json"
 REQUESTS, SUMMARY = "requests.jsonl", "summary.json"  # a load run's records and summary
 _FLUSH_NS = 100_000_000  # records reach the file at most this late
@@ -336,6 +337,13 @@ class RunWriter:
                 raise self._failed(REQUESTS, exc) from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """summary.json (``runfiles.BenchSummary``), its ``schema_version`` first; put in the
+        caller's dict too, so that a later rewrite of it (diagnose records the prefix cache's
+        hit rate in it) keeps the version."""
+        if "schema_version" not in summary:
+            rest = dict(summary)
+            summary.clear()
+            summary.update(schema_version=SUMMARY_SCHEMA_VERSION, **rest)
         self._write_whole(SUMMARY, summary)
 
     def _write_whole(self, name: str, data: dict[str, Any]) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import msgspec
+from msgspec import UnsetType
 
 from latscope.analysis.knee import (
     SATURATION_GAIN,
@@ -31,6 +32,7 @@ from latscope.analysis.knee import (
     operating_point,
 )
 from latscope.errors import ConfigError
+from latscope.runfiles import BenchSummary, Rates
 
 # The latency the knee is read on: p50 E2E covers queueing, prefill and decode of a request.
 KNEE_LATENCY = "e2e_p50_ms"
@@ -49,38 +51,49 @@ class Step(msgspec.Struct):
     phase: str = "grow"  # grow | refine | list | remeasure
 
 
-def flatten_summary(summary: dict[str, Any]) -> dict[str, Number | None]:
-    """``latscope.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``:
-    every value a number (or None where the run did not measure it)."""
+def flatten_summary(summary: BenchSummary) -> dict[str, Number | None]:
+    """A run's summary as flat keys an SLO can name, e.g. ``ttft_p99_ms``: every value a number
+    (or None where the run did not measure it)."""
     flat: dict[str, Number | None] = {}
-    for metric in ("ttft", "itl", "tpot", "e2e"):
-        dist = summary.get(f"{metric}_ms") or {}
+    for metric, dist in (("ttft", summary.ttft_ms), ("itl", summary.itl_ms),
+                         ("tpot", summary.tpot_ms), ("e2e", summary.e2e_ms)):
         for stat, value in dist.items():
             if stat != "count":
                 flat[f"{metric}_{stat}_ms"] = value
-    thr = summary.get("throughput") or {}
     # the steady window's rates under their plain names; the overall ones (the drain counted)
     # as overall_*; the window's wording is not a metric
-    flat.update({k: v for k, v in thr.items() if not isinstance(v, (str, dict))})
-    flat.update({f"overall_{k}": v for k, v in (thr.get("overall") or {}).items()
-                 if not isinstance(v, (str, dict))})
-    req = summary.get("requests") or {}
-    total = req.get("total") or 0
-    flat["requests_total"] = total
-    flat["requests_failed"] = req.get("failed", 0)
-    flat["error_rate"] = (req.get("failed", 0) / total) if total else None
-    flat["duration_s"] = summary.get("duration_s")
+    thr = summary.throughput
+    flat.update(_rates(thr))
+    if isinstance(thr.overall, Rates):
+        flat.update({f"overall_{k}": v for k, v in _rates(thr.overall).items()})
+    req = summary.requests
+    flat["requests_total"] = req.total
+    flat["requests_failed"] = req.failed
+    flat["error_rate"] = (req.failed / req.total) if req.total else None
+    flat["duration_s"] = summary.duration_s
     return flat
 
 
-def noise_estimates(summary: dict[str, Any], metrics: Metrics) -> dict[str, float]:
+def _rates(rates: Rates) -> dict[str, Number | None]:
+    """A throughput's numbers (its window's wording is no metric; a key it lacks is left out)."""
+    out: dict[str, Number | None] = {
+        "requests_per_s": rates.requests_per_s, "output_tokens_per_s": rates.output_tokens_per_s,
+        "total_tokens_per_s": rates.total_tokens_per_s}
+    if not isinstance(rates.window_s, UnsetType):
+        out["window_s"] = rates.window_s
+    if isinstance(rates.window_requests, int):
+        out["window_requests"] = rates.window_requests
+    return out
+
+
+def noise_estimates(summary: BenchSummary, metrics: Metrics) -> dict[str, float]:
     """Standard errors of the knee's two numbers, from the spread of E2E within the step.
 
     Median: 1.2533 * std / sqrt(n) (large-sample normal approximation). Throughput: by Little's
     law X = N / mean(E2E), so its relative error is that of the mean E2E, std / (mean * sqrt(n)).
     Approximations, used only to perturb the curve when judging the knee's stability.
     """
-    e2e = summary.get("e2e_ms") or {}
+    e2e = summary.e2e_ms
     n, std, mean = e2e.get("count") or 0, e2e.get("std"), e2e.get("mean")
     if n < 2 or not std or not mean:
         return {}

@@ -55,10 +55,3 @@ def read_sweep(path: Path) -> SweepFile:
         return msgspec.convert(data, SweepFile, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{path}: not a sweep latscope wrote ({exc})") from None
-
-
-def sweep_json_schema() -> dict[str, Any]:
-    """The JSON Schema of sweep.json, generated from the model."""
-    schema: dict[str, Any] = msgspec.json.schema(SweepFile)
-    schema["description"] = f"latscope sweep.json, schema_version {SCHEMA_VERSION}"
-    return schema

@@ -13,6 +13,7 @@ from latscope.analysis.decompose import Decomposition, decompose_run
 from latscope.load import BenchConfig, BenchResult
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.reliability import ClientReliability, judge_client
+from latscope.runfiles import summary_of
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
 from latscope.telemetry.facts import TelemetryFacts, telemetry_facts
@@ -180,7 +181,7 @@ def client_reliability(summary: dict[str, Any], decomposition: Decomposition | N
     decomposition split it off."""
     comp = decomposition.component("ttft.client") if decomposition else None
     total = decomposition.component("ttft") if decomposition else None
-    return judge_client(summary, comp.mean_ms if comp else None,
+    return judge_client(summary_of(summary), comp.mean_ms if comp else None,
                         total.mean_ms if total else None)
 
 

@@ -20,6 +20,7 @@ from latscope.analysis.sweep import (
 )
 from latscope.analysis.sweepfile import SweepFile, SweepMeta
 from latscope.model import Finding
+from latscope.runfiles import summary_of
 
 # Leaves of the latency decomposition compared across steps ("what grows at the knee").
 GROWTH_KEYS = ("ttft.client", "ttft.network", "ttft.frontend", "ttft.server.queue",
@@ -60,8 +61,9 @@ def step_seed(seed: int, mode: str, load: float) -> int:
 def step_of(load: float, obs: Any) -> Step:
     """A sweep ``Step`` from one ``Observation``: flat metrics, noise, prefix-cache hit rate and
     the mean ms of each decomposition leaf."""
-    metrics = flatten_summary(obs.summary)
-    metrics.update(noise_estimates(obs.summary, metrics))
+    summary = summary_of(obs.summary, str(obs.run_dir / "summary.json"))
+    metrics = flatten_summary(summary)
+    metrics.update(noise_estimates(summary, metrics))
     metrics["prefix_cache_hit_rate"] = obs.prefix_cache_hit_rate
     leaves = {c.key: c.mean_ms for c in (obs.decomposition.components if obs.decomposition
                                           else []) if c.mean_ms is not None}

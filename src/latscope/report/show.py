@@ -2,47 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from rich.console import Console
 
 from latscope.rundir import RunDir
+from latscope.runfiles import manifest_of, summary_of
 
 
 def show(run: RunDir, console: Console, *, show_ok: bool = False) -> None:
-    m = run.manifest
-    console.print(f"{m.get('kind', '?')} run, status {m.get('status') or 'unknown'}, started "
-                  f"{m.get('started') or m.get('created_wall') or '?'}")
+    m = manifest_of(run.manifest, str(run.file("manifest.json")))
+    started = m.started or (m.created_wall if isinstance(m.created_wall, float) else "?")
+    console.print(f"{m.kind or '?'} run, status {m.status or 'unknown'}, started {started}")
     console.print(f"directory: {run.path}")
-    if m.get("command"):
-        console.print(f"command: {m['command']}")
+    if m.command:
+        console.print(f"command: {m.command}")
     renderer = _RENDERERS.get(run.kind, _findings_only)
     renderer(run, console, show_ok)
 
 
 def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
-    from latscope.analysis.decompose import Component, Decomposition
+    from latscope.analysis.decompfile import read_decomposition
     from latscope.report.bench import print_bench
     from latscope.report.observe import print_decomposition
     from latscope.rundir import read_run
 
-    manifest, records, summary = read_run(run.path)
+    _, _, summary = read_run(run.path)
     if not summary:  # a run killed before it wrote its summary: rebuild it from the records
+        from latscope.load.runner import rebuild_summary
+
         console.print("no summary.json (the run was killed): rebuilt from requests.jsonl")
-        summary = _rebuild_summary(run, manifest, records)
-    print_bench(summary, console)
-    data = run.read("decomposition.json")
-    if data:
-        comps = [Component(**c) for c in data["components"]]
-        fields = {k: v for k, v in data.items() if k not in ("components", "findings")}
-        print_decomposition(Decomposition(comps, **fields), console)
+        summary = rebuild_summary(run.path)
+    print_bench(summary_of(summary, str(run.file("summary.json"))), console)
+    if run.file("decomposition.json").is_file():
+        split = read_decomposition(run.file("decomposition.json"))
+        print_decomposition(split.decomposition(), console)
     _findings_only(run, console, show_ok)
-
-
-def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) -> dict[str, Any]:
-    from latscope.load.runner import rebuild_summary
-
-    return rebuild_summary(run.path)
 
 
 def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:

@@ -109,10 +109,3 @@ def read_summary(path: Path) -> TelemetrySummary | None:
 
 def encode_line(line: SampleLine) -> bytes:
     return msgspec.json.encode(line) + b"\n"
-
-
-def telemetry_schema() -> dict[str, Any]:
-    """The JSON Schema of ``telemetry.json``, generated from the model."""
-    schema: dict[str, Any] = msgspec.json.schema(TelemetrySummary)
-    schema["description"] = "latscope telemetry/telemetry.json"
-    return schema

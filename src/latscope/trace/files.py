@@ -22,7 +22,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from latscope.model import Finding
-from latscope.results import FindingEntry, section
+from latscope.results import FindingEntry, json_schema, section
 from latscope.trace.results import Comparison, CrossRankView, RankSummary, TraceAnalysis
 
 SCHEMA_VERSION = 1  # trace.json's, either verb's (absent from files written before it)
@@ -152,11 +152,10 @@ def read_stored(data: Any, path: str = FILE) -> StoredTrace:
 def trace_json_schema(kind: type[msgspec.Struct]) -> dict[str, Any]:
     """The JSON Schema of a trace.json model (``TraceRunFile`` or ``StoredTrace``) as the file
     holds it: every ``*_ns`` property as ``*_ms``, a number."""
-    schema: dict[str, Any] = msgspec.json.schema(kind)
+    schema = json_schema(kind, f"latscope trace.json ({kind.__name__}), schema_version "
+                               f"{SCHEMA_VERSION}; durations in ms")
     for definition in schema.get("$defs", {}).values():
         _ms_properties(definition)
-    schema["description"] = (f"latscope trace.json ({kind.__name__}), schema_version "
-                             f"{SCHEMA_VERSION}; durations in ms")
     return schema
 
 
