@@ -180,20 +180,21 @@ def _plain(value: Any) -> Any:
     leaves out (``UNSET``; a default where the Struct omits defaults); every other value left
     as it is (the JSON writer encodes those, as it always did)."""
     if isinstance(value, msgspec.Struct):
-        omitted = _omitted(value)
+        defaults = _defaults_omitted(type(value))
         return {name: _plain(v) for name in value.__struct_fields__
                 if (v := getattr(value, name)) is not UNSET
-                and not (name in omitted and v == omitted[name])}
+                and not (name in defaults and v == defaults[name])}
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
 
 
-def _omitted(value: msgspec.Struct) -> dict[str, Any]:
-    """The defaults of a Struct that omits them when encoded (``omit_defaults``)."""
-    if not value.__struct_config__.omit_defaults:
+def _defaults_omitted(kind: type[msgspec.Struct]) -> dict[str, object]:
+    """Each field's default, where the Struct leaves a field at its default out of its JSON
+    (``omit_defaults``); none otherwise."""
+    if not kind.__struct_config__.omit_defaults:
         return {}
-    return {f.name: f.default for f in msgspec.structs.fields(value)
+    return {f.name: f.default for f in msgspec.structs.fields(kind)
             if f.default is not msgspec.NODEFAULT}
 
 

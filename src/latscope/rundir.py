@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import msgspec
 import orjson
 
 from latscope.errors import ConfigError, OutputError
 from latscope.model import CHUNK_GAPS_KEY, Finding, RequestRecord, gaps_of_times
+from latscope.runfiles import HostInfo
 
 try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
     from latscope import _native
@@ -60,9 +62,9 @@ def default_run_dir(kind: str = "bench") -> Path:
     return path
 
 
-def host_info() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "cpus": os.cpu_count()}
+def host_info() -> HostInfo:
+    return HostInfo(socket.gethostname(), platform.platform(), sys.version.split()[0],
+                    os.cpu_count())
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -85,6 +87,8 @@ def write_bytes(path: Path, data: bytes) -> None:
 def _fallback(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, msgspec.Struct):  # a typed section of a file (the manifest's host)
+        return msgspec.to_builtins(value)
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, float):  # inf / nan: JSON has no such numbers

@@ -67,7 +67,7 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
                             requests=30, warmup=7)
         exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
                              scrape_interval_s=0)
-    result = exp.to_dict()
+    result = exp.ab_result().to_dict()
     assert result["arms"] == ["A", "B", "A", "B"]
     assert result["change"] == "latscope gateway --policy sjf --max-inflight 2"
     assert len(result["a_values"]) == 2 and all(v > 0 for v in result["a_values"] + result["b_values"])
@@ -100,7 +100,7 @@ def test_a_gain_bought_with_the_guards_loss_is_said_so():
                                    "B": [4300.0, 4400.0, 4100.0, 4500.0]})
     from latscope.analysis.tune import paired_change
     exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
-    result = exp.to_dict()
+    result = exp.ab_result().to_dict()
     assert result["helped"] and result["guard"]["verdict"] == "worse"
     from latscope.report.html import render_html
     from latscope.report.markdown import render_markdown
@@ -273,7 +273,7 @@ def _ab_with_stalls(tmp_path, monkeypatch, stalled: set[int]) -> tuple[list, dic
         proposal = Proposal("server.queue_max_num_seqs", Change(), metric="ttft_mean_ms",
                             gateway={"policy": "fcfs"}, requests=12, warmup=2)
         result = run_experiment(proposal, _NoControl(), current, base, 2, tmp_path, pairs=2,
-                                scrape_interval_s=0).to_dict()
+                                scrape_interval_s=0).ab_result().to_dict()
     return calls, result
 
 
