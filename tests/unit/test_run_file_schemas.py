@@ -19,7 +19,8 @@ from latscope.report.files import FILES, run_file_schema
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # the run directory files with a generated schema, by the name they have on disk (telemetry.json
-# under telemetry/); findings.json's hand-written schema has its own tests (findings/test_schema)
+# under telemetry/, cpu.json under host/); findings.json's hand-written schema has its own tests
+# (findings/test_schema)
 NAMES = tuple(f for f in FILES if f != "findings.json")
 
 
@@ -64,6 +65,7 @@ def test_the_recorded_gpu_runs_fit_every_schema(recorded):
     assert checked["manifest.json"] > 100 and checked["summary.json"] > 80
     assert checked["decomposition.json"] > 80 and checked["sweep.json"] == 17
     assert checked["telemetry.json"] > 30 and checked["trace.json"] >= 4
+    assert checked["cpu.json"] > 30
     assert checked["report.json"] == 17
 
 

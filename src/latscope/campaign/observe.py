@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from latscope.analysis.decompose import Decomposition, decompose_run
+from latscope.env.hostload import HostCpu
 from latscope.load import BenchConfig, BenchResult
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.reliability import ClientReliability, judge_client
@@ -39,9 +40,9 @@ class Observation:
         return telemetry
 
     @property
-    def cpu(self) -> dict[str, Any] | None:
+    def cpu(self) -> HostCpu | None:
         """The host's CPUs over the run (``env.hostload``'s host/cpu.json), if recorded."""
-        cpu: dict[str, Any] | None = self.extra.get("cpu")
+        cpu: HostCpu | None = self.extra.get("cpu")
         return cpu
 
     @property

@@ -87,7 +87,7 @@ def findings_at(m: Measured, same_host: bool | None = None,
             list(m.snapshots), source=m.source or f"/metrics at {m.label}",
             max_num_seqs=limits.max_num_seqs, max_num_seqs_source=limits.max_num_seqs_source,
             max_num_batched_tokens=limits.max_num_batched_tokens)
-    contention = contention_finding(dict(m.cpu) if m.cpu else None, m.label or "this run")
+    contention = contention_finding(m.cpu, m.label or "this run")
     if contention is not None:
         out.append(contention)
     if m.telemetry is not None:

@@ -8,9 +8,8 @@ no file and calls every rule itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from latscope.model import Finding, MetricSnapshot
 from latscope.reliability import ClientReliability
@@ -18,6 +17,7 @@ from latscope.results import ABResult, Proposal
 
 if TYPE_CHECKING:
     from latscope.analysis.decompose import Decomposition
+    from latscope.env.hostload import HostCpu
     from latscope.server.logs import ServerLog
     from latscope.telemetry.facts import TelemetryFacts
     from latscope.trace.files import StoredTrace
@@ -49,7 +49,7 @@ class Measured:
     load: float | None = None
     decomposition: Decomposition | None = None
     snapshots: tuple[MetricSnapshot, ...] = ()
-    cpu: Mapping[str, Any] | None = None  # env.hostload's host/cpu.json of the run
+    cpu: HostCpu | None = None  # the host's CPUs over the run (env.hostload)
     telemetry: TelemetryFacts | None = None  # the GPUs over the run (telemetry.facts)
     client: ClientReliability | None = None
     prompts: PromptReuse | None = None

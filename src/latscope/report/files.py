@@ -12,6 +12,7 @@ sweep.json                  ``analysis.sweepfile.SweepFile``             sweep, 
 trace.json                  ``trace.files.TraceRunFile`` (trace),        trace, diagnose
                             ``trace.files.StoredTrace`` (diagnose)
 telemetry/telemetry.json    ``telemetry.files.TelemetrySummary``         load runs (GPU)
+host/cpu.json               ``env.hostload.HostCpu``                     load runs
 tune.json                   ``analysis.tune.TuneFile``                   tune
 report.json                 ``report.model.Report``                      diagnose
 findings.json               ``findings/schema.json`` (hand-written)      every verb
@@ -29,6 +30,7 @@ import msgspec
 from latscope.analysis.decompfile import DecompositionFile
 from latscope.analysis.sweepfile import SweepFile
 from latscope.analysis.tune import TuneFile
+from latscope.env.hostload import HostCpu
 from latscope.errors import ConfigError
 from latscope.report.model import report_schema
 from latscope.results import json_schema
@@ -43,14 +45,15 @@ _MODELS: dict[str, tuple[type[msgspec.Struct], str]] = {
     "decomposition.json": (DecompositionFile, "a load run's decomposition.json (ms)"),
     "sweep.json": (SweepFile, "sweep.json"),
     "telemetry.json": (TelemetrySummary, "telemetry/telemetry.json"),
+    "cpu.json": (HostCpu, "host/cpu.json"),
     "tune.json": (TuneFile, "tune.json"),
 }
 FILES = (*_MODELS, "trace.json", "report.json", "findings.json")
 
 
 def run_file_schema(name: str, kind: str = "") -> dict[str, Any]:
-    """The JSON Schema of the run directory file ``name`` (``telemetry/telemetry.json`` may
-    be named by its last part); ``kind`` is the verb that wrote it where two verbs write one
+    """The JSON Schema of the run directory file ``name`` (``telemetry/telemetry.json`` and
+    ``host/cpu.json`` may be named by their last part); ``kind`` is the verb that wrote it where two verbs write one
     name differently (trace.json: "trace" or "diagnose")."""
     name = name.rsplit("/", 1)[-1]
     if name == "trace.json":
