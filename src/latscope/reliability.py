@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from latscope.results import ClientSection
 from latscope.runfiles import BenchSummary, ClientFigures
 
 
@@ -74,14 +75,18 @@ class ClientReliability:
     fix: str = ""
     reasons: tuple[str, ...] = field(default=(), repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        """As report.json's client section holds it (the reasons are joined in ``why``)."""
-        return {"reliable": self.reliable, "why": self.why, "off_cpu_share": self.off_cpu_share,
-                "loop_lag_p99_ms": self.loop_lag_p99_ms,
-                "loop_lag_mean_ms": self.loop_lag_mean_ms,
-                "send_lag_p99_ms": self.send_lag_p99_ms,
-                "cpu_utilization": self.cpu_utilization,
-                "cpu_per_token_us": self.cpu_per_token_us, "fix": self.fix}
+    def section(self, load: float | None = None, same_host: bool | None = None
+                ) -> ClientSection:
+        """As report.json's client section holds it (the reasons joined in ``why``), at the
+        load it was judged at."""
+        return ClientSection(reliable=self.reliable, why=self.why,
+                             off_cpu_share=self.off_cpu_share,
+                             loop_lag_p99_ms=self.loop_lag_p99_ms,
+                             loop_lag_mean_ms=self.loop_lag_mean_ms,
+                             send_lag_p99_ms=self.send_lag_p99_ms,
+                             cpu_utilization=self.cpu_utilization,
+                             cpu_per_token_us=self.cpu_per_token_us, fix=self.fix, load=load,
+                             same_host=same_host)
 
 
 def off_cpu_share(figures: dict[str, Any]) -> float | None:

@@ -44,6 +44,8 @@ class Manifest(msgspec.Struct, kw_only=True):
     status: str | UnsetType = UNSET  # running | ok | failed: why | interrupted
     host: HostInfo | UnsetType = UNSET
     target: dict[str, Any] | UnsetType = UNSET  # what was known about the server: open
+    verdict: str | None | UnsetType = UNSET  # diagnose's, in one line, once it ends
+    prompt_seed: int | UnsetType = UNSET  # diagnose's: every run's prompts drawn from it
     # a load run's
     run_tag: str | UnsetType = UNSET
     config: dict[str, Any] | UnsetType = UNSET  # the BenchConfig, api key redacted
@@ -93,11 +95,17 @@ class Goodput(msgspec.Struct, kw_only=True):
     attainment: float | None
 
 
+class WorkersChosen(msgspec.Struct):
+    count: int
+    why: str
+
+
 class LoadShape(msgspec.Struct, kw_only=True):
     mode: str  # closed | open
     concurrency: int | None = None
     rate: float | None = None
     burstiness: float | None = None
+    workers_chosen: WorkersChosen | UnsetType = UNSET  # client processes, and why so many
 
 
 class GroupSummary(msgspec.Struct, kw_only=True):
@@ -160,6 +168,11 @@ class BenchSummary(msgspec.Struct, kw_only=True):
     client: ClientFigures | UnsetType = UNSET
     server: ServerFacts | UnsetType = UNSET
     rebuilt: str | UnsetType = UNSET  # why it was rebuilt from requests.jsonl
+
+    def distribution(self, name: str) -> Distribution:
+        """A latency's distribution by name (ttft, tpot, itl, e2e, send_lag); {} for another."""
+        return {"ttft": self.ttft_ms, "tpot": self.tpot_ms, "itl": self.itl_ms,
+                "e2e": self.e2e_ms, "send_lag": self.send_lag_ms}.get(name, {})
 
 
 def manifest_of(data: Any, where: str = "manifest.json") -> Manifest:

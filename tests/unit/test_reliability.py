@@ -48,4 +48,4 @@ def test_the_clients_own_share_of_ttft_and_its_lag_tail_judge_the_run():
     assert judge(SUMMARY, client_ms=4.0, ttft_mean_ms=50.0).reliable
     lag = judge({"client": {"loop_lag_ms": {"p99": 60.0}}, **SUMMARY})
     assert not lag.reliable and "event-loop lag p99 60.0 ms" in lag.why
-    assert lag.fix and lag.to_dict()["reliable"] is False
+    assert lag.fix and lag.section().reliable is False

@@ -221,14 +221,14 @@ def metric_of(obs: Any, metric: str) -> float | None:
     ``short_`` or ``long_`` prefix, over its short or long requests only (``size_class``);
     ``throughput_rps`` (measured requests over first send to last end) or ``steady_rps``."""
     if metric == "throughput_rps":
-        return (obs.summary.get("throughput") or {}).get("requests_per_s")
+        return obs.summary.throughput.requests_per_s
     if metric == "steady_rps":
         return steady_rps(obs.records)
     size, _, rest = metric.partition("_")
     if size in ("short", "long"):
         return _class_metric(obs.records, size, rest)
     name, _, stat = metric.removesuffix("_ms").rpartition("_")
-    return ((obs.summary.get(f"{name}_ms") or {}).get(stat))
+    return obs.summary.distribution(name).get(stat)
 
 
 def steady_rps(records: list[Any]) -> float | None:

@@ -14,7 +14,7 @@ from latscope.env.hostload import HostCpu
 from latscope.load import BenchConfig, BenchResult
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.reliability import ClientReliability, judge_client
-from latscope.runfiles import summary_of
+from latscope.runfiles import BenchSummary, summary_of
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
 from latscope.telemetry.facts import TelemetryFacts, telemetry_facts
@@ -50,8 +50,13 @@ class Observation:
         return self.result.run_dir
 
     @property
-    def summary(self) -> dict[str, Any]:
-        return self.result.summary
+    def summary(self) -> BenchSummary:
+        """The run's summary.json, typed (read from the run's result once)."""
+        typed = self.extra.get("summary")
+        if not isinstance(typed, BenchSummary):
+            typed = summary_of(self.result.summary, str(self.run_dir / "summary.json"))
+            self.extra["summary"] = typed
+        return typed
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -108,7 +113,7 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
     from latscope.findings.conclude import findings_at
     from latscope.findings.inputs import Measured, PromptReuse, ServerLimits
 
-    client = client_reliability(result.summary, decomposition)
+    client = client_reliability(summary_of(result.summary), decomposition)
     telemetry = telemetry_facts(result.run_dir)
     cpu = read_cpu_usage(result.run_dir)
     hit_rate = prefix_cache_hit_rate(snapshots)
@@ -175,14 +180,14 @@ def _traced(config: BenchConfig, collector: Any, observers: Sequence[Any],
     return (dataclasses.replace(config, trace_requests=True), [*observers, recorder], expect)
 
 
-def client_reliability(summary: dict[str, Any], decomposition: Decomposition | None
+def client_reliability(summary: BenchSummary, decomposition: Decomposition | None
                        ) -> ClientReliability:
     """Whether the client's own timing can be trusted in this run (``latscope.reliability``'s
     one table of thresholds), with the share of TTFT its own delay took where the run's
     decomposition split it off."""
     comp = decomposition.component("ttft.client") if decomposition else None
     total = decomposition.component("ttft") if decomposition else None
-    return judge_client(summary_of(summary), comp.mean_ms if comp else None,
+    return judge_client(summary, comp.mean_ms if comp else None,
                         total.mean_ms if total else None)
 
 

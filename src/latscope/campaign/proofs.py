@@ -129,7 +129,7 @@ def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
 
     left = budget.left()
     obs = state.observations.get(float(load))
-    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None)
+    rps = obs.summary.throughput.requests_per_s if obs else None
     if not rps:
         return state.opts.pairs if left >= 20 else 0
     run_s = sum(run_shape(proposal, load)) / rps + RUN_SETUP_S
@@ -186,8 +186,9 @@ def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
     from latscope.campaign.experiment import requests_per_run
     from latscope.gateway.fits import gateway_run_shape
 
-    throughput = (obs.summary.get("throughput") or {}) if obs else {}
-    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    throughput = obs.summary.throughput if obs else None
+    rps = throughput.requests_per_s if throughput else None
+    tok_s = throughput.total_tokens_per_s if throughput else None
     sizes = _sizes_for_shape(obs) if obs else []
     if not (rps and tok_s and sizes):
         return
@@ -282,8 +283,9 @@ def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Ru
 
     obs = state.observations.get(float(load))
     sizes = _measured_sizes(obs) if obs else []
-    throughput = (obs.summary.get("throughput") or {}) if obs else {}
-    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    throughput = obs.summary.throughput if obs else None
+    rps = throughput.requests_per_s if throughput else None
+    tok_s = throughput.total_tokens_per_s if throughput else None
     shape = gateway_run_shape(_sizes_for_shape(obs), rps, tok_s,
                               min_requests=requests_per_run(load),
                               min_warmup=load) if sizes and rps and tok_s else None

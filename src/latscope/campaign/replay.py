@@ -38,6 +38,7 @@ from latscope.errors import ConfigError
 from latscope.model import Finding
 from latscope.results import ABResult, Proposal, section
 from latscope.rundir import READABLE_SCHEMAS, RunDir, read_json
+from latscope.runfiles import Manifest, manifest_of
 
 KNOWN_SCHEMAS = READABLE_SCHEMAS
 
@@ -75,15 +76,15 @@ def replay(run_dir: str | Path, output_dir: str | Path | None = None) -> dict[st
     return report
 
 
-def _manifest(src: Path) -> dict[str, Any]:
+def _manifest(src: Path) -> Manifest:
     path = src / "manifest.json"
     if not path.is_file():
         raise ConfigError(f"{src}: no manifest.json: not a latscope run directory")
-    manifest = read_json(path)
-    if manifest.get("kind") != "diagnose":
-        raise ConfigError(f"{src}: a {manifest.get('kind')!r} run, not a diagnose run")
-    if manifest.get("schema_version") not in KNOWN_SCHEMAS:
-        raise ConfigError(f"{src}: schema_version {manifest.get('schema_version')!r} is newer "
+    manifest = manifest_of(read_json(path), str(path))
+    if manifest.kind != "diagnose":
+        raise ConfigError(f"{src}: a {manifest.kind!r} run, not a diagnose run")
+    if manifest.schema_version not in KNOWN_SCHEMAS:
+        raise ConfigError(f"{src}: schema_version {manifest.schema_version!r} is newer "
                           f"than this latscope knows ({KNOWN_SCHEMAS[-1]}): upgrade latscope")
     return manifest
 
@@ -97,9 +98,9 @@ def _copy(src: Path, out: Path) -> None:
     shutil.copytree(src, out, ignore=ignore)
 
 
-def _options(manifest: dict[str, Any]) -> DiagnoseOptions:
+def _options(manifest: Manifest) -> DiagnoseOptions:
     """The options that change what is concluded (the SLO), from the recorded command line."""
-    argv = manifest.get("argv") or shlex.split(manifest.get("command") or "")
+    argv = shlex.split(manifest.command or "")
     slo = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--slo"), None)
     return DiagnoseOptions(slo=slo, profile="--profile" in argv, argv=None)
 

@@ -16,6 +16,7 @@ from latscope.campaign.servers import Running
 from latscope.campaign.state import Budget, Diagnosis, pick_levels
 from latscope.campaign.sweep import step_of
 from latscope.model import Severity
+from latscope.runfiles import LoadShape, WorkersChosen
 
 SWEEP_SHARE = 0.6
 
@@ -163,8 +164,9 @@ def remeasure_unreliable(state: Diagnosis, measure: Any, fits: Any, spare_cores:
         obs = state.observations.get(load)
         if obs is None or obs.client.reliable:
             continue
-        used = int(((obs.summary.get("load") or {}).get("workers_chosen") or {})
-                   .get("count") or 1)
+        load_shape = obs.summary.load
+        chosen = load_shape.workers_chosen if isinstance(load_shape, LoadShape) else None
+        used = chosen.count if isinstance(chosen, WorkersChosen) else 1
         more = min(spare_cores, max(2, 2 * used))
         why = obs.client.why or "unreliable"
         if more <= used:

@@ -20,7 +20,6 @@ from latscope.analysis.sweep import (
 )
 from latscope.analysis.sweepfile import SweepFile, SweepMeta
 from latscope.model import Finding
-from latscope.runfiles import summary_of
 
 # Leaves of the latency decomposition compared across steps ("what grows at the knee").
 GROWTH_KEYS = ("ttft.client", "ttft.network", "ttft.frontend", "ttft.server.queue",
@@ -61,7 +60,7 @@ def step_seed(seed: int, mode: str, load: float) -> int:
 def step_of(load: float, obs: Any) -> Step:
     """A sweep ``Step`` from one ``Observation``: flat metrics, noise, prefix-cache hit rate and
     the mean ms of each decomposition leaf."""
-    summary = summary_of(obs.summary, str(obs.run_dir / "summary.json"))
+    summary = obs.summary
     metrics = flatten_summary(summary)
     metrics.update(noise_estimates(summary, metrics))
     metrics["prefix_cache_hit_rate"] = obs.prefix_cache_hit_rate

@@ -300,7 +300,7 @@ def _client(inputs: ConclusionInputs) -> ClientSection:
     if not rows:
         return ClientSection()
     worst, load = min(rows, key=lambda r: (r[0].reliable, -(r[0].loop_lag_p99_ms or 0)))
-    return ClientSection(**worst.to_dict(), load=load, same_host=inputs.same_host)
+    return worst.section(load, inputs.same_host)
 
 
 def _checks_read(inputs: ConclusionInputs) -> list[str]:

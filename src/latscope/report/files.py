@@ -53,8 +53,8 @@ FILES = (*_MODELS, "trace.json", "report.json", "findings.json")
 
 def run_file_schema(name: str, kind: str = "") -> dict[str, Any]:
     """The JSON Schema of the run directory file ``name`` (``telemetry/telemetry.json`` and
-    ``host/cpu.json`` may be named by their last part); ``kind`` is the verb that wrote it where two verbs write one
-    name differently (trace.json: "trace" or "diagnose")."""
+    ``host/cpu.json`` may be named by their last part); ``kind`` is the verb that wrote it
+    where two verbs write one name differently (trace.json: "trace" or "diagnose")."""
     name = name.rsplit("/", 1)[-1]
     if name == "trace.json":
         return trace_json_schema(TraceRunFile if kind == "trace" else StoredTrace)
