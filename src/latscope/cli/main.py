@@ -27,6 +27,7 @@ COMMANDS = {
     "show": "show",
     "report": "report",
     "gateway": "gateway",
+    "compare": "compare",
 }
 
 

@@ -82,6 +82,21 @@ def _tune(run: RunDir, console: Console, show_ok: bool) -> None:
         console.print(f"best: {best}")
 
 
+def _compare(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.analysis.compare_model import load_comparison
+    from latscope.report.compare import print_comparison
+
+    data = run.read("compare.json")
+    if data is None:
+        console.print("no compare.json (the comparison was interrupted or failed)")
+        return
+    try:
+        comparison = load_comparison(data)
+    except ValueError as exc:
+        raise ConfigError(f"{run.path / 'compare.json'}: {exc}") from None
+    print_comparison(comparison, console)
+
+
 def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.report.findings import print_findings
 
@@ -94,4 +109,5 @@ def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:
 
 _RENDERERS: dict[str, Callable[[RunDir, Console, bool], None]] = {
     "bench": _bench, "diagnose": _diagnose, "sweep": _sweep, "tune": _tune,
+    "compare": _compare,
 }
