@@ -25,10 +25,12 @@ Distribution = dict[str, Number | None]
 
 
 class HostInfo(msgspec.Struct):
-    hostname: str
-    platform: str
-    python: str
-    cpus: int | None
+    """The host a run ran on (a key a hand-made manifest lacks reads None)."""
+
+    hostname: str | None = None
+    platform: str | None = None
+    python: str | None = None
+    cpus: int | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):

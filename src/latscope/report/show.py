@@ -6,6 +6,7 @@ from typing import Callable
 
 from rich.console import Console
 
+from latscope.errors import ConfigError
 from latscope.rundir import RunDir
 from latscope.runfiles import manifest_of, summary_of
 

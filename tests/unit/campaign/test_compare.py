@@ -235,6 +235,9 @@ def test_cpus_contended_under_latscope_itself_refuse(tmp_path):
 
 
 def _sweep(root: Path, name: str, ttft_ms: float, knee: float) -> Path:
+    from latscope.analysis.knee import Knee
+    from latscope.analysis.sweep import Step, SweepAnalysis
+    from latscope.analysis.sweepfile import SweepFile, SweepMeta, write_sweep
     from latscope.rundir import RunDir
 
     run = RunDir.create("sweep", root / name)
@@ -242,10 +245,14 @@ def _sweep(root: Path, name: str, ttft_ms: float, knee: float) -> Path:
     for load in (1, 2, 4):
         step = write_run(root / name / f"step-{load}", seed=int(load * 10 + ttft_ms),
                          concurrency=load, ttft_ms=ttft_ms * load, config={"concurrency": load})
-        steps.append({"load": load, "run_dir": str(step), "metrics": {
-            "requests_per_s": 10.0 * load / (ttft_ms / 50), "ttft_p99_ms": ttft_ms * load}})
-    run.write("sweep.json", {"meta": {"mode": "concurrency"}, "steps": steps,
-                             "analysis": {"knee": {"load": knee}}})
+        steps.append(Step(load, {"requests_per_s": 10.0 * load / (ttft_ms / 50),
+                                 "ttft_p99_ms": ttft_ms * load}, run_dir=str(step)))
+    meta = SweepMeta(url="http://127.0.0.1:8000", mode="concurrency", loads=[1, 2, 4],
+                     slo=None, latency_cap=None, backoff=0.1, bench={})
+    marked = Knee(load=knee, index=[1, 2, 4].index(knee), method="kneedle", score=0.5,
+                  stability=1.0, measured_past=True, confidence="high")
+    write_sweep(run.file("sweep.json"), SweepFile(meta=meta, steps=steps,
+                                                  analysis=SweepAnalysis(knee=marked)))
     return run.path
 
 
