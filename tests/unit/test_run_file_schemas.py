@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import msgspec
 import pytest
-from fakeserver import FakeServer
 
+from fakeserver import FakeServer
 from latscope.cli.main import main
 from latscope.report.files import FILES, run_file_schema
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from latscope.analysis.decompose import Component, Decomposition
-from latscope.trace.files import StoredTrace, read_stored
 from latscope.findings.conclude import conclude
 from latscope.findings.inputs import (
     ConclusionInputs,
@@ -23,6 +22,7 @@ from latscope.findings.inputs import (
 )
 from latscope.findings.trade import budget_trade
 from latscope.server.scrape import read_snapshots
+from latscope.trace.files import StoredTrace, read_stored
 
 MATRIX = Path(__file__).resolve().parents[2] / "data" / "gpu-matrix"
 # an H200 with default flags, 1k prompts, load to c=256: throughput still +16% per doubling at

@@ -12,8 +12,8 @@ import pytest
 from latscope.findings.telemetry import capacity_hint, telemetry_findings
 from latscope.report import plots
 from latscope.telemetry.facts import telemetry_facts
-from latscope.telemetry.series import telemetry_section
 from latscope.telemetry.recording import read_recording, recording_to_run
+from latscope.telemetry.series import telemetry_section
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "telemetry" / "h200-load"
 
