@@ -74,6 +74,11 @@ def test_the_files_the_verbs_write_here_fit_their_schema(tmp_path, capsys):
     ranks = [str(multi / f"hta_sampled_rank-{i}.json.gz") for i in (0, 1)]
     assert main(["trace", *ranks, "-o", str(tmp_path / "trace"), "--quiet"]) == 0
     assert main(["trace", "--compare", *ranks, "-o", str(tmp_path / "compare"), "--quiet"]) == 0
+    for i, rank in enumerate(ranks):
+        assert main(["trace", rank, "-o", str(tmp_path / f"rank{i}"), "--quiet"]) == 0
+    # two profiles: the gate cannot decide (2), the diff is written all the same
+    assert main(["compare", str(tmp_path / "rank0"), str(tmp_path / "rank1"),
+                 "-o", str(tmp_path / "cmp")]) == 2
     with FakeServer(ttft_ms=2, itl_ms=1) as srv:
         common = ["--url", srv.url, "--model", "fake-model", "--output-len", "4"]
         assert main(["bench", *common, "-c", "2", "-n", "6", "--no-progress",
@@ -82,7 +87,11 @@ def test_the_files_the_verbs_write_here_fit_their_schema(tmp_path, capsys):
                      "-o", str(tmp_path / "sweep")]) == 0
     capsys.readouterr()
     checked = _validate_all(tmp_path)
-    assert checked["trace.json"] == 2 and checked["sweep.json"] == 1
+    assert checked["trace.json"] == 4 and checked["sweep.json"] == 1
+    assert checked["compare.json"] == 1
+    diff = json.loads((tmp_path / "cmp" / "compare.json").read_text())["trace"]
+    assert {r["key"] for r in diff["breakdown"]} >= {"busy", "idle"}
+    assert all("a_ms" in r and "a_ns" not in r for r in diff["breakdown"])
     assert checked["summary.json"] == 3 and checked["manifest.json"] >= 5
     trace = json.loads((tmp_path / "trace" / "trace.json").read_text())
     assert trace["schema_version"] == 1 and trace["cross_rank"]["collectives"]["matched"] > 0

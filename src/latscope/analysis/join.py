@@ -30,6 +30,9 @@ from latscope.model import RequestRecord
 from latscope.stats import distribution, e2e_ms, ttft_ms
 
 SOURCE = "per-request spans (OTLP)"
+# One component's distribution over the joined requests (``latscope.stats.distribution`` of a
+# non-empty list: count, mean, std, min, max, p50, p90, p99, ...; every value a number)
+Stats = dict[str, float]
 PERCENTILES = (50, 90, 99)
 # span attribute (seconds) -> our field (ms); vllm/tracing/utils.py SpanAttributes
 SPAN_FIELDS = {
@@ -87,8 +90,8 @@ class PerRequestSplit:
     without_span: int  # traced, completed, but no span arrived for them
     untraced: int  # completed requests sent without a trace id
     other_spans: int  # request spans matching no completed request (warm-up, other traffic)
-    stats: dict[str, dict[str, Any]]  # field -> distribution (count, mean, p50, p90, p99, ...)
-    groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    stats: dict[str, Stats]  # field -> its distribution
+    groups: dict[str, dict[str, Stats]] = field(default_factory=dict)
     slowest: list[RequestSplit] = field(default_factory=list)  # by client TTFT, slowest first
     source: str = SOURCE
     notes: list[str] = field(default_factory=list)
@@ -174,8 +177,8 @@ def _send_delay_ms(record: RequestRecord, client_ttft: float) -> float:
     return max(0.0, client_ttft - (record.first_token_ns - record.sent_ns) / 1e6)
 
 
-def _stats(rows: list[RequestSplit], percentiles: Sequence[float]) -> dict[str, dict[str, Any]]:
-    out = {}
+def _stats(rows: list[RequestSplit], percentiles: Sequence[float]) -> dict[str, Stats]:
+    out: dict[str, Stats] = {}
     for name, _ in COMPONENTS:
         values = [v for r in rows if (v := getattr(r, name)) is not None]
         if values:

@@ -29,6 +29,7 @@ from latscope.errors import ConfigError
 from latscope.findings.compare_findings import diagnose_findings, knee_finding, trace_finding
 from latscope.model import Finding, Severity
 from latscope.rundir import RunDir
+from latscope.trace.results import Comparison as TraceDiff
 from latscope.trace.results import TraceAnalysis
 
 
@@ -52,7 +53,7 @@ class KindPart:
     new_root: Path | None = None
     sweep: SweepSection | None = None
     diagnose: DiagnoseSection | None = None
-    trace: dict[str, Any] | None = None
+    trace: TraceDiff | None = None
     facts: tuple[list[dict[str, Fact]], list[dict[str, Fact]]] | None = None  # no load runs
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -105,8 +106,7 @@ def trace_part(base: list[RunDir], new: list[RunDir], options: CompareOptions) -
     a, b = _trace_result(base[0], required=True), _trace_result(new[0], required=True)
     assert a is not None and b is not None
     comparison, sentence, worse = _trace_compare(a, b)
-    facts = ([_trace_facts(comparison["a"].get("name"))],
-             [_trace_facts(comparison["b"].get("name"))])
+    facts = [_trace_facts(comparison.a.name)], [_trace_facts(comparison.b.name)]
     # comparing one GPU's profile with another's is what trace --compare is for
     part = KindPart([], [], trace=comparison, facts=facts, listed_groups=frozenset({"hardware"}))
     part.findings += trace_finding(sentence, worse)
@@ -256,18 +256,15 @@ def _trace_result(run: RunDir, *, required: bool) -> TraceAnalysis | None:
     return None
 
 
-def _trace_compare(a: TraceAnalysis, b: TraceAnalysis) -> tuple[dict[str, Any], str,
-                                                               bool | None]:
-    """The diff as compare.json holds it (ms, as trace.json's), its sentence, and whether the
-    GPU got busier."""
+def _trace_compare(a: TraceAnalysis, b: TraceAnalysis) -> tuple[TraceDiff, str, bool | None]:
+    """The diff, its sentence, and whether the GPU got busier."""
     from latscope.trace.compare import compare_results
-    from latscope.trace.files import as_json
 
     diff = compare_results(a, b)
     rows = {r.key: r for r in diff.breakdown}
     busy, idle = rows.get("busy"), rows.get("idle")
     if busy is None or not busy.a_ns:
-        return as_json(diff), "", None
+        return diff, "", None
     change = busy.b_ns / busy.a_ns - 1
     mover = max(diff.families, key=lambda r: abs(r.delta_ns), default=None)
     idle_a, idle_b = (idle.a_ns, idle.b_ns) if idle is not None else (0, 0)
@@ -275,7 +272,7 @@ def _trace_compare(a: TraceAnalysis, b: TraceAnalysis) -> tuple[dict[str, Any], 
                 f"({change * 100:+.0f}%), idle {idle_a / 1e6:.4g} -> {idle_b / 1e6:.4g} ms")
     if mover is not None and mover.delta_ns:
         sentence += f"; most moved: {mover.key} {mover.delta_ns / 1e6:+.4g} ms"
-    return as_json(diff), sentence, change > 0
+    return diff, sentence, change > 0
 
 
 def _trace_facts(gpu_name: str | None) -> dict[str, Fact]:

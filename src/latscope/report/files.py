@@ -15,6 +15,7 @@ telemetry/telemetry.json    ``telemetry.files.TelemetrySummary``         load ru
 host/cpu.json               ``env.hostload.HostCpu``                     load runs
 tune.json                   ``analysis.tune.TuneFile``                   tune
 report.json                 ``report.model.Report``                      diagnose
+compare.json                ``analysis.compare_model.Comparison``        compare
 findings.json               ``findings/schema.json`` (hand-written)      every verb
 ==========================  ===========================================  =====================
 """
@@ -27,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from latscope.analysis.compare_model import Comparison
 from latscope.analysis.decompfile import DecompositionFile
 from latscope.analysis.sweepfile import SweepFile
 from latscope.analysis.tune import TuneFile
@@ -36,7 +38,7 @@ from latscope.report.model import report_schema
 from latscope.results import json_schema
 from latscope.runfiles import BenchSummary, Manifest
 from latscope.telemetry.files import TelemetrySummary
-from latscope.trace.files import StoredTrace, TraceRunFile, trace_json_schema
+from latscope.trace.files import StoredTrace, TraceRunFile, in_json_units, trace_json_schema
 
 # file -> (its model, what its schema says it is)
 _MODELS: dict[str, tuple[type[msgspec.Struct], str]] = {
@@ -48,7 +50,7 @@ _MODELS: dict[str, tuple[type[msgspec.Struct], str]] = {
     "cpu.json": (HostCpu, "host/cpu.json"),
     "tune.json": (TuneFile, "tune.json"),
 }
-FILES = (*_MODELS, "trace.json", "report.json", "findings.json")
+FILES = (*_MODELS, "trace.json", "report.json", "compare.json", "findings.json")
 
 
 def run_file_schema(name: str, kind: str = "") -> dict[str, Any]:
@@ -60,6 +62,8 @@ def run_file_schema(name: str, kind: str = "") -> dict[str, Any]:
         return trace_json_schema(TraceRunFile if kind == "trace" else StoredTrace)
     if name == "report.json":
         return report_schema()
+    if name == "compare.json":  # its trace diff in ms, as trace.json's
+        return in_json_units(json_schema(Comparison, "latscope compare.json; durations in ms"))
     if name == "findings.json":
         schema: dict[str, Any] = json.loads(
             resources.files("latscope.findings").joinpath("schema.json").read_text())

@@ -154,6 +154,12 @@ def trace_json_schema(kind: type[msgspec.Struct]) -> dict[str, Any]:
     holds it: every ``*_ns`` property as ``*_ms``, a number."""
     schema = json_schema(kind, f"latscope trace.json ({kind.__name__}), schema_version "
                                f"{SCHEMA_VERSION}; durations in ms")
+    return in_json_units(schema)
+
+
+def in_json_units(schema: dict[str, Any]) -> dict[str, Any]:
+    """A generated schema of a model holding trace results as ``as_json`` writes it: every
+    ``*_ns`` property of its definitions as ``*_ms``, a number."""
     for definition in schema.get("$defs", {}).values():
         _ms_properties(definition)
     return schema

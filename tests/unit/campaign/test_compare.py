@@ -6,13 +6,19 @@ its figures leaves the gate undecided."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from compare_samples import write_run
-from latscope.analysis.compare_model import EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED
+from latscope.analysis.compare_model import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_UNDECIDED,
+    load_comparison,
+)
 from latscope.campaign.compare import CompareOptions, compare_runs
 from latscope.errors import ConfigError
 
@@ -283,7 +289,15 @@ def test_traces_are_compared_by_trace_compare_and_the_gate_says_it_cannot_decide
     capsys.readouterr()
     c = _compare(tmp_path / "t0", tmp_path / "t1")
     assert c.kind == "trace" and c.trace is not None
-    assert {r["key"] for r in c.trace["breakdown"]} >= {"busy", "idle", "window"}
+    assert {r.key for r in c.trace.breakdown} >= {"busy", "idle", "window"}
+    # compare.json holds the diff in ms, as trace.json does; read back, the same ns
+    stored = c.to_dict()["trace"]
+    busy = next(r for r in c.trace.breakdown if r.key == "busy")
+    assert next(r for r in stored["breakdown"] if r["key"] == "busy")["a_ms"] == busy.a_ns / 1e6
+    again = load_comparison(json.loads(json.dumps(c.to_dict()))).trace
+    assert again is not None and [r.key for r in again.families] == \
+        [r.key for r in c.trace.families]
+    assert next(r for r in again.breakdown if r.key == "busy").a_ns == pytest.approx(busy.a_ns)
     assert c.exit_code == EXIT_UNDECIDED and not c.metrics
     assert "no per-request figures" in c.reasons[0]
     assert any(f["id"] == "compare.trace_moved" for f in c.findings)
