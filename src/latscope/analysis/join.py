@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from latscope.model import RequestRecord
+from latscope.server.otlp_decode import Span
 from latscope.stats import distribution, e2e_ms, ttft_ms
 
 SOURCE = "per-request spans (OTLP)"
@@ -108,17 +109,16 @@ class PerRequestSplit:
         return data
 
 
-def request_spans(spans: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def request_spans(spans: Iterable[Span]) -> dict[str, Span]:
     """trace id -> the span that carries a request's timings (the first, if a trace has many)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Span] = {}
     for span in spans:
-        attrs = span.get("attributes") or {}
-        if _TTFT_ATTR in attrs and span.get("trace_id"):
-            out.setdefault(span["trace_id"], span)
+        if _TTFT_ATTR in span.attributes and span.trace_id:
+            out.setdefault(span.trace_id, span)
     return out
 
 
-def join_spans(records: Iterable[RequestRecord], spans: Iterable[dict[str, Any]], *,
+def join_spans(records: Iterable[RequestRecord], spans: Iterable[Span], *,
                percentiles: Sequence[float] = PERCENTILES, slowest: int = 5) -> PerRequestSplit:
     """Join a run's records with the spans its server exported, by trace id."""
     done = [r for r in records if r.ok and not r.warmup and ttft_ms(r) is not None]
@@ -150,7 +150,7 @@ def join_spans(records: Iterable[RequestRecord], spans: Iterable[dict[str, Any]]
     return result
 
 
-def _split(record: RequestRecord, span: dict[str, Any]) -> RequestSplit:
+def _split(record: RequestRecord, span: Span) -> RequestSplit:
     client_ttft = ttft_ms(record)
     assert client_ttft is not None
     row = RequestSplit(index=record.index, request_id=record.request_id,
@@ -158,9 +158,8 @@ def _split(record: RequestRecord, span: dict[str, Any]) -> RequestSplit:
                        client_ttft_ms=client_ttft,
                        send_lag_ms=_send_delay_ms(record, client_ttft),
                        client_e2e_ms=e2e_ms(record), sent_ns=record.sent_ns)
-    attrs = span.get("attributes") or {}
     for attr, name in SPAN_FIELDS.items():
-        value = attrs.get(attr)
+        value = span.attributes.get(attr)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             setattr(row, name, float(value) * 1e3)
     if row.server_ttft_ms is not None:
