@@ -30,6 +30,7 @@ import orjson
 from latscope import native, twins
 from latscope.errors import ConfigError, OutputError
 from latscope.model import CHUNK_GAPS_KEY, Finding, RequestRecord
+from latscope.runfiles import HostInfo
 from latscope.twins import Gaps
 
 # 2: requests.jsonl holds token times as gaps (``chunk_gaps_ns``); 1 held them as times, and
@@ -37,6 +38,7 @@ from latscope.twins import Gaps
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 FINDINGS_SCHEMA_VERSION = 1  # findings.json's (latscope/findings/schema.json)
+SUMMARY_SCHEMA_VERSION = 1  # summary.json's (latscope.runfiles.BenchSummary)
 MANIFEST = "manifest.json"
 REQUESTS, SUMMARY = "requests.jsonl", "summary.json"  # a load run's records and summary
 _FLUSH_NS = 100_000_000  # records reach the file at most this late
@@ -57,9 +59,9 @@ def default_run_dir(kind: str = "bench") -> Path:
     return path
 
 
-def host_info() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "cpus": os.cpu_count()}
+def host_info() -> HostInfo:
+    return HostInfo(socket.gethostname(), platform.platform(), sys.version.split()[0],
+                    os.cpu_count())
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -82,6 +84,8 @@ def write_bytes(path: Path, data: bytes) -> None:
 def _fallback(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, msgspec.Struct):  # a typed section of a file (the manifest's host)
+        return msgspec.to_builtins(value)
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, float):  # inf / nan: JSON has no such numbers
@@ -105,7 +109,7 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """The objects of an appended JSONL file. A torn last line (a crash mid-write) is skipped;
     a bad line anywhere else is an error: silently stopping there would hide later data."""
     path = Path(path)
-    for lineno, line, last in _lines(path):
+    for lineno, line, last in jsonl_lines(path):
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -117,7 +121,7 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         yield obj
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
     """(number, line, whether it is the last) of a file's non-blank lines, read one at a time
     (a long run's file is never held whole): one line ahead, so that a reader can skip a torn
     last line and refuse a bad one anywhere else."""
@@ -345,6 +349,13 @@ class RunWriter:
                 raise self._failed(REQUESTS, exc) from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """summary.json (``runfiles.BenchSummary``), its ``schema_version`` first; put in the
+        caller's dict too, so that a later rewrite of it (diagnose records the prefix cache's
+        hit rate in it) keeps the version."""
+        if "schema_version" not in summary:
+            rest = dict(summary)
+            summary.clear()
+            summary.update(schema_version=SUMMARY_SCHEMA_VERSION, **rest)
         self._write_whole(SUMMARY, summary)
 
     def _write_whole(self, name: str, data: dict[str, Any]) -> None:
@@ -437,7 +448,7 @@ def iter_records_with_gaps(run_dir: str | Path, *, token_times: bool = False
     statistics take (``RunStats.add(record, gaps)``). With ``token_times`` each record keeps
     its times and the gaps are None."""
     path = Path(run_dir) / REQUESTS
-    for number, line, last in _lines(path):
+    for number, line, last in jsonl_lines(path):
         read = None if token_times else record_without_times(line)
         if read is not None:
             yield read

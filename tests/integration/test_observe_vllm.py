@@ -24,6 +24,7 @@ def _bench(target, out, *, concurrency: int, num: int | None = None, duration: f
     requests ~48 ms apart where the stagger asked 6 ms (event-loop lag p99 557 ms, the client at
     0.8% of a core: descheduled), so two slots never filled and vLLM queued nothing."""
     from latscope.campaign.observe import client_reliability
+    from latscope.runfiles import summary_of
 
     for attempt in range(2):
         cfg = BenchConfig(url=target.url, model=target.model_name, concurrency=concurrency,
@@ -33,7 +34,7 @@ def _bench(target, out, *, concurrency: int, num: int | None = None, duration: f
                           workload=WorkloadSpec(input_len=input_len, output_len=output_len))
         result = run_bench(cfg, observers=[MetricsScraper(interval_s=interval)])
         decomposition = decompose_run(result.run_dir)
-        client = client_reliability(result.summary, decomposition)
+        client = client_reliability(summary_of(result.summary), decomposition)
         if client.reliable:
             break
         print(f"c={concurrency}: the client's timing was unreliable ({client.why})")

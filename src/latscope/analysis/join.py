@@ -33,9 +33,13 @@ from typing import Any
 import numpy as np
 
 from latscope.model import RequestRecord
+from latscope.server.otlp_decode import Span
 from latscope.stats import distribution, e2e_ms, ttft_ms
 
 SOURCE = "per-request spans (OTLP)"
+# One component's distribution over the joined requests (``latscope.stats.distribution`` of a
+# non-empty list: count, mean, std, min, max, p50, p90, p99, ...; every value a number)
+Stats = dict[str, float]
 PERCENTILES = (50, 90, 99)
 # span attribute (seconds) -> our field (ms); vllm/tracing/utils.py SpanAttributes
 SPAN_FIELDS = {
@@ -93,8 +97,8 @@ class PerRequestSplit:
     without_span: int  # traced, completed, but no span arrived for them
     untraced: int  # completed requests sent without a trace id
     other_spans: int  # request spans matching no completed request (warm-up, other traffic)
-    stats: dict[str, dict[str, Any]]  # field -> distribution (count, mean, p50, p90, p99, ...)
-    groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    stats: dict[str, Stats]  # field -> its distribution
+    groups: dict[str, dict[str, Stats]] = field(default_factory=dict)
     slowest: list[RequestSplit] = field(default_factory=list)  # by client TTFT, slowest first
     source: str = SOURCE
     notes: list[str] = field(default_factory=list)
@@ -111,27 +115,26 @@ class PerRequestSplit:
         return data
 
 
-def request_spans(spans: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def request_spans(spans: Iterable[Span]) -> dict[str, Span]:
     """trace id -> the span that carries a request's timings (the first, if a trace has many)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Span] = {}
     for span in spans:
-        attrs = span.get("attributes") or {}
-        if _TTFT_ATTR in attrs and span.get("trace_id"):
-            out.setdefault(span["trace_id"], span)
+        if _TTFT_ATTR in span.attributes and span.trace_id:
+            out.setdefault(span.trace_id, span)
     return out
 
 
 _TIMINGS = struct.Struct(f"{len(SPAN_FIELDS)}d")  # a span's timings, packed (NaN: not set)
 
 
-def span_timings(spans: Iterable[dict[str, Any]]) -> dict[str, bytes]:
+def span_timings(spans: Iterable[Span]) -> dict[str, bytes]:
     """trace id -> the timings of its request span (``request_spans``' choice), in ms in
     ``SPAN_FIELDS``' order, packed: ~80 bytes a span instead of its decoded attributes
     (~1-2 kB), while the spans of a long run wait for their records."""
     out: dict[str, bytes] = {}
     for span in spans:
-        attrs = span.get("attributes") or {}
-        trace = span.get("trace_id")
+        attrs = span.attributes
+        trace = span.trace_id
         if _TTFT_ATTR not in attrs or not trace or trace in out:
             continue
         values = [attrs.get(attr) for attr in SPAN_FIELDS]
@@ -140,7 +143,7 @@ def span_timings(spans: Iterable[dict[str, Any]]) -> dict[str, bytes]:
     return out
 
 
-def join_spans(records: Iterable[RequestRecord], spans: Iterable[dict[str, Any]], *,
+def join_spans(records: Iterable[RequestRecord], spans: Iterable[Span], *,
                percentiles: Sequence[float] = PERCENTILES, slowest: int = 5) -> PerRequestSplit:
     """Join a run's records with the spans its server exported, by trace id; the rows kept,
     in send order."""
@@ -206,7 +209,7 @@ class SpanJoin:
         joined = len(self.group_of)
         columns = {name: np.frombuffer(values, dtype=np.float64)
                    for name, values in self.values.items()}
-        groups: dict[str, dict[str, dict[str, Any]]] = {}
+        groups: dict[str, dict[str, Stats]] = {}
         if len(self.groups) > 1:
             numbers = np.frombuffer(self.group_of, dtype=np.uint16)
             groups = {name: self._stats(columns, numbers == n)
@@ -221,8 +224,8 @@ class SpanJoin:
         return result
 
     def _stats(self, columns: dict[str, np.ndarray], rows: np.ndarray | None
-               ) -> dict[str, dict[str, Any]]:
-        out = {}
+               ) -> dict[str, Stats]:
+        out: dict[str, Stats] = {}
         for name in _NAMES:
             column = columns[name] if rows is None else columns[name][rows]
             values = column[~np.isnan(column)]

@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from latscope.load.runner import RunInterrupted, run_failure
     from latscope.report.bench import print_bench
     from latscope.rundir import default_run_dir
+    from latscope.runfiles import summary_of
 
     console = Console()
     with contextlib.ExitStack() as stack:
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"stopped by {exc}: finished requests, the in-flight ones as cancelled and "
                   f"the summary are in {config.output_dir}", file=sys.stderr)
             return 128 + exc.signum
-    print_bench(result.summary, console)
+    print_bench(summary_of(result.summary), console)
     console.print(f"run directory: {result.run_dir}")
     if observers or recorder:
         _print_decomposition(result, console)
