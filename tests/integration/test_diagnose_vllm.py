@@ -109,7 +109,11 @@ def _check_priority_ab(report: dict) -> None:
     --scheduling-policy priority behind a tagging gateway, and B's own log shows the policy."""
     from latscope.gateway.tags import policy_from_log
 
-    [exp] = [e for e in report["experiments"] if "--scheduling-policy priority" in e["change"]]
+    exps = [e for e in report["experiments"] if "--scheduling-policy priority" in e["change"]]
+    # not measured: what the stages said (the budget, the fit) and what was proposed instead
+    assert len(exps) == 1, ([(s["name"], s["status"], s["note"]) for s in report["stages"]],
+                            report["proposals"])
+    [exp] = exps
     assert exp["change"] == "--scheduling-policy priority + latscope gateway --policy tag"
     assert exp["measured"] is True and exp["metric"] == "short_ttft_mean_ms"
     pairs = len(exp["arms"]) // 2
