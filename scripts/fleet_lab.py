@@ -112,7 +112,7 @@ def _window(t0: float, t1: float, selector: str = 'job="vllm"',
                       replica_labels=labels)
 
 
-def run_record(out: Path) -> None:
+def run_record(out: Path, only_late: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     recorder = Recorder()
     ports = [free_port() for _ in range(3)]
@@ -124,6 +124,9 @@ def run_record(out: Path) -> None:
         lb_all = stack.enter_context(NginxBalancer(addrs, auth_front=(prom.url, TOKEN)))
         lb_pair = stack.enter_context(NginxBalancer(addrs[:2]))
         prom.scraped()
+        if only_late:
+            _restart_and_gone(out, recorder, prom, lb_all, reps, ports)
+            return
         print("balanced pair", flush=True)
         t0 = time.time()
         traffic(lb_pair.url, reps[0], prompts=40, rate=4)
@@ -154,6 +157,7 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     with run:
         time.sleep(12)
         reps[1].stop()
+        _wait_port_free(ports[1])
         reps[1] = LocalTarget(port=ports[1], env={"VLLM_CPU_KVCACHE_SPACE": "2"})
         reps[1].start()
         try:
@@ -177,6 +181,16 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     time.sleep(6)
     record("replica_gone", out, recorder, prom.url, _window(t0, time.time()))
     reps[1].stop()
+
+
+def _wait_port_free(port: int, timeout_s: float = 120.0) -> None:
+    """A stopped replica's port stays bound while its connections sit in TIME_WAIT (the
+    balancer kept some alive): the same port is what Prometheus scrapes, so wait for it."""
+    from latscope.server.target import port_is_free
+
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(port) and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def run_up() -> None:
@@ -204,9 +218,11 @@ def main() -> None:
     sub.add_parser("up")
     rec = sub.add_parser("record")
     rec.add_argument("out", type=Path)
+    rec.add_argument("--late-only", action="store_true",
+                     help="only the restart and replica-gone scenarios")
     args = parser.parse_args()
     try:
-        run_up() if args.what == "up" else run_record(args.out)
+        run_up() if args.what == "up" else run_record(args.out, args.late_only)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
 

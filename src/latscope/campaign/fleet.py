@@ -101,6 +101,18 @@ def conclude_and_write(run: RunDir, gathered: Gathered, *, window: FleetWindow |
     """Facts per replica, each replica's own diagnosis, the fleet's rules, the reports."""
     from latscope.report.fleet import write_fleet_reports
 
+    report, ranked = conclude_gathered(run, gathered, window=window, t0=t0, source=source,
+                                       progress=progress, balancer=balancer)
+    run.write_findings(ranked)
+    write_fleet_reports(run.path, report)
+    run.finish("ok")
+    return report
+
+
+def conclude_gathered(run: RunDir, gathered: Gathered, *, window: FleetWindow | None,
+                      t0: float, source: str, progress: Progress,
+                      balancer: str | None = None) -> tuple[dict, list]:
+    """The fleet report's dict and the ranked findings, nothing written."""
     facts_list = [replica_facts(name, gathered.labels.get(name, {}), snaps,
                                 up=gathered.up.get(name, []), starts=gathered.starts.get(name, []))
                   for name, snaps in gathered.snapshots.items()]
@@ -114,10 +126,7 @@ def conclude_and_write(run: RunDir, gathered: Gathered, *, window: FleetWindow |
     progress(f"verdict: {verdict['text']}")
     report = build_fleet_report(run, facts, ranked, verdict, window=window, balancer=balancer,
                                 notes=[*gathered.notes, *notes], elapsed_s=time.monotonic() - t0)
-    run.write_findings(ranked)
-    write_fleet_reports(run.path, report)
-    run.finish("ok")
-    return report
+    return report, ranked
 
 
 def _span(facts: list[ReplicaFacts], window: FleetWindow | None) -> tuple[float, float]:
@@ -159,4 +168,4 @@ def _save_snapshots(run: RunDir, gathered: Gathered) -> None:
     for name, snaps in gathered.snapshots.items():
         path = replica_dir(run.path, name) / "metrics" / "snapshots.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes(path, b"".join(orjson.dumps(s.to_dict()) + b"\n" for s in snaps))
+        write_bytes(path, b"".join(orjson.dumps(s) + b"\n" for s in snaps))  # dataclasses

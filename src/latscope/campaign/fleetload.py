@@ -11,7 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from latscope.campaign.fleet import Gathered, Progress, _failing, conclude_and_write
+from latscope.campaign.fleet import (
+    Gathered,
+    Progress,
+    _failing,
+    conclude_and_write,
+    conclude_gathered,
+)
 from latscope.fleet.model import RouterFacts
 from latscope.fleet.replicas import ReplicaScrapers, read_replica_snapshots, replica_name
 from latscope.model import MetricSnapshot, RequestRecord
@@ -103,5 +109,14 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
                        reliable=bool(client["reliable"]), why_unreliable=client["why"] or "")
 
 
-def replica_names(urls: list[str]) -> list[str]:
-    return [replica_name(u) for u in urls]
+def bench_fleet_report(result: Any, urls: list[str]) -> dict:
+    """`bench --url BALANCER --replica URL ...`: the fleet's report of a finished run (its
+    replicas' scrapes beside the client), built from the bench run directory, not written."""
+    names = [replica_name(u) for u in urls]
+    gathered = balancer_gathered(result.run_dir, result.records, names, result.config.url,
+                                 result.summary)
+    report, _ = conclude_gathered(RunDir.open(result.run_dir), gathered, window=None,
+                                  t0=time.monotonic(), source="latscope's scrapes of each "
+                                  "replica", progress=lambda line: None,
+                                  balancer=result.config.url)
+    return report

@@ -43,6 +43,10 @@ def _target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--per-chunk-usage", action="store_true",
                         help="ask vLLM for usage in every chunk (tokens per chunk)")
     target.add_argument("--extra-body", help="JSON object merged into every request body")
+    target.add_argument("--replica", action="append", default=[], metavar="URL",
+                        help="a replica behind --url (a balancer): its /metrics is scraped "
+                        "instead of --url's, and the client's TTFT is set beside the "
+                        "replicas' own (repeat it for each; docs/fleet.md)")
     target.add_argument("--priority-by", choices=("cost",), default=None,
                         help="set vLLM's `priority` from each request's prompt tokens + "
                         "max_tokens (its power-of-two bucket, lower first; needs a server "
@@ -134,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     from latscope.rundir import default_run_dir
 
     console = Console()
+    if args.replica and not args.url:
+        from latscope.errors import ConfigError
+
+        raise ConfigError("--replica needs --url BALANCER: the load goes through it")
     with contextlib.ExitStack() as stack:
         collector = _collector(args, console, stack)
         url, tokenizer_dir = stack.enter_context(_target(args, console, collector))
@@ -161,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
             return 128 + exc.signum
     print_bench(result.summary, console)
     console.print(f"run directory: {result.run_dir}")
-    if observers or recorder:
+    if args.replica and observers:
+        _print_fleet(result, args.replica)
+    elif observers or recorder:
         _print_decomposition(result, console)
     for failure in result.summary.get("workers_failed", []):
         console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
@@ -328,8 +338,20 @@ def _observers(args: argparse.Namespace, url: str) -> list[Any]:
     from latscope.campaign.observe import gpu_sampler
     from latscope.server.scrape import MetricsScraper
 
+    if args.replica:  # a balancer's /metrics would be any replica's: each replica's own
+        from latscope.fleet.replicas import ReplicaScrapers
+
+        return [ReplicaScrapers(args.replica, args.scrape_interval)]
+
     return [MetricsScraper(interval_s=args.scrape_interval),
             *gpu_sampler(url, args.scrape_interval, args.gpu_telemetry, None)]
+
+
+def _print_fleet(result: Any, replicas: list[str]) -> None:
+    from latscope.campaign.fleetload import bench_fleet_report
+    from latscope.report.fleet import print_fleet_report, typed_fleet_report
+
+    print_fleet_report(typed_fleet_report(bench_fleet_report(result, replicas)))
 
 
 def _print_decomposition(result: Any, console: Any) -> None:

@@ -113,7 +113,16 @@ def run_fleet(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    report = _prometheus(args, progress) if args.prometheus else _balancer(args, progress)
+    import signal
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C: the run directory says "interrupted", exit 130
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        report = _prometheus(args, progress) if args.prometheus else _balancer(args, progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -140,7 +149,6 @@ def _balancer(args: argparse.Namespace, progress) -> dict:
     import os
 
     from latscope.campaign.fleetload import BalancerOptions, diagnose_balancer
-    from latscope.cli.diagnose import parse_duration as budget
 
     concurrency = 8
     if args.concurrency:
@@ -153,7 +161,8 @@ def _balancer(args: argparse.Namespace, progress) -> dict:
             raise ConfigError("--concurrency must be at least 1")
     opts = BalancerOptions(
         url=args.url, replicas=tuple(args.replica), concurrency=concurrency,
-        duration_s=budget(args.budget), input_len=args.input_len, output_len=args.output_len,
+        duration_s=parse_duration(args.budget, "--budget"), input_len=args.input_len,
+        output_len=args.output_len,
         api_key=args.api_key or os.environ.get("LATSCOPE_API_KEY")
         or os.environ.get("OPENAI_API_KEY"), model=args.model, output_dir=args.output_dir,
         argv=sys.argv[1:])

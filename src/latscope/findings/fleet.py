@@ -19,7 +19,7 @@ import numpy as np
 from latscope.findings.fleetcause import cause_words, config_differences, load_ratio
 from latscope.findings.impact import ImpossibleShare, make_impact, severity_for_share
 from latscope.findings.verdict import VerdictInputs, verdict
-from latscope.fleet.facts import LatencyFacts, ReplicaFacts, ratio_to_median
+from latscope.fleet.facts import LatencyFacts, ReplicaFacts, chi2_sf, ratio_to_median
 from latscope.fleet.model import FleetFacts
 from latscope.model import Evidence, Finding, Severity
 
@@ -31,7 +31,7 @@ MIN_EXCESS_S = {"ttft": 0.02, "itl": 0.002}  # and at least this much slower, in
 LOAD_RATIO = 1.5  # a replica's request (or token) rate at this multiple of the others' median
 LOAD_MIN_REQUESTS = 30  # in the whole fleet, for a load comparison
 LOAD_P_VALUE = 0.001  # chi-square against rates proportional to each replica's time up
-_METRICS = {"ttft": ("TTFT", "ttft_mean"), "itl": ("ITL", "tpot")}
+_METRICS = {"ttft": ("TTFT", "server_ttft_mean"), "itl": ("ITL", "tpot")}
 
 
 def fleet_findings(facts: FleetFacts) -> list[Finding]:
@@ -153,14 +153,17 @@ def _latency_evidence(r: ReplicaFacts, lat: LatencyFacts, facts: FleetFacts) -> 
     p99 = (f", p99 {_s(lat.p99.value)} in [{_s(lat.p99.lower)}, {_s(lat.p99.upper)}]"
            if lat.p99 is not None and not lat.p99.above_top_bucket else "")
     return Evidence(f"{r.name} mean {lat.metric}", round(lat.mean.value * 1000, 1),
-                    f"ms, 95% interval {_interval(lat.mean, 1000)}, {lat.count:g} requests{p99}",
-                    f"{lat.family} _sum/_count over {facts.label} ({facts.source})")
+                    f"ms, 95% interval {_interval(lat.mean, seconds=True)}, {lat.count:g} "
+                    f"requests{p99}", f"{lat.family} _sum/_count over {facts.label} "
+                    f"({facts.source})")
 
 
-def _interval(e: Any, scale: float = 1.0) -> str:
+def _interval(e: Any, seconds: bool = False) -> str:
     if e.low is None or e.high is None:
         return "not drawn (too few step intervals)"
-    return f"[{e.low * scale:.3g}, {e.high * scale:.3g}]"
+    if seconds:
+        return f"[{_s(e.low)}, {_s(e.high)}]"
+    return f"[{e.low:.3g}, {e.high:.3g}]"
 
 
 def _s(seconds: float) -> str:
@@ -171,8 +174,6 @@ def load_imbalance(facts: FleetFacts) -> Finding | None:
     """The balancer sends some replicas more requests (or tokens) than others, beyond what
     chance gives: a chi-square of the requests each replica finished against shares
     proportional to the time it was up."""
-    from scipy.stats import chisquare
-
     rows = [(r, r.finished) for r in facts.replicas if r.finished is not None and r.span_s > 0]
     total = sum(n for _, n in rows if n is not None)
     if len(rows) < 2 or total < LOAD_MIN_REQUESTS:
@@ -180,7 +181,7 @@ def load_imbalance(facts: FleetFacts) -> Finding | None:
     spans = np.array([r.span_s for r, _ in rows])
     observed = np.array([n for _, n in rows], dtype=float)
     expected = spans / spans.sum() * observed.sum()
-    p_value = float(chisquare(observed, expected).pvalue)
+    p_value = chi2_sf(float(((observed - expected) ** 2 / expected).sum()), len(rows) - 1)
     rates = {r.name: n / r.span_s for r, n in rows if n is not None}
     busiest = max(rates, key=lambda k: rates[k])
     ratio = load_ratio(facts, busiest)
@@ -196,7 +197,7 @@ def load_imbalance(facts: FleetFacts) -> Finding | None:
                           "request_inference_time / request_queue_time _sum over the window")
                  for r, _ in rows]
     evidence.append(Evidence("chi-square p-value (equal rates per time up)", round(p_value, 6),
-                             "", "scipy.stats.chisquare"))
+                             "", "Pearson's chi-square, latscope.fleet.facts.chi2_sf"))
     return Finding(
         id="fleet.load_imbalance", severity=Severity.WARNING if ratio >= 2 else Severity.INFO,
         title=(f"The balancer sends replica {busiest} {ratio:.1f}x the others' median request "
@@ -234,7 +235,7 @@ def common_cause(facts: FleetFacts) -> Finding | None:
         return None
     share = sum((f.impact or {})["share"] * lat.sum_s for _, lat, f in found) / weight
     first = found[0][2]
-    impact = make_impact("ttft_mean", share, measured_at=facts.label)
+    impact = make_impact("server_ttft_mean", share, measured_at=facts.label)
     return Finding(
         id="fleet.common_cause", severity=severity_for_share(share), layer=first.layer,
         title=f"Every replica ({len(found)}): {first.title}",

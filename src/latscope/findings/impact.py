@@ -16,6 +16,9 @@ from latscope.model import Severity
 
 IMPACT_TARGETS = {
     "ttft_mean": "of mean client TTFT",
+    # passive runs: no client of latscope's, the server's own TTFT (frontend arrival -> first
+    # token) is the total (docs/passive.md)
+    "server_ttft_mean": "of mean server TTFT",
     "ttft_p99": "of p99 TTFT",
     "e2e_mean": "of mean E2E",
     "tpot": "of TPOT",

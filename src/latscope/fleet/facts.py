@@ -227,6 +227,27 @@ def ratio_to_median(replica: LatencyFacts, others: list[LatencyFacts]) -> Estima
     return Estimate(point, float(low), float(high))
 
 
+def chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for X chi-square with ``df`` degrees of freedom: the regularized upper
+    incomplete gamma Q(df/2, x/2), exact for whole and half-whole df/2 (no scipy import: 1-2 s
+    of a 2-core box's start for one number)."""
+    if x <= 0:
+        return 1.0
+    half = x / 2
+    if df % 2 == 0:  # Q(n, h) = e^-h * sum_{k<n} h^k / k!
+        term = total = math.exp(-half)
+        for k in range(1, df // 2):
+            term *= half / k
+            total += term
+        return min(1.0, total)
+    total = math.erfc(math.sqrt(half))  # Q(1/2, h); then Q(s + 1, h) = Q(s, h) + h^s e^-h / G(s+1)
+    s = 0.5
+    while s < df / 2:
+        total += math.exp(s * math.log(half) - half - math.lgamma(s + 1))
+        s += 1
+    return min(1.0, total)
+
+
 def counter_resets(pairs: list[tuple[MetricSnapshot, MetricSnapshot]]) -> list[float]:
     """When a request counter went down (the replica's counters started again from zero)."""
     out = []

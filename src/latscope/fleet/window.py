@@ -121,6 +121,10 @@ async def _read(client: PrometheusClient, spec: WindowSpec) -> FleetWindow:
         window = FleetWindow(spec, step, client.shown, [], interval)
         names = sorted({s["__name__"] for s in listed if not s["__name__"].endswith("_created")})
         window.metric_names = names
+        unlabelled = sum(1 for s in listed if replica_key(s, spec.replica_labels) is None)
+        if unlabelled:
+            window.notes.append(f"{unlabelled} of {len(listed)} vllm:* series lack the label "
+                                f"{'+'.join(spec.replica_labels)}: left out")
         series = await _range_all(session, spec, step, [*names, *EXTRA_SERIES], window.notes)
         window.replicas = assemble(series, by_replica, spec.replica_labels)
         window.promql = await _promql_figures(session, spec, window.notes)
@@ -187,7 +191,7 @@ def choose_step(window_s: float, interval_s: float | None) -> float:
     """A nice step at least the scrape interval (a finer step reads the same sample twice) and
     near ``TARGET_POINTS`` points over the window."""
     want = max(interval_s or 1.0, window_s / TARGET_POINTS, 1.0)
-    return float(next((s for s in _NICE_STEPS if s >= want), math.ceil(want)))
+    return float(next((s for s in _NICE_STEPS if s >= want * 0.95), math.ceil(want)))
 
 
 async def _scrape_interval(session: Session, spec: WindowSpec) -> float | None:
@@ -199,7 +203,9 @@ async def _scrape_interval(session: Session, spec: WindowSpec) -> float | None:
     except PrometheusError:
         return None
     counts = [s.points[0][1] for s in found if s.points and s.points[0][1] > 1]
-    return window_s / max(counts) if counts else None
+    # a window of W s holds W / interval samples, give or take one: 45 s of a 1 s interval
+    # read 44 samples (1.02 s), which must not become a 2 s step
+    return round(window_s / max(counts), 1) if counts else None
 
 
 async def _range_all(session: Session, spec: WindowSpec, step: float, names: list[str],

@@ -12,7 +12,8 @@ import msgspec
 import orjson
 
 from latscope.findings.impact import describe
-from latscope.report.fleetmodel import FleetReport, PromqlCheck, ReplicaRow, load_fleet_report
+from latscope.report.fleetmodel import FleetReport, ReplicaRow, load_fleet_report
+from latscope.report.fleetwords import promql_summary, router_sentence, source_line, window_line
 from latscope.report.model import FindingEntry
 from latscope.report.schema import ReportError
 from latscope.report.units import ms, pct
@@ -47,22 +48,6 @@ def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
                          subsequent_indent=indent, break_on_hyphens=False) or [first or ""]
 
 
-def source_line(r: FleetReport) -> str:
-    s = r.source
-    if s.kind == "prometheus":
-        sel = f" {{{s.selector}}}" if s.selector else ""
-        return (f"{len(r.replicas)} replicas by {'+'.join(s.replica_labels)}, from Prometheus "
-                f"at {s.prometheus}{sel}")
-    return f"{len(r.replicas)} replicas scraped by latscope, load through {s.balancer}"
-
-
-def window_line(r: FleetReport) -> str:
-    s = r.source
-    interval = (f", Prometheus scrapes every {s.scrape_interval_s:.3g} s"
-                if s.kind == "prometheus" and s.scrape_interval_s else "")
-    return (f"{s.start} to {s.end} ({s.window_s:.0f} s), step {s.step_s:.3g} s{interval}")
-
-
 # (header, width, cell) of the terminal's fleet table: 80 columns with one space between
 _COLUMNS = (("replica", 21, lambda x: x.name), ("status", 9, lambda x: x.status[:9]),
             ("req/s", 5, lambda x: _num(x.rate_per_s)), ("TTFT", 8, lambda x: ms(x.ttft_mean_ms)),
@@ -89,11 +74,11 @@ def fleet_table_lines(replicas: list[ReplicaRow]) -> list[str]:
 
 
 def render_fleet_text(r: FleetReport) -> str:
-    out = [f"latscope fleet: {source_line(r)}", *_wrap(window_line(r)), ""]
+    out = [*_wrap(f"latscope fleet: {source_line(r)}"), *_wrap(window_line(r)), ""]
     label = "HEALTHY" if r.verdict.healthy else "VERDICT"
     out += _wrap(r.verdict.text, " " * 9, f"{label}  ")
-    out += ["", "Replicas (TTFT mean and its 95% interval; queue: share of its TTFT; wait: "
-            "mean requests waiting, Little's law)"[:WIDTH]]
+    out += ["", "Replicas: mean TTFT and its 95% interval, the queue's share of it, mean",
+            "ITL, mean requests waiting (Little's law); each replica's own verdict below"]
     out += fleet_table_lines(r.replicas)
     out.append("")
     for x in r.replicas:
@@ -122,30 +107,6 @@ def _finding_lines(i: int, f: FindingEntry) -> list[str]:
     if f.fix:
         lines += _wrap(f"fix: {f.fix}", "     ", "     ")
     return lines
-
-
-def router_sentence(r: FleetReport) -> str:
-    x = r.router
-    assert x is not None
-    share = f" ({x.share:.0%})" if x.share is not None else ""
-    caveat = "" if x.reliable else f"; the client's timing is unreliable: {x.why_unreliable}"
-    return (f"mean TTFT {x.front_ttft_ms:.1f} ms through the balancer ({x.front_count} "
-            f"requests, {x.source}) against {x.replica_ttft_ms:.1f} ms at the replicas "
-            f"({x.replica_count:g} requests); send lag {x.send_lag_ms:.1f} ms; the balancer "
-            f"and the network: {x.router_ms:.1f} ms{share}{caveat}")
-
-
-def promql_summary(checks: list[PromqlCheck]) -> str:
-    if not checks:
-        return "Prometheus' own figures: not read (latscope scraped the replicas itself)"
-    judged = [c for c in checks if c.agree is not None]
-    bad = [c for c in judged if not c.agree]
-    text = (f"Prometheus beside latscope (increase / histogram_quantile on the same window): "
-            f"{len(judged) - len(bad)} of {len(judged)} figures agree")
-    if bad:
-        text += "; they disagree on " + "; ".join(
-            f"{c.replica} {c.metric} {c.what} ({c.note})" for c in bad[:4])
-    return text
 
 
 def render_fleet_markdown(r: FleetReport) -> str:

@@ -47,7 +47,12 @@ def fleet_spec(series: list[ReplicaSeries]) -> dict[str, Any] | None:
 def render_fleet_html(r: FleetReport) -> str:
     from markupsafe import Markup
 
-    from latscope.report.fleet import promql_summary, router_sentence, source_line, window_line
+    from latscope.report.fleetwords import (
+        promql_summary,
+        router_sentence,
+        source_line,
+        window_line,
+    )
     from latscope.report.plots import to_svg
 
     spec = fleet_spec(r.timeseries)

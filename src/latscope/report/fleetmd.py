@@ -63,7 +63,12 @@ def _fig(v: float | None, what: str) -> str:
 
 
 def fleet_markdown(r: FleetReport) -> str:
-    from latscope.report.fleet import promql_summary, router_sentence, source_line, window_line
+    from latscope.report.fleetwords import (
+        promql_summary,
+        router_sentence,
+        source_line,
+        window_line,
+    )
 
     out = ["# latscope fleet report", "", f"{source_line(r)}. {window_line(r)}.", "",
            f"**{'Healthy' if r.verdict.healthy else 'Verdict'}:** {r.verdict.text}", ""]

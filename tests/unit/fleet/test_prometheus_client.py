@@ -7,12 +7,11 @@ import socket
 import threading
 
 import pytest
+from prom_replay import Replayer, serve
 
 from latscope.errors import ConfigError
 from latscope.fleet.prometheus import PrometheusClient, PrometheusError, read_token_file
 from latscope.fleet.window import WindowSpec, read_window
-
-from prom_replay import Replayer, serve
 
 
 def _closed_port() -> int:
