@@ -155,7 +155,7 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     run = BenchServeTraffic(lb_all.url, model=reps[0].model_name,
                             tokenizer=reps[0].tokenizer_dir or "", num_prompts=60, rate=4)
     with run:
-        time.sleep(12)
+        _wait_served(reps[1], 5)  # its counters must hold something to reset
         reps[1].stop()
         _wait_port_free(ports[1])
         reps[1] = LocalTarget(port=ports[1], env={"VLLM_CPU_KVCACHE_SPACE": "2"})
@@ -172,7 +172,7 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     run = BenchServeTraffic(lb_all.url, model=reps[0].model_name,
                             tokenizer=reps[0].tokenizer_dir or "", num_prompts=60, rate=4)
     with run:
-        time.sleep(10)
+        _wait_served(reps[2], 3)  # gone after it served some of the traffic
         reps[2].stop()
         try:
             run.wait(timeout_s=300)
@@ -181,6 +181,22 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     time.sleep(6)
     record("replica_gone", out, recorder, prom.url, _window(t0, time.time()))
     reps[1].stop()
+
+
+def _wait_served(target: LocalTarget, requests: int, timeout_s: float = 180.0) -> None:
+    """Until the replica's own counter says it finished ``requests`` requests."""
+    import urllib.request
+
+    from latscope.server.metrics import parse_metrics_text
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(target.url + "/metrics", timeout=10) as resp:
+            page = parse_metrics_text(resp.read().decode())
+        if (page.value("vllm:request_success_total") or 0) >= requests:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{target.url} did not finish {requests} requests in {timeout_s:g} s")
 
 
 def _wait_port_free(port: int, timeout_s: float = 120.0) -> None:

@@ -90,7 +90,7 @@ def _status(r: ReplicaFacts, facts: FleetFacts) -> str:
     if not r.vllm:
         return "no vllm series"
     if end is not None and r.last_t is not None and end - r.last_t >= 2 * max(facts.step_s, 1):
-        return "gone at " + time.strftime("%H:%M:%S", time.gmtime(r.last_t)) + " UTC"
+        return "gone"  # when: fleet.replica_gone
     if r.resets or r.restarts:
         return "restarted"
     return "up"

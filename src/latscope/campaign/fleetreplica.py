@@ -30,6 +30,12 @@ def replica_conclusion(facts: ReplicaFacts, snapshots: list[MetricSnapshot], lab
         text = "no vllm:* series: stats disabled (--disable-log-stats) or not vLLM"
         return ReplicaConclusion(facts.name, (), {"text": text, "kind": "none",
                                                   "finding_id": None, "healthy": False})
+    ttft = facts.latency.get("ttft")
+    if ttft is None or not ttft.count:
+        text = ("no request reached its first token on it in the window"
+                if len(snapshots) >= 2 else "too few samples in the window to diagnose it")
+        return ReplicaConclusion(facts.name, (), {"text": text, "kind": "none",
+                                                  "finding_id": None, "healthy": False})
     findings = findings_from_metrics(snapshots, source=where) if len(snapshots) >= 2 else []
     split, shares = _split(facts, label, where)
     ranked, _ = rank(join_causes([as_symptom(f) for f in [*split, *findings]]))

@@ -174,21 +174,21 @@ def load_imbalance(facts: FleetFacts) -> Finding | None:
     """The balancer sends some replicas more requests (or tokens) than others, beyond what
     chance gives: a chi-square of the requests each replica finished against shares
     proportional to the time it was up."""
-    rows = [(r, r.finished) for r in facts.replicas if r.finished is not None and r.span_s > 0]
+    rows = [(r, r.finished) for r in facts.replicas if r.finished is not None and r.up_s > 0]
     total = sum(n for _, n in rows if n is not None)
     if len(rows) < 2 or total < LOAD_MIN_REQUESTS:
         return None
-    spans = np.array([r.span_s for r, _ in rows])
+    spans = np.array([r.up_s for r, _ in rows])
     observed = np.array([n for _, n in rows], dtype=float)
     expected = spans / spans.sum() * observed.sum()
     p_value = chi2_sf(float(((observed - expected) ** 2 / expected).sum()), len(rows) - 1)
-    rates = {r.name: n / r.span_s for r, n in rows if n is not None}
+    rates = {r.name: n / r.up_s for r, n in rows if n is not None}
     busiest = max(rates, key=lambda k: rates[k])
     ratio = load_ratio(facts, busiest)
     if ratio is None or ratio < LOAD_RATIO or p_value >= LOAD_P_VALUE:
         return None
     quietest = min(rates, key=lambda k: rates[k])
-    evidence = [Evidence(f"{r.name} requests finished", n, f"in {r.span_s:.0f} s "
+    evidence = [Evidence(f"{r.name} requests finished", n, f"in {r.up_s:.0f} s up "
                          f"({rates[r.name]:.2f}/s)", f"vllm:request_success_total, {facts.source}")
                 for r, n in rows]
     evidence += [Evidence(f"{r.name} in flight (Little's law)",

@@ -114,8 +114,19 @@ class ReplicaFacts:
             return 0.0
         return self.last_t - self.first_t
 
+    @property
+    def up_s(self) -> float:
+        """The span less the stretches Prometheus could not scrape it (a restart, an outage):
+        the time it could serve."""
+        if self.first_t is None or self.last_t is None:
+            return 0.0
+        first, last = self.first_t, self.last_t
+        down = sum(max(0.0, min(b, last) - max(a, first)) for a, b in self.down)
+        return max(0.0, self.span_s - down)
+
     def rate(self, value: float | None) -> float | None:
-        return value / self.span_s if value is not None and self.span_s > 0 else None
+        """``value`` per second of the time the replica was up."""
+        return value / self.up_s if value is not None and self.up_s > 0 else None
 
 
 def replica_facts(name: str, labels: dict[str, str], snapshots: list[MetricSnapshot], *,

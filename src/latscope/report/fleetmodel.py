@@ -17,7 +17,7 @@ FLEET_SCHEMA_VERSION = 1
 class ReplicaRow(msgspec.Struct, kw_only=True):
     name: str
     labels: dict[str, str]
-    status: str  # "up" | "restarted" | "gone at HH:MM:SS UTC" | "no vllm series"
+    status: str  # "up" | "restarted" | "gone" (fleet.replica_gone says when) | "no vllm series"
     verdict: str  # its own diagnosis's verdict, one line
     verdict_finding: str | None
     requests: Number | None  # finished in the window
