@@ -19,7 +19,13 @@ import numpy as np
 from latscope.findings.fleetcause import cause_words, config_differences, load_ratio
 from latscope.findings.impact import ImpossibleShare, make_impact, severity_for_share
 from latscope.findings.verdict import VerdictInputs, verdict
-from latscope.fleet.facts import LatencyFacts, ReplicaFacts, chi2_sf, ratio_to_median
+from latscope.fleet.facts import (
+    LatencyFacts,
+    ReplicaFacts,
+    chi2_sf,
+    ratio_to_median,
+    upper_median,
+)
 from latscope.fleet.model import FleetFacts
 from latscope.model import Evidence, Finding, Severity
 
@@ -89,7 +95,8 @@ def latency_outliers(facts: FleetFacts, metric: str) -> list[Any]:
     for r, lat in compared:
         others = [o for x, o in compared if x.name != r.name]
         ratio = ratio_to_median(lat, others)
-        median = float(np.median([o.mean.value for o in others if o.mean is not None]))
+        median = float(upper_median(np.array([o.mean.value for o in others
+                                              if o.mean is not None])))
         assert lat.mean is not None  # _compared keeps replicas with a mean
         if ratio is None or ratio.value < RATIO or lat.mean.value - median < MIN_EXCESS_S[metric]:
             continue
@@ -129,7 +136,8 @@ def _imbalance_finding(facts: FleetFacts, metric: str, outliers: list[Any],
                           f"x, 95% interval {_interval(rt)}", "bootstrap over step intervals")
                  for r, _, rt, _ in outliers]
     severity = severity_for_share(impact["share"]) if impact else Severity.WARNING
-    severity = max(severity, Severity.WARNING, key=lambda s: -s.rank)
+    if severity.rank > Severity.WARNING.rank:  # an outlier this far out is never mere info
+        severity = Severity.WARNING
     return _latency_finding(
         metric, severity=severity, title=f"{head}: {why_words}{more}", evidence=evidence,
         why=(f"Requests the balancer sends to {top.name} wait longer for their "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from latscope.fleet.facts import ReplicaFacts
+from latscope.fleet.facts import ReplicaFacts, upper_median
 from latscope.fleet.model import FleetFacts
 
 DOMINANT = 0.5  # a part of the replica's TTFT at least this share names where its time goes
@@ -20,10 +20,10 @@ def load_ratio(facts: FleetFacts, name: str) -> float | None:
     """The replica's rate of finished requests over the median of the others' rates."""
     rates = {r.name: r.rate(r.finished) for r in facts.replicas}
     mine = rates.get(name)
-    others = [v for k, v in rates.items() if k != name and v is not None]
-    if mine is None or not others or float(np.median(others)) <= 0:
+    others = np.array([v for k, v in rates.items() if k != name and v is not None])
+    if mine is None or not others.size or float(upper_median(others)) <= 0:
         return None
-    return mine / float(np.median(others))
+    return mine / float(upper_median(others))
 
 
 def cause_words(facts: FleetFacts, r: ReplicaFacts, metric: str) -> tuple[str, str]:
