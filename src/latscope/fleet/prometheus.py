@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,8 @@ def _short(text: str, limit: int = 120) -> str:
 def _reason(exc: BaseException) -> str:
     """The innermost OS reason of a connection failure ("Connection refused"), one line."""
     os_error = getattr(exc, "os_error", None)
+    if isinstance(os_error, OSError) and (os_error.errno or 0) > 0:
+        return os.strerror(os_error.errno or 0).lower()  # "connection refused", "no route ..."
     if isinstance(os_error, OSError) and os_error.strerror:
         return os_error.strerror
     if isinstance(exc, OSError) and exc.strerror:
