@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import sys
 import threading
 import time
@@ -167,6 +168,7 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     traffic(lb_all.url, reps[0], prompts=40, rate=4)
     time.sleep(4)
     record("restart", out, recorder, prom.url, _window(t0, time.time()))
+    _stall(out, recorder, prom, lb_all, reps)
     print("a replica gone mid-window", flush=True)
     t0 = time.time()
     run = BenchServeTraffic(lb_all.url, model=reps[0].model_name,
@@ -183,20 +185,69 @@ def _restart_and_gone(out: Path, recorder: Recorder, prom: PrometheusServer,
     reps[1].stop()
 
 
-def _wait_served(target: LocalTarget, requests: int, timeout_s: float = 180.0) -> None:
-    """Until the replica's own counter says it finished ``requests`` requests."""
+def _stall(out: Path, recorder: Recorder, prom: PrometheusServer, lb_all: NginxBalancer,
+           reps: list[LocalTarget]) -> None:
+    """A real stall: the first replica's engine core stopped (SIGSTOP) for 20 s under traffic,
+    its API server still answering /metrics with the requests it holds, then resumed."""
+    import signal
+
+    print("a stalled engine", flush=True)
+    t0 = time.time()
+    run = BenchServeTraffic(lb_all.url, model=reps[0].model_name,
+                            tokenizer=reps[0].tokenizer_dir or "", num_prompts=60, rate=4)
+    with run:
+        _wait_served(reps[0], 3)
+        cores = _engine_cores(reps[0].pid or 0)
+        for pid in cores:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(20)
+        finally:
+            for pid in cores:
+                os.kill(pid, signal.SIGCONT)
+        run.wait(timeout_s=300)
+    time.sleep(4)
+    record("stall", out, recorder, prom.url, _window(t0, time.time()))
+
+
+def _engine_cores(api_pid: int) -> list[int]:
+    """The engine-core processes a replica's API server started (its children so named)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            comm = (proc / "comm").read_text().strip()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == api_pid and "EngineCor" in comm:
+            found.append(int(proc.name))
+    if not found:
+        raise RuntimeError(f"no engine core under pid {api_pid}")
+    return found
+
+
+def _wait_served(target: LocalTarget, more: int, timeout_s: float = 180.0) -> None:
+    """Until the replica's own counter says it finished ``more`` requests from now."""
+    deadline = time.monotonic() + timeout_s
+    start = _served(target)
+    while time.monotonic() < deadline:
+        if _served(target) >= start + more:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{target.url} did not finish {more} requests in {timeout_s:g} s")
+
+
+def _served(target: LocalTarget) -> float:
     import urllib.request
 
     from latscope.server.metrics import parse_metrics_text
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(target.url + "/metrics", timeout=10) as resp:
-            page = parse_metrics_text(resp.read().decode())
-        if (page.value("vllm:request_success_total") or 0) >= requests:
-            return
-        time.sleep(0.5)
-    raise RuntimeError(f"{target.url} did not finish {requests} requests in {timeout_s:g} s")
+    with urllib.request.urlopen(target.url + "/metrics", timeout=10) as resp:
+        page = parse_metrics_text(resp.read().decode())
+    return page.value("vllm:request_success_total") or 0.0
 
 
 def _wait_port_free(port: int, timeout_s: float = 120.0) -> None:

@@ -65,3 +65,21 @@ def test_a_replica_gone_mid_window_ends_early_and_prometheus_says_it_was_down(
     end = max(f.last_t for f in facts.values())
     gone = [f for f in facts.values() if end - f.last_t >= 2 * window.step]
     assert len(gone) == 1 and gone[0].down
+
+
+@pytest.mark.slow  # renders report.html (vl-convert: 1-3 s)
+def test_a_stopped_engine_core_is_a_stall_on_that_replica_only(recorded_prometheus, tmp_path):
+    from latscope.campaign.fleet import PrometheusOptions, diagnose_prometheus
+
+    # the recording stopped one replica's engine core (SIGSTOP) for 20 s under traffic: its API
+    # server kept answering /metrics with the requests it held, and no token was computed
+    window, facts = _replicas(recorded_prometheus, "stall")
+    stalled = [f for f in facts.values() if f.stall_s > 0]
+    assert len(stalled) == 1 and 14 <= stalled[0].stall_s <= 22
+    url, spec, _ = recorded_prometheus("stall")
+    report = diagnose_prometheus(PrometheusOptions(
+        url, spec.start, spec.end, None, spec.selector, spec.replica_labels,
+        output_dir=str(tmp_path / "run")), lambda line: None)
+    found = {f["id"]: f for f in report["findings"]}
+    assert found["fleet.replica_stall"]["title"].startswith(f"replica {stalled[0].name} stalled")
+    assert "(the others did not)" in found["fleet.replica_stall"]["title"]

@@ -16,6 +16,7 @@ from latscope.report.fleet import render_fleet_text, typed_fleet_report
 from latscope.report.fleethtml import fleet_spec
 
 SLOW = "127.0.0.1:37663"
+pytestmark = pytest.mark.slow  # one diagnosis rendered to report.html (vl-convert: 1-3 s)
 
 
 @pytest.fixture(scope="module")

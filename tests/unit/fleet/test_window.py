@@ -56,6 +56,7 @@ def test_the_replicas_counters_add_up_to_the_generators_requests(recorded_promet
     assert slow.running_peak == 1 and slow.running_peak_queued == 1 and slow.waiting_peak == 21
 
 
+@pytest.mark.slow  # renders report.html (vl-convert: 1-3 s)
 def test_the_slow_replica_is_named_with_its_cause(recorded_prometheus, tmp_path):
     url, spec, _ = recorded_prometheus("slow_replica")
     report = _diagnose(url, spec, tmp_path)
@@ -79,6 +80,7 @@ def test_the_slow_replica_is_named_with_its_cause(recorded_prometheus, tmp_path)
     assert len(lines.splitlines()) == 30
 
 
+@pytest.mark.slow  # renders report.html (vl-convert: 1-3 s)
 def test_alike_replicas_get_a_clean_bill(recorded_prometheus, tmp_path):
     url, spec, _ = recorded_prometheus("balanced_pair")
     report = _diagnose(url, spec, tmp_path)
@@ -87,6 +89,7 @@ def test_alike_replicas_get_a_clean_bill(recorded_prometheus, tmp_path):
     assert [r["requests"] for r in report["replicas"]] == [20.0, 20.0]
 
 
+@pytest.mark.slow  # renders report.html (vl-convert: 1-3 s)
 def test_the_token_is_sent_and_never_written(recorded_prometheus, tmp_path):
     url, spec, replayer = recorded_prometheus("auth_token")
     token = tmp_path / "token"
