@@ -10,7 +10,9 @@ disk, the manifest's status naming the cause in one line.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -64,7 +66,7 @@ def diagnose_prometheus(opts: PrometheusOptions, progress: Progress) -> dict:
                                 "replica_labels": list(opts.replica_labels)})
     progress(f"reading {window_label(spec.start, spec.end)} of {client.shown}"
              + (f" {{{opts.selector}}}" if opts.selector else ""))
-    with _failing(run):
+    with failing_run(run):
         window = read_window(client, spec)
         run.write("window.json", _window_doc(window))
         progress(f"{len(window.replicas)} replicas by {'+'.join(spec.replica_labels)}, step "
@@ -78,21 +80,20 @@ def diagnose_prometheus(opts: PrometheusOptions, progress: Progress) -> dict:
                                   source=f"Prometheus at {client.shown}", progress=progress)
 
 
-class _failing:
+@contextlib.contextmanager
+def failing_run(run: RunDir) -> Iterator[None]:
     """A failure or an interruption leaves the run directory saying so, in one line."""
-
-    def __init__(self, run: RunDir) -> None:
-        self.run = run
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
-        if isinstance(exc, KeyboardInterrupt):
-            self.run.finish("interrupted")
-        elif isinstance(exc, LatscopeError):
-            self.run.finish(f"failed: {exc}")
+    try:
+        yield
+    except KeyboardInterrupt:
+        run.finish("interrupted")
+        raise
+    except LatscopeError as exc:
+        run.finish(f"failed: {exc}")
+        raise
+    except Exception as exc:  # a bug: the manifest must not stay "running"
+        run.finish(f"failed: {type(exc).__name__}: {exc}")
+        raise
 
 
 def conclude_and_write(run: RunDir, gathered: Gathered, *, window: FleetWindow | None,

@@ -14,9 +14,9 @@ import numpy as np
 from latscope.campaign.fleet import (
     Gathered,
     Progress,
-    _failing,
     conclude_and_write,
     conclude_gathered,
+    failing_run,
 )
 from latscope.fleet.model import RouterFacts
 from latscope.fleet.replicas import ReplicaScrapers, read_replica_snapshots, replica_name
@@ -58,7 +58,7 @@ def diagnose_balancer(opts: BalancerOptions, progress: Progress) -> dict:
                          duration_s=opts.duration_s, output_dir=run.path / LOAD_DIR)
     progress(f"c={opts.concurrency} for {opts.duration_s:g} s through {opts.url}, scraping "
              f"{', '.join(scrapers.urls)} every {opts.scrape_interval_s:g} s")
-    with _failing(run):
+    with failing_run(run):
         result = run_load(config, 1, [scrapers])
         gathered = balancer_gathered(result.run_dir, result.records, list(scrapers.urls),
                                      opts.url, result.summary)
