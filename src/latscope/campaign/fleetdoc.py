@@ -130,12 +130,24 @@ def _router_row(router: RouterFacts | None) -> dict[str, Any] | None:
     if router is None:
         return None
     part = router.front_ttft_s - router.send_lag_s - router.replica_ttft_s
+    notes = []
+    if abs(router.replica_count - router.front_count) > 0:
+        notes.append(f"the replicas counted {router.replica_count:g} first tokens in the run, "
+                     f"the client {router.front_count}: other traffic, or requests cut at the "
+                     "run's end")
+    if part < 0:  # the replicas' own TTFT cannot exceed the client's: never printed as a time
+        notes.append(f"the replicas' mean TTFT ({router.replica_ttft_s * 1000:.1f} ms) exceeds "
+                     f"the client's ({router.front_ttft_s * 1000:.1f} ms): the two do not "
+                     "describe the same requests; no balancer time is derived")
+    ok = part >= 0 and router.front_ttft_s > 0
     return {"source": router.source, "front_ttft_ms": round(router.front_ttft_s * 1000, 3),
             "front_count": router.front_count, "send_lag_ms": round(router.send_lag_s * 1000, 3),
             "replica_ttft_ms": round(router.replica_ttft_s * 1000, 3),
-            "replica_count": router.replica_count, "router_ms": round(part * 1000, 3),
-            "share": (round(part / router.front_ttft_s, 4) if router.front_ttft_s > 0 else None),
-            "reliable": router.reliable, "why_unreliable": router.why_unreliable}
+            "replica_count": router.replica_count,
+            "router_ms": round(part * 1000, 3) if ok else None,
+            "share": round(part / router.front_ttft_s, 4) if ok else None,
+            "reliable": router.reliable, "why_unreliable": router.why_unreliable,
+            "note": "; ".join(notes)}
 
 
 def promql_checks(facts: FleetFacts, figures: list[PromqlFigure]) -> list[dict[str, Any]]:

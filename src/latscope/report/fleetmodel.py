@@ -51,8 +51,9 @@ class RouterRow(msgspec.Struct, kw_only=True):
     send_lag_ms: Number
     replica_ttft_ms: Number
     replica_count: Number
-    router_ms: Number
+    router_ms: Number | None  # None: the parts disagree (refused, see note)
     share: Number | None
+    note: str
     reliable: bool
     why_unreliable: str
 

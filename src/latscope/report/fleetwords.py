@@ -25,12 +25,15 @@ def window_line(r: FleetReport) -> str:
 def router_sentence(r: FleetReport) -> str:
     x = r.router
     assert x is not None
+    head = (f"mean TTFT {x.front_ttft_ms:.1f} ms through the balancer ({x.front_count} "
+            f"requests, {x.source}) against {x.replica_ttft_ms:.1f} ms at the replicas "
+            f"({x.replica_count:g} requests); send lag {x.send_lag_ms:.1f} ms")
+    if x.router_ms is None:
+        return f"{head}; {x.note}"
     share = f" ({x.share:.0%})" if x.share is not None else ""
     caveat = "" if x.reliable else f"; the client's timing is unreliable: {x.why_unreliable}"
-    return (f"mean TTFT {x.front_ttft_ms:.1f} ms through the balancer ({x.front_count} "
-            f"requests, {x.source}) against {x.replica_ttft_ms:.1f} ms at the replicas "
-            f"({x.replica_count:g} requests); send lag {x.send_lag_ms:.1f} ms; the balancer "
-            f"and the network: {x.router_ms:.1f} ms{share}{caveat}")
+    note = f"; {x.note}" if x.note else ""
+    return f"{head}; the balancer and the network: {x.router_ms:.1f} ms{share}{caveat}{note}"
 
 
 def promql_summary(checks: list[PromqlCheck]) -> str:
