@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = "latscope"
 # The ground: plain values and helpers every layer uses; they import only each other.
 GROUND = frozenset({"latscope", "latscope.model", "latscope.errors", "latscope.slo", "latscope.rundir",
-                    "latscope.stats", "latscope.redact"})
+                    "latscope.stats", "latscope.redact", "latscope.results",
+                    "latscope.reliability"})
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 

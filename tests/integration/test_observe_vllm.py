@@ -34,9 +34,9 @@ def _bench(target, out, *, concurrency: int, num: int | None = None, duration: f
         result = run_bench(cfg, observers=[MetricsScraper(interval_s=interval)])
         decomposition = decompose_run(result.run_dir)
         client = client_reliability(result.summary, decomposition)
-        if client["reliable"]:
+        if client.reliable:
             break
-        print(f"c={concurrency}: the client's timing was unreliable ({client['why']})")
+        print(f"c={concurrency}: the client's timing was unreliable ({client.why})")
     return result, decomposition
 
 

@@ -297,16 +297,6 @@ class Tuner:
         return self.state.validation
 
 
-def outcome(exp: dict[str, Any]) -> str:
-    """An A/B's result in words, one wording for every renderer: from its verdict (the whole
-    interval below or above zero) and its guard's."""
-    verdict = exp.get("verdict") or ("better" if exp.get("helped") else None)
-    if verdict == "better":
-        guard = (exp.get("guard") or {}).get("verdict")
-        return "helped, at a cost" if guard == "worse" else "helped"
-    return "made it worse" if verdict == "worse" else "did not measurably help"
-
-
 def paired_change(baseline: Sequence[float | None], candidate: Sequence[float | None], *,
                   higher_better: bool, confidence: float = 0.95) -> dict[str, Any]:
     """Relative change candidate/baseline - 1 over pairs, with a t interval on the log ratios.

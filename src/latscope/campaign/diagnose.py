@@ -29,6 +29,7 @@ from latscope.campaign.document import build_report, unmodelled_report
 from latscope.campaign.servers import CommandControl, HeldServer, LocalControl, Running, ServerControl
 from latscope.campaign.state import Budget, DiagnoseFailed, DiagnoseOptions, Diagnosis, Progress, StageRecord
 from latscope.errors import ConfigError, LatscopeError
+from latscope.results import Verdict
 from latscope.rundir import RunDir
 
 __all__ = ["DiagnoseFailed", "DiagnoseOptions", "Diagnosis", "diagnose"]
@@ -198,8 +199,8 @@ def _conclude_recorded(state: Diagnosis) -> str | None:
         cause = f"the findings could not be ranked: {type(exc).__name__}: {exc}"
         state.stages.append(StageRecord("conclude", status="failed", note=cause))
         state.progress(f"    conclude failed: {cause}")
-        state.verdict = {"text": f"No verdict: {cause}", "kind": "none", "finding_id": None,
-                         "healthy": False}
+        state.verdict = Verdict(text=f"No verdict: {cause}", kind="none", finding_id=None,
+                                healthy=False)
         return cause
 
 

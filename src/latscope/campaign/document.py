@@ -13,15 +13,12 @@ from typing import Any
 from latscope.campaign.state import Diagnosis, level_label
 from latscope.report.model import (
     SCHEMA_VERSION,
-    ClientSection,
     ComponentRow,
     CrossRank,
     DecompositionView,
-    Experiment,
     FindingEntry,
     KernelCategory,
     Knee,
-    Proposal,
     RankRef,
     RankRow,
     Recommended,
@@ -32,16 +29,22 @@ from latscope.report.model import (
     TimeSeries,
     TopKernel,
     TraceSection,
-    Verdict,
     section,
 )
 from latscope.telemetry.facts import telemetry_section
 
 
 def build_report(state: Diagnosis) -> dict[str, Any]:
-    """report.json's dict (``report_model(state).to_dict()``); raises ``msgspec.ValidationError``
-    when a producer's dict does not fit the model (a key it does not know: a bug to fix there)."""
-    return report_model(state).to_dict()
+    """report.json's dict (``report_model(state).to_dict()``), checked against the model once
+    (types included): raises ``msgspec.ValidationError`` when a section does not fit it (a
+    producer that handed over something else than its typed result: a bug to fix there)."""
+    import msgspec
+
+    from latscope.report.model import Report
+
+    report = report_model(state).to_dict()
+    msgspec.convert(report, Report, strict=False)
+    return report
 
 
 def unmodelled_report(state: Diagnosis, cause: str) -> dict[str, Any]:
@@ -53,12 +56,20 @@ def unmodelled_report(state: Diagnosis, cause: str) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "kind": "diagnose", "latscope_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": state.run.manifest.get("command", ""), "report_error": cause,
-            "target": {**state.target, "same_host": state.same_host}, "verdict": state.verdict,
+            "target": {**state.target, "same_host": state.same_host},
+            "verdict": _as_produced(state.verdict),
             "findings": [f.to_dict() for f in state.ranked],
-            "stages": [dataclasses.asdict(s) for s in state.stages], "client": state.client,
-            "experiments": state.experiments, "proposals": state.proposals,
+            "stages": [dataclasses.asdict(s) for s in state.stages],
+            "client": _as_produced(state.client),
+            "experiments": [_as_produced(e) for e in state.experiments],
+            "proposals": [_as_produced(p) for p in state.proposals],
             "notes": state.notes, "elapsed_s": round(time.monotonic() - state.started, 1),
             "run_dir": str(state.run.path)}
+
+
+def _as_produced(section: Any) -> Any:
+    """A section's dict, whatever its producer handed over (the report that lost nothing)."""
+    return section.to_dict() if hasattr(section, "to_dict") else section
 
 
 def report_model(state: Diagnosis) -> Report:
@@ -69,18 +80,18 @@ def report_model(state: Diagnosis) -> Report:
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         command=state.run.manifest.get("command", ""),
         target={**state.target, "same_host": state.same_host},
-        verdict=section(state.verdict, Verdict) if state.verdict is not None else None,
+        verdict=state.verdict,
         findings=[section(f.to_dict(), FindingEntry) for f in state.ranked],
         stages=[section(dataclasses.asdict(s), Stage) for s in state.stages],
-        client=section(state.client, ClientSection) if state.client is not None else None,
+        client=state.client,
         sweep=_sweep_section(state),
         decompositions=_decomposition_section(state),
         timeseries=_timeseries_section(state),
         trace=_trace_section(state.trace),
         cross_rank=cross_rank_section((state.trace or {}).get("cross_rank")),
         telemetry=telemetry_section([o.run_dir for _, o in sorted(state.observations.items())]),
-        experiments=[section(e, Experiment) for e in state.experiments],
-        proposals=[section(p, Proposal) for p in state.proposals],
+        experiments=list(state.experiments),
+        proposals=list(state.proposals),
         notes=state.notes,
         elapsed_s=round(time.monotonic() - state.started, 1),
         run_dir=str(state.run.path),
@@ -120,7 +131,7 @@ def _decomposition_section(state: Diagnosis) -> list[DecompositionView]:
                  for c in obs.decomposition.components]
         out.append(DecompositionView(level_label(state, load), load, comps,
                                      obs.decomposition.server_source, obs.decomposition.notes,
-                                     obs.client["reliable"]))
+                                     obs.client.reliable))
     return out
 
 

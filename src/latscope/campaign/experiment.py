@@ -23,6 +23,7 @@ from latscope.campaign.observe import observe, with_load
 from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Running, ServerControl
 from latscope.errors import LatscopeError
+from latscope.findings.abtest import arms_caveat
 from latscope.load import BenchConfig
 
 Progress = Callable[[str], None]
@@ -62,7 +63,7 @@ class Experiment:
                 "did not measurably help: the 95% interval includes no change"
                 if self.result.get("verdict") == "no significant difference"
                 else f"did not help: {self.result.get('verdict')}")
-        caveat = comparability(self.hit_rates)
+        caveat = arms_caveat(self.hit_rates)
         if caveat:
             note = (note + "; " if note else "") + caveat
         if self.reruns:
@@ -106,23 +107,6 @@ class Experiment:
                 "verdict": result.get("verdict")}
 
 
-# Prefix-cache hit rates of two arms further apart than this make their latencies incomparable.
-HIT_RATE_GAP = 0.05
-
-
-def comparability(hit_rates: dict[str, list[float | None]]) -> str:
-    """A caveat when the arms were not served alike by the prefix cache ("" when they were)."""
-    means = {}
-    for arm, rates in hit_rates.items():
-        known = [r for r in rates if r is not None]
-        if known:
-            means[arm] = sum(known) / len(known)
-    if len(means) == 2 and abs(means["A"] - means["B"]) > HIT_RATE_GAP:
-        return (f"prefix-cache hit rates differ (A {means['A']:.0%}, B {means['B']:.0%}): the "
-                "arms were not served alike, so the change is not the fix's alone")
-    return ""
-
-
 # --- running the A/B ---------------------------------------------------------------------------
 
 def arm_seed(out_dir: Path, pair: int, arm: str, attempt: int, seed0: int = 10_000) -> int:
@@ -159,14 +143,14 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                                         seed=arm_seed(out_dir, i, arm, attempt, seed0))
                         obs = observe(cfg, scrape_interval_s=scrape_interval_s,
                                       metrics_url=metrics_url)
-                        if (obs.client.get("reliable", True) or attempt == RERUNS_UNRELIABLE
+                        if (obs.client.reliable or attempt == RERUNS_UNRELIABLE
                                 or len(exp.reruns) >= RERUNS_PER_EXPERIMENT):
                             break
-                        exp.reruns.append({"run": run_dir.name, "why": obs.client.get("why")})
+                        exp.reruns.append({"run": run_dir.name, "why": obs.client.why})
                         progress(f"    {arm}{i + 1} again: the client's timing was unreliable "
-                                 f"({obs.client.get('why')})")
+                                 f"({obs.client.why})")
                         run_dir = run_dir.with_name(f"{run_dir.name}-again")
-                if not obs.client.get("reliable", True):
+                if not obs.client.reliable:
                     exp.unreliable.append(run_dir.name)
                 value = metric_of(obs, proposal.metric)
                 if value is None:  # e.g. every request failed: an arm without its figure

@@ -19,7 +19,8 @@ from typing import Callable
 from latscope.campaign.fleetdoc import build_fleet_report, window_label
 from latscope.campaign.fleetreplica import replica_conclusion
 from latscope.errors import LatscopeError
-from latscope.findings.fleet import conclude_fleet
+from latscope.findings.conclude import conclude
+from latscope.findings.inputs import ConclusionInputs
 from latscope.fleet.facts import ReplicaFacts, replica_facts
 from latscope.fleet.model import FleetFacts, RouterFacts
 from latscope.fleet.prometheus import PrometheusClient, read_token_file
@@ -123,8 +124,9 @@ def conclude_gathered(run: RunDir, gathered: Gathered, *, window: FleetWindow | 
                    for f in facts_list}
     step = window.step if window is not None else _median_step(facts_list)
     facts = FleetFacts(label, tuple(facts_list), conclusions, gathered.router, step, source)
-    ranked, verdict, notes = conclude_fleet(facts)
-    progress(f"verdict: {verdict['text']}")
+    conclusion = conclude(ConclusionInputs(kind="fleet", fleet=facts))
+    ranked, verdict, notes = conclusion.ranked, conclusion.verdict, list(conclusion.notes)
+    progress(f"verdict: {verdict.text}")
     report = build_fleet_report(run, facts, ranked, verdict, window=window, balancer=balancer,
                                 notes=[*gathered.notes, *notes], elapsed_s=time.monotonic() - t0)
     return report, ranked

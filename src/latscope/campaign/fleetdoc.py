@@ -12,6 +12,7 @@ from latscope.fleet.facts import LatencyFacts, ReplicaFacts
 from latscope.fleet.model import FleetFacts, RouterFacts
 from latscope.fleet.window import FleetWindow, PromqlFigure
 from latscope.model import Finding, Severity
+from latscope.results import Verdict
 from latscope.rundir import RunDir
 
 # Prometheus' increase() extrapolates to the window's edges and reads the samples inside
@@ -32,7 +33,7 @@ def _iso(t: float) -> str:
 
 
 def build_fleet_report(run: RunDir, facts: FleetFacts, ranked: list[Finding],
-                       verdict: dict[str, Any], *, window: FleetWindow | None,
+                       verdict: Verdict, *, window: FleetWindow | None,
                        balancer: str | None, notes: list[str], elapsed_s: float) -> dict:
     from latscope import __version__
 
@@ -45,7 +46,7 @@ def build_fleet_report(run: RunDir, facts: FleetFacts, ranked: list[Finding],
                      for c in disagree[:3])]
     return {"schema_version": 1, "kind": "fleet", "latscope_version": __version__,
             "created": _iso(time.time()), "command": run.manifest.get("command"),
-            "source": _source(facts, window, balancer), "verdict": verdict,
+            "source": _source(facts, window, balancer), "verdict": verdict.to_dict(),
             "findings": [f.to_dict() for f in ranked],
             "replicas": [replica_row(r, facts) for r in facts.replicas],
             "router": _router_row(facts.router), "promql": promql,
@@ -106,8 +107,8 @@ def replica_row(r: ReplicaFacts, facts: FleetFacts) -> dict[str, Any]:
     acting = [f.to_dict() for f in (c.ranked if c else ())
               if f.severity in (Severity.CRITICAL, Severity.WARNING)]
     return {"name": r.name, "labels": r.labels, "status": _status(r, facts),
-            "verdict": c.verdict.get("text", "") if c else "",
-            "verdict_finding": c.verdict.get("finding_id") if c else None,
+            "verdict": c.verdict.text if c else "",
+            "verdict_finding": c.verdict.finding_id if c else None,
             "requests": r.finished, "rate_per_s": _round(r.rate(r.finished)),
             "ttft_mean_ms": _ms(ttft), "ttft_ci_ms": _ci(ttft), "ttft_p50_ms": _ms(ttft, "p50"),
             "ttft_p99_ms": _ms(ttft, "p99"), "ttft_p99_bucket_ms": bucket,

@@ -106,7 +106,7 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
                        front_ttft_s=float(np.mean(ttfts)) / 1000, front_count=len(ttfts),
                        replica_ttft_s=total / count, replica_count=count,
                        send_lag_s=float(np.mean(lags)) / 1000 if lags else 0.0,
-                       reliable=bool(client["reliable"]), why_unreliable=client["why"] or "")
+                       reliable=client.reliable, why_unreliable=client.why)
 
 
 def bench_fleet_report(result: Any, urls: list[str]) -> dict:

@@ -15,10 +15,11 @@ from latscope.findings.causes import as_symptom, join_causes
 from latscope.findings.latency import Context, share_finding
 from latscope.findings.rank import rank
 from latscope.findings.server import findings_from_metrics
-from latscope.findings.verdict import VerdictInputs, verdict
+from latscope.findings.verdict import HealthySplit, VerdictInputs, verdict
 from latscope.fleet.facts import ReplicaFacts
 from latscope.fleet.model import ReplicaConclusion
 from latscope.model import Finding, MetricSnapshot
+from latscope.results import Verdict
 
 _PARTS = (("ttft.server.queue", "queue", "queue"), ("ttft.server.prefill", "prefill", "prefill"))
 
@@ -28,14 +29,14 @@ def replica_conclusion(facts: ReplicaFacts, snapshots: list[MetricSnapshot], lab
     where = f"{source}, replica {facts.name}"
     if not facts.vllm:
         text = "no vllm:* series: stats disabled (--disable-log-stats) or not vLLM"
-        return ReplicaConclusion(facts.name, (), {"text": text, "kind": "none",
-                                                  "finding_id": None, "healthy": False})
+        return ReplicaConclusion(facts.name, (), Verdict(text=text, kind="none",
+                                                         finding_id=None, healthy=False))
     ttft = facts.latency.get("ttft")
     if ttft is None or not ttft.count:
         text = ("no request reached its first token on it in the window"
                 if len(snapshots) >= 2 else "too few samples in the window to diagnose it")
-        return ReplicaConclusion(facts.name, (), {"text": text, "kind": "none",
-                                                  "finding_id": None, "healthy": False})
+        return ReplicaConclusion(facts.name, (), Verdict(text=text, kind="none",
+                                                         finding_id=None, healthy=False))
     findings = findings_from_metrics(snapshots, source=where) if len(snapshots) >= 2 else []
     split, shares = _split(facts, label, where)
     ranked, _ = rank(join_causes([as_symptom(f) for f in [*split, *findings]]))
@@ -74,10 +75,10 @@ def _split(facts: ReplicaFacts, label: str, source: str) -> tuple[list[Finding],
     return out, shares
 
 
-def _healthy(facts: ReplicaFacts, label: str, shares: dict[str, float]) -> dict | None:
+def _healthy(facts: ReplicaFacts, label: str, shares: dict[str, float]) -> HealthySplit | None:
     ttft = facts.latency.get("ttft")
     if ttft is None or ttft.mean is None or not ttft.count:
         return None
     split = ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
-    return {"where": label, "rps": facts.rate(facts.finished) or 0.0,
-            "ttft_ms": ttft.mean.value * 1000, "split": split or "not split"}
+    return HealthySplit(label, ttft.mean.value * 1000, split or "not split",
+                        facts.rate(facts.finished) or 0.0)

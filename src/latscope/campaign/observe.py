@@ -10,35 +10,37 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from latscope.analysis.decompose import Decomposition, decompose_run
-from latscope.findings.latency import Context, findings_from_decomposition
-from latscope.findings.server import findings_from_metrics
-from latscope.findings.telemetry import telemetry_findings
 from latscope.load import BenchConfig, BenchResult
-from latscope.load.summary import off_cpu_share
 from latscope.model import Finding, MetricSnapshot, RequestRecord
+from latscope.reliability import ClientReliability, judge_client
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
 from latscope.telemetry.facts import telemetry_facts
 
-# The client's timing is unreliable when its own delays are this large a part of what it measured.
-CLIENT_SHARE_UNRELIABLE = 0.10  # of mean TTFT: the client's send delay + mean loop lag
-CLIENT_LOOP_LAG_P99_UNRELIABLE = 1.0  # of TTFT p50: a tail of late stamps as long as a TTFT
-CLIENT_CPU_UNRELIABLE = 0.9
-# of the run's wall time, the client's loop thread ready but off the CPU (schedstat): a quarter of
-# its timestamps could each be a time slice of another process late
-CLIENT_OFF_CPU_UNRELIABLE = 0.25
-
 
 @dataclass
 class Observation:
+    """One load run as diagnose uses it: every fact read from its run directory once, here
+    (the conclusion reads no file)."""
+
     result: BenchResult
     decomposition: Decomposition | None
     findings: list[Finding]
     snapshots: list[MetricSnapshot]
-    client: dict[str, Any]  # reliable, why, and the client's own figures
+    client: ClientReliability
     prefix_cache_hit_rate: float | None = None
     warm: bool = False  # warm-up requests ran (and were excluded) before the measured ones
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # telemetry, cpu: facts of the run
+
+    @property
+    def telemetry(self) -> dict[str, Any]:
+        return self.extra.get("telemetry") or {}
+
+    @property
+    def cpu(self) -> dict[str, Any] | None:
+        """The host's CPUs over the run (``env.hostload``'s host/cpu.json), if recorded."""
+        cpu: dict[str, Any] | None = self.extra.get("cpu")
+        return cpu
 
     @property
     def run_dir(self) -> Path:
@@ -99,36 +101,36 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
     snapshots = read_snapshots(result.run_dir) if scraped else []
     decomposition = (decompose_run(result.run_dir, network_rtt_ms=network_rtt_ms)
                      if scraped else None)
+    from latscope.env.hostload import read_cpu_usage
+    from latscope.findings.conclude import findings_at
+    from latscope.findings.inputs import Measured, PromptReuse, ServerLimits
+
     client = client_reliability(result.summary, decomposition)
-    ctx = Context(measured_at=measured_at, same_host=same_host,
-                  client_reliable=client["reliable"], client_why=client["why"])
-    findings = findings_from_decomposition(decomposition, ctx) if decomposition else []
-    if scraped:
-        findings += findings_from_metrics(snapshots, source=f"/metrics during the run "
-                                          f"({measured_at or result.run_dir.name})",
-                                          max_num_seqs=max_num_seqs,
-                                          max_num_seqs_source=max_num_seqs_source)
     telemetry = telemetry_facts(result.run_dir)
-    findings += telemetry_findings(telemetry)
+    cpu = read_cpu_usage(result.run_dir)
     hit_rate = prefix_cache_hit_rate(snapshots)
-    findings += resent_finding(result, hit_rate, f"/metrics over the run ({result.run_dir.name})")
+    label = measured_at or result.run_dir.name
+    # the findings of this one run: the one seam's rules at one load (findings.conclude)
+    findings = findings_at(
+        Measured(label=measured_at, decomposition=decomposition, snapshots=tuple(snapshots),
+                 telemetry=telemetry, client=client,
+                 prompts=PromptReuse(hit_rate, _prompts_share(result), result.config.seed),
+                 source=f"/metrics during the run ({label})"),
+        same_host, ServerLimits(max_num_seqs, max_num_seqs_source), scraped=scraped)
     warm = bool(result.config.warmup)
     _record_comparability(result, hit_rate, warm)
     if decomposition is not None:
         decomposition.findings = findings
     return Observation(result, decomposition, findings, snapshots, client,
                        prefix_cache_hit_rate=hit_rate, warm=warm,
-                       extra={"telemetry": telemetry})
+                       extra={"telemetry": telemetry, "cpu": cpu})
 
 
-def resent_finding(result: BenchResult, hit_rate: float | None, source: str) -> list[Finding]:
-    """Whether the prefix cache served a run's prompts though they were drawn to share nothing
-    (completions only: a chat template is a prefix every request shares)."""
-    from latscope.findings.servermetrics import resent_prompts
-
+def _prompts_share(result: BenchResult) -> bool:
+    """Whether a run's prompts were drawn to share a prefix (completions only: a chat template
+    is a prefix every request shares)."""
     cfg = result.config
-    shares = bool(cfg.workload.prefix_len or cfg.workload.dataset) or cfg.endpoint != "completions"
-    return resent_prompts(hit_rate, shares, cfg.seed, source)
+    return bool(cfg.workload.prefix_len or cfg.workload.dataset) or cfg.endpoint != "completions"
 
 
 def gpu_sampler(server_url: str, interval_s: float, enabled: bool | None,
@@ -171,38 +173,14 @@ def _traced(config: BenchConfig, collector: Any, observers: Sequence[Any],
 
 
 def client_reliability(summary: dict[str, Any], decomposition: Decomposition | None
-                       ) -> dict[str, Any]:
-    """Whether the client's own timing can be trusted in this run, why not, and its figures."""
-    client = summary.get("client") or {}
-    lag = client.get("loop_lag_ms") or {}
-    ttft = summary.get("ttft_ms") or {}
-    reasons = []
+                       ) -> ClientReliability:
+    """Whether the client's own timing can be trusted in this run (``latscope.reliability``'s
+    one table of thresholds), with the share of TTFT its own delay took where the run's
+    decomposition split it off."""
     comp = decomposition.component("ttft.client") if decomposition else None
     total = decomposition.component("ttft") if decomposition else None
-    if comp and total and comp.mean_ms and total.mean_ms:
-        share = comp.mean_ms / total.mean_ms
-        if share >= 1.0:  # no share above 100% is printed: the parts disagree past that
-            reasons.append(f"its own send and receive delay ({comp.mean_ms:.1f} ms) is longer "
-                           f"than the mean TTFT it measured ({total.mean_ms:.1f} ms)")
-        elif share >= CLIENT_SHARE_UNRELIABLE:
-            reasons.append(f"its own send and receive delay is {share:.0%} of mean TTFT")
-    if lag.get("p99") and ttft.get("p50") and lag["p99"] >= CLIENT_LOOP_LAG_P99_UNRELIABLE * ttft["p50"]:
-        reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms against a TTFT p50 of "
-                       f"{ttft['p50']:.1f} ms")
-    if (client.get("cpu_utilization") or 0) >= CLIENT_CPU_UNRELIABLE:
-        reasons.append(f"the client used {client['cpu_utilization']:.0%} of a CPU core")
-    off_cpu = off_cpu_share(client)
-    if off_cpu is not None and off_cpu >= CLIENT_OFF_CPU_UNRELIABLE:
-        reasons.append(f"its event loop waited for a CPU {off_cpu:.0%} of the run (other "
-                       "processes held its cores)")
-    return {"reliable": not reasons, "why": "; ".join(reasons),
-            "off_cpu_share": off_cpu,
-            "loop_lag_p99_ms": lag.get("p99"), "loop_lag_mean_ms": lag.get("mean"),
-            "send_lag_p99_ms": client.get("send_lag_p99_ms"),
-            "cpu_utilization": client.get("cpu_utilization"),
-            "cpu_per_token_us": client.get("cpu_us_per_output_token"),
-            "fix": ("give the client its own cores (taskset -c, or another host on the same "
-                    "network) or fewer concurrent streams per process") if reasons else ""}
+    return judge_client(summary, comp.mean_ms if comp else None,
+                        total.mean_ms if total else None)
 
 
 def prefix_cache_hit_rate(snapshots: list[MetricSnapshot]) -> float | None:

@@ -28,6 +28,7 @@ from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Change, Running, ServerControl
 from latscope.gateway.fits import gateway_fits
 from latscope.gateway.tags import policy_from_argv, policy_from_log
+from latscope.results import ABResult, section
 
 PRIORITY_FLAGS = ("--scheduling-policy", "priority")
 METRIC, GUARDS = "short_ttft_mean_ms", ("long_e2e_mean_ms", "steady_rps")
@@ -92,7 +93,7 @@ def prove_priority(queue_share: float, sizes: Sequence[float], *, finding_id: st
         exp.update(helped=False, verdict="failed: the B server did not run "
                    "--scheduling-policy priority", note=(exp.get("note") or "") + " B's log "
                    "does not show --scheduling-policy priority")
-    exp["outcome"] = outcome_of(exp)
+    exp["outcome"] = section(exp, ABResult).words()
     if exp["outcome"].startswith("helped"):
         exp["proposal"] = describe_fix()
     return exp
@@ -112,19 +113,6 @@ def describe_fix() -> str:
     return (f"restart the server with {' '.join(PRIORITY_FLAGS)} and tag requests by cost: "
             "latscope gateway --upstream URL --policy tag (or set each request's `priority` "
             "to its predicted cost yourself)")
-
-
-def outcome_of(exp: dict[str, Any]) -> str:
-    """"helped" (the metric's interval below zero, no guard worse), "helped, at a cost" (a guard
-    worse with 95% confidence), "made it worse", or "did not help"."""
-    verdict = exp.get("verdict")
-    if verdict == "better":
-        worse = [g["metric"] for g in exp.get("guards") or [exp.get("guard") or {}]
-                 if g.get("verdict") == "worse"]
-        return f"helped, at a cost ({', '.join(worse)} worse)" if worse else "helped"
-    if verdict == "worse":
-        return "made it worse"
-    return "did not help"
 
 
 def _policy_of(running: Running | None, control: ServerControl | None) -> str | None:

@@ -12,8 +12,10 @@ import numpy as np
 from latscope.campaign.conclude import server_limits
 from latscope.campaign.servers import Running, ServerControl
 from latscope.campaign.state import Budget, Diagnosis, load_of
-from latscope.findings.verdict import experiment_text
+from latscope.findings.abtest import LoadSplit, experiment_text, proof_load
 from latscope.model import Finding, Severity
+from latscope.results import ABResult, section
+from latscope.results import Proposal as ProposalEntry
 
 MIN_PAIRS = 2
 
@@ -57,10 +59,16 @@ def prove(state: Diagnosis, control: ServerControl | None, running: Running | No
         exp = run_experiment(p, control, running, base, at,
                              state.run.path / "prove" / f.id.replace(".", "_"),
                              pairs=pairs, progress=state.progress)
-        state.experiments.append(exp.to_dict())
-        state.run.write("experiments.json", state.experiments)
-        done.append(f"{f.id}: {experiment_text(state.experiments[-1])}")
+        done.append(f"{f.id}: {experiment_text(_record(state, exp.to_dict()))}")
     return "; ".join(done)
+
+
+def _record(state: Diagnosis, exp: dict[str, Any]) -> ABResult:
+    """An A/B's result, typed, into the state and onto disk as it ends (Ctrl-C keeps it)."""
+    result = section(exp, ABResult)
+    state.experiments.append(result)
+    state.run.write("experiments.json", [e.to_dict() for e in state.experiments])
+    return result
 
 
 def gateway(state: Diagnosis, control: ServerControl | None, running: Running | None,
@@ -80,7 +88,7 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
 
     # auto's limit starts at the server's batch size when known: from its default of 8, the
     # slow start spends the first B run's first seconds below what the server takes
-    seqs = server_limits(state)[0]
+    seqs = server_limits(state).max_num_seqs
     options: dict[str, Any] = {"policy": "sjf", "max_inflight": None}
     if seqs:
         options["initial_inflight"] = int(seqs)
@@ -99,9 +107,7 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
     exp = run_experiment(proposal, control, current, base, at,
                          state.run.path / "prove" / "gateway", pairs=pairs,
                          progress=state.progress)
-    state.experiments.append(exp.to_dict())
-    state.run.write("experiments.json", state.experiments)
-    return f"{f.id}: {experiment_text(state.experiments[-1])}"
+    return f"{f.id}: {experiment_text(_record(state, exp.to_dict()))}"
 
 
 def _queueing_that_fits(state: Diagnosis) -> tuple[Any, Finding, int] | str:
@@ -192,15 +198,15 @@ def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
     proposal.note = shape.describe()
 
 
-def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> dict[str, Any]:
+def _gateway_proposal(f: Finding, p: Any, url: str | None, why: str) -> ProposalEntry:
     """``url`` as the report shows it (``state.target``'s, its password redacted)."""
-    return {"finding_id": f.id, "change": p.describe(), "why": p.why,
-            "note": f"not measured ({why}{'; ' + p.note if p.note else ''}): "
-                    "benchmarks/gateway.py runs the same A/B (direct vs gateway-fcfs vs "
-                    "gateway-sjf, alternating)",
-            # the same flags as the change measured (or proposed), --initial-inflight included
-            "command": p.describe().replace("latscope gateway",
-                                            f"latscope gateway --upstream {url or 'URL'}", 1)}
+    return ProposalEntry(
+        finding_id=f.id, change=p.describe(), why=p.why,
+        note=f"not measured ({why}{'; ' + p.note if p.note else ''}): benchmarks/gateway.py "
+             "runs the same A/B (direct vs gateway-fcfs vs gateway-sjf, alternating)",
+        # the same flags as the change measured (or proposed), --initial-inflight included
+        command=p.describe().replace("latscope gateway",
+                                     f"latscope gateway --upstream {url or 'URL'}", 1))
 
 
 def _remote(url: str | None, base: Any) -> Running:
@@ -231,20 +237,14 @@ def _seen(state: Diagnosis) -> _NoControl:
 
 
 def _proof_load(f: Finding, state: Diagnosis) -> int | None:
-    """Where an A/B shows the fix best: for a queueing cause, the lowest measured load at which
-    queueing is half of TTFT or more (past it, both arms saturate the engine and the difference
-    drowns in the longer runs' noise); otherwise where the finding was measured."""
-    if f.layer == "queue":
-        for step in state.steps:
-            d = step.decomposition
-            if d.get("ttft") and d.get("ttft.server.queue", 0.0) / d["ttft"] >= 0.5:
-                return int(step.load)
-    return load_of(f, state)
+    """Where an A/B shows the fix best (``findings.abtest.proof_load``)."""
+    steps = [LoadSplit(s.load, s.decomposition) for s in state.steps]
+    return proof_load(f, steps, load_of(f, state))
 
 
-def _proposal(f: Finding, p: Any, load: int) -> dict[str, Any]:
-    return {"finding_id": f.id, "change": p.change.describe(), "why": p.why, "note": p.note,
-            "command": _proof_command(p, load)}
+def _proposal(f: Finding, p: Any, load: int) -> ProposalEntry:
+    return ProposalEntry(finding_id=f.id, change=p.change.describe(), why=p.why, note=p.note,
+                         command=_proof_command(p, load))
 
 
 def _proof_command(p: Any, load: int) -> str:
@@ -298,9 +298,8 @@ def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Ru
                          base=base, load=load, out_dir=state.run.path / "prove" / "priority",
                          pairs=pairs, run_shape=shape, progress=state.progress)
     if exp.get("measured"):
-        state.experiments.append(exp)
-        state.run.write("experiments.json", state.experiments)
+        _record(state, exp)
     elif exp.get("propose"):
-        state.proposals.append({"finding_id": finding.id, "change": exp["change"],
-                                "why": exp["why"], "note": "not measured: " + exp["why"],
-                                "command": describe_fix()})
+        state.proposals.append(ProposalEntry(
+            finding_id=finding.id, change=exp["change"], why=exp["why"],
+            note="not measured: " + exp["why"], command=describe_fix()))

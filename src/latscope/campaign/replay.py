@@ -36,6 +36,7 @@ from latscope.campaign.state import DiagnoseFailed, DiagnoseOptions, Diagnosis, 
 from latscope.campaign.sweep import step_of
 from latscope.errors import ConfigError
 from latscope.model import Finding
+from latscope.results import ABResult, Proposal, section
 from latscope.rundir import READABLE_SCHEMAS, RunDir, read_json
 
 KNOWN_SCHEMAS = READABLE_SCHEMAS
@@ -109,8 +110,9 @@ def _restore(state: Diagnosis, out: Path) -> None:
     state.same_host = state.target.get("same_host")
     state.stages = [StageRecord(**s) for s in _read(out, "stages.json", [])]
     state.notes = [n for n in report.get("notes", []) if not n.startswith("ranking: ")]
-    state.experiments = _read(out, "experiments.json", report.get("experiments") or [])
-    state.proposals = report.get("proposals") or []
+    state.experiments = [section(e, ABResult) for e in
+                         _read(out, "experiments.json", report.get("experiments") or [])]
+    state.proposals = [section(p, Proposal) for p in report.get("proposals") or []]
     _restore_doctor(state, out)
     _restore_net(state, out)
     _restore_sweep(state, out)
@@ -189,7 +191,6 @@ def _observation(step_dir: Path, rtt_ms: float | None) -> Observation:
 
 
 def _restore_log(state: Diagnosis, out: Path) -> None:
-    from latscope.findings.server import findings_from_log
     from latscope.server.logs import parse_log, server_log_from_dict
 
     data = _read(out, "log.json", None)
@@ -202,15 +203,11 @@ def _restore_log(state: Diagnosis, out: Path) -> None:
         log = parse_log(str(plain))
     if log is not None:
         state.log = log
-        state.log_findings = findings_from_log(log)
     elif data:
         state.log_findings = [Finding.from_dict(f) for f in data.get("findings", [])]
 
 
 def _restore_trace(state: Diagnosis, out: Path) -> None:
-    from latscope.campaign.traces import trace_findings_of
-
     data = _read(out, "trace.json", None)
     if data:  # one trace, or every rank's with the cross-rank view (campaign.traces)
         state.trace = data
-        state.trace_findings = trace_findings_of(data)

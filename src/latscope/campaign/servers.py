@@ -71,15 +71,6 @@ def _drop_flags(argv: list[str], flags: set[str]) -> list[str]:
     return out
 
 
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 @dataclass
 class Running:
     """A started server: where it answers and what diagnose may read of it."""

@@ -160,12 +160,12 @@ def remeasure_unreliable(state: Diagnosis, measure: Any, fits: Any, spare_cores:
         if load is None or load in again:
             continue
         obs = state.observations.get(load)
-        if obs is None or obs.client.get("reliable", True):
+        if obs is None or obs.client.reliable:
             continue
         used = int(((obs.summary.get("load") or {}).get("workers_chosen") or {})
                    .get("count") or 1)
         more = min(spare_cores, max(2, 2 * used))
-        why = obs.client.get("why") or "unreliable"
+        why = obs.client.why or "unreliable"
         if more <= used:
             state.notes.append(f"sweep: c={load:g}'s client timing was unreliable ({why}); no "
                                f"spare core for more than {used} client process(es)")
@@ -183,8 +183,8 @@ def remeasure_unreliable(state: Diagnosis, measure: Any, fits: Any, spare_cores:
         now = state.observations[load].client
         state.notes.append(f"sweep: c={load:g} measured again with {more} client processes "
                            f"(the first run's client timing was unreliable: {why}); "
-                           + ("now reliable" if now.get("reliable") else
-                              f"still unreliable: {now.get('why')}")
+                           + ("now reliable" if now.reliable else
+                              f"still unreliable: {now.why}")
                            + f"; the first run stays in {first.run_dir}")
         again.append(load)
     return again
@@ -210,17 +210,18 @@ def log(state: Diagnosis, running: Running | None) -> str:
     if not path:
         return "skipped: no server log (use --log FILE for a remote server)"
     log = parse_log(path)
-    state.log = log
-    state.log_findings = findings_from_log(log)
+    state.log = log  # its rules run in the conclusion (findings.conclude)
+    found = findings_from_log(log)  # log.json's own record, for a reader of the run directory
     state.run.write("log.json", {"source": path, "stats_lines": len(log.stats),
                                  "config": log.config,
-                                 "findings": [f.to_dict() for f in state.log_findings],
+                                 "findings": [f.to_dict() for f in found],
                                  "parsed": log.to_dict()})  # what --replay reads
-    return f"{len(log.stats)} stats lines, {len(state.log_findings)} findings"
+    return f"{len(log.stats)} stats lines, {len(found)} findings"
 
 
 def trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) -> str:
-    from latscope.campaign.traces import analyse_traces, trace_findings_of
+    from latscope.campaign.traces import analyse_traces
+    from latscope.findings.trace import trace_findings_of
 
     if not state.opts.trace and budget.left() < 15:
         return f"cut: time budget ({budget.left():.0f} s left, a profile needs about 15 s)"
@@ -228,7 +229,6 @@ def trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) 
                                                                           budget)
     state.trace, notes = analyse_traces(paths)
     state.notes += notes
-    state.trace_findings = trace_findings_of(state.trace)
     state.run.write("trace.json", state.trace)
     where = paths[0] if len(paths) == 1 else f"{len(paths)} rank traces ({paths[0]}, ...)"
-    return f"{where}: {len(state.trace_findings)} findings"
+    return f"{where}: {len(trace_findings_of(state.trace))} findings"

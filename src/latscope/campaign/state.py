@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from latscope.errors import LatscopeError
+from latscope.findings.inputs import Levels
 from latscope.model import Finding
+from latscope.results import ABResult, ClientSection, Proposal, Verdict
 from latscope.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -82,15 +84,15 @@ class Diagnosis:
     analysis: Any = None
     levels: dict[str, float] = field(default_factory=dict)  # light / knee / top -> load
     log: Any = None  # the parsed server log (latscope.server.logs.ServerLog)
+    # the log's findings as a run stored them, for a replay of a run that kept no parsed log
     log_findings: list[Finding] = field(default_factory=list)
     trace: dict[str, Any] | None = None
-    trace_findings: list[Finding] = field(default_factory=list)
-    experiments: list[dict[str, Any]] = field(default_factory=list)
-    proposals: list[dict[str, Any]] = field(default_factory=list)
+    experiments: list[ABResult] = field(default_factory=list)
+    proposals: list[Proposal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranked: list[Finding] = field(default_factory=list)
-    verdict: dict[str, Any] = field(default_factory=dict)
-    client: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    client: ClientSection = field(default_factory=ClientSection)
     collector: Any = None  # the local server's OTLP receiver: per-request spans (docs/observe.md)
     started: float = field(default_factory=time.monotonic)
     # the campaign's prompts: every run's seed is drawn from it (campaign.observe.with_load), so
@@ -123,20 +125,17 @@ def pick_levels(state: Diagnosis) -> None:
 
 
 def level_label(state: Diagnosis, load: float) -> str:
-    """``c=16 (past the knee at c=8)``, ``c=8 (the knee)``, ``c=1 (light load)``."""
-    names = [n for n, v in state.levels.items() if v == load]
-    knee = state.levels.get("knee")
-    if "knee" in names:
-        where = "the knee"
-    elif "light" in names:
-        where = "light load"
-    elif knee is not None and load > knee:
-        where = f"past the knee at c={knee:g}"
-    else:
-        where = "the highest load measured; no knee found"
-    return f"c={load:g} ({where})"
+    """``c=16 (past the knee at c=8)``, ``c=8 (the knee)``, ``c=1 (light load)``
+    (``findings.inputs.Levels.label``)."""
+    return Levels(state.levels.get("light"), state.levels.get("knee"),
+                  state.levels.get("top")).label(load)
 
 
 def load_of(f: Finding, state: Diagnosis) -> int | None:
-    match = re.match(r"c=(\d+)", (f.impact or {}).get("measured_at", ""))
+    """The concurrency a finding was measured at: its impact's ``load``, or (findings of older
+    run directories) the ``c=N`` its ``measured_at`` starts with."""
+    impact = f.impact or {}
+    if isinstance(impact.get("load"), (int, float)):
+        return int(impact["load"])
+    match = re.match(r"c=(\d+)", impact.get("measured_at", ""))
     return int(match.group(1)) if match else None

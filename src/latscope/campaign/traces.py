@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from latscope.model import Finding
-
 
 def analyse_traces(paths: list[str]) -> tuple[dict[str, Any], list[str]]:
     """The stored analysis of ``paths`` and notes (a rank whose file could not be read)."""
@@ -35,22 +33,6 @@ def analyse_traces(paths: list[str]) -> tuple[dict[str, Any], list[str]]:
     stored["other_ranks"] = [to_json_units(a.result) for a in good[1:]]
     stored["cross_rank"] = to_json_units(cross_rank(analyses))
     return stored, notes
-
-
-def trace_findings_of(stored: dict[str, Any] | None) -> list[Finding]:
-    """Every rank's trace findings (merged later, one per id: the worst rank's) and the
-    cross-rank findings, from the stored analysis."""
-    from latscope.findings.crossrank import crossrank_findings
-    from latscope.findings.trace import trace_findings
-    from latscope.trace.analyze import from_json_units
-
-    if not stored:
-        return []
-    data = from_json_units(stored)
-    out = trace_findings(data)
-    for rank in data.get("other_ranks") or []:
-        out += trace_findings(rank)
-    return out + crossrank_findings(data.get("cross_rank"))
 
 
 def rank_count(stored: dict[str, Any] | None) -> int:

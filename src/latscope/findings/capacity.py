@@ -24,6 +24,11 @@ GPU_BUSY_SATURATED = 0.7
 # The settings whose binding (found on the server's counters) sets a knee below the GPU's.
 # The API server's share of TTFT from which its CPU may be what limits the server.
 FRONTEND_BOUND = 0.33
+# Queueing this share of mean TTFT past the knee, with no limit binding and the GPU busy, is the
+# offered load past what the server serves, even while throughput still creeps up (an H200 at
+# c=256 with 1k prompts: 71% queueing, its GPU busy 96% of the profile, throughput +16% per
+# doubling: no plateau, and the verdict was a bare queue symptom).
+QUEUE_DOMINATES = 0.5
 BINDING = ("server.queue_max_num_seqs", "server.kv_saturation", "server.preemptions",
            "server.queue_token_budget")
 
@@ -49,9 +54,9 @@ class GpuBusy:
         return "the profile" if self.kind == "profile" else "the time (GPU telemetry)"
 
 
-def plateau(points: list[Point]) -> tuple[Point, Point, float] | None:
-    """(previous, last, gain per doubling) when the last load step gained less than
-    ``PLATEAU_GAIN`` per doubling of the load; None while throughput still grows."""
+def last_gain(points: list[Point]) -> tuple[Point, Point, float] | None:
+    """(previous, last, throughput gain per doubling of the load) of the last load step; None
+    with fewer than three measured loads."""
     pts = sorted((p for p in points if p.requests_per_s > 0), key=lambda p: p.load)
     if len(pts) < 3:
         return None
@@ -59,34 +64,65 @@ def plateau(points: list[Point]) -> tuple[Point, Point, float] | None:
     if last.load <= prev.load:
         return None
     doublings = math.log2(last.load / prev.load)
-    gain = (last.requests_per_s / prev.requests_per_s) ** (1 / doublings) - 1
-    return (prev, last, gain) if gain < PLATEAU_GAIN else None
+    return prev, last, (last.requests_per_s / prev.requests_per_s) ** (1 / doublings) - 1
+
+
+def plateau(points: list[Point]) -> tuple[Point, Point, float] | None:
+    """(previous, last, gain per doubling) when the last load step gained less than
+    ``PLATEAU_GAIN`` per doubling of the load; None while throughput still grows."""
+    step = last_gain(points)
+    return step if step is not None and step[2] < PLATEAU_GAIN else None
+
+
+def queue_past_knee(findings: list[Finding], knee: float | None) -> Finding | None:
+    """The queue's share of TTFT where it dominates (``QUEUE_DOMINATES`` or more) at a load past
+    the knee: the symptom of an offered load the server cannot serve when no limit binds."""
+    if knee is None:
+        return None
+    return next((f for f in findings if f.id == "latency.queue" and f.impact
+                 and (f.impact.get("share") or 0.0) >= QUEUE_DOMINATES
+                 and (f.impact.get("load") or 0.0) > knee), None)
 
 
 def _gain_words(gain: float) -> str:
-    """"rose only +5%" or "fell 6%": a plateau's last step may lose throughput too."""
+    """"rose only +5%" or "fell 6%": a plateau's last step may lose throughput too; past the
+    plateau's bound, "rose +16%"."""
+    if gain >= PLATEAU_GAIN:
+        return f"rose {gain:+.0%}"
     return f"rose only {gain:+.0%}" if gain >= 0 else f"fell {-gain:.0%}"
 
 
 def capacity_finding(points: list[Point], knee: float | None, recommended: float | None,
                      findings: list[Finding], gpu: GpuBusy | None, split_at_knee: str,
                      knee_label: str) -> Finding | None:
-    """``capacity.saturated`` when the sweep passed a plateau, no limit of the server's own was
-    binding, and the GPU (if profiled) was busy; None otherwise."""
-    flat = plateau(points)
-    if flat is None:
-        return None
+    """``capacity.saturated`` when no limit of the server's own was binding, the GPU (where its
+    busy share was measured) was busy, and either the sweep passed a plateau or, throughput
+    still creeping up, queueing dominated TTFT past the knee with the GPU measured busy; None
+    otherwise."""
     acting = {f.id for f in findings if f.severity in (Severity.CRITICAL, Severity.WARNING)}
     if acting & set(BINDING):
         return None  # a flag sets this knee: its rule is the answer
     if gpu is not None and gpu.share < GPU_BUSY_SATURATED:
         return None  # the GPU waited: the host is the limit (trace.gpu_idle and its cause)
-    prev, last, gain = flat
+    step = plateau(points)
+    queue = queue_past_knee(findings, knee)
+    if step is None and (gpu is None or queue is None):
+        return None  # throughput still grows, and nothing shows the GPU spent
+    step = step or last_gain(points)
+    if step is None:
+        return None
+    prev, last, gain = step
     at = next((p for p in points if p.load == knee), None) or prev
     tok = f", {at.output_tokens_per_s:,.0f} output tok/s" if at.output_tokens_per_s else ""
     sentences = [f"At {knee_label}, the server is at capacity: {at.requests_per_s:.1f} req/s{tok}",
                  f"Past it, throughput {_gain_words(gain)} per doubling of the load, from "
                  f"c={prev.load:g} to c={last.load:g}"]
+    if gain >= PLATEAU_GAIN and queue is not None and queue.impact:
+        sentences[1] = (f"Past it, throughput still {_gain_words(gain)} per doubling of the load "
+                        f"(c={prev.load:g} to c={last.load:g}), but queueing took "
+                        f"{queue.impact['share']:.0%} of mean TTFT at "
+                        f"{queue.impact.get('measured_at') or f'c={last.load:g}'} with none of "
+                        "its own limits binding: the offered load is past what it serves")
     if gpu is not None:
         sentences.append(f"The GPU was busy {gpu.share:.0%} of {gpu.of_what} at {gpu.where}")
     run_at = f"Run at c<={recommended:g} (10% left of the knee). " if recommended else ""
@@ -102,6 +138,10 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
                          "the sweep's steady window") for p in sorted(points, key=lambda p: p.load)]
     evidence.append(Evidence("throughput gain per doubling, last step", round(gain, 4), "",
                              f"c={prev.load:g} -> c={last.load:g}"))
+    if queue is not None and queue.impact:
+        evidence.append(Evidence(f"queueing at {queue.impact.get('measured_at', '')}",
+                                 queue.impact["share"], "share of mean TTFT",
+                                 "the TTFT split of that run"))
     if gpu is not None:
         evidence.append(Evidence(f"GPU busy at {gpu.where}", round(gpu.share, 4),
                                  f"share of {gpu.of_what}", gpu.source))

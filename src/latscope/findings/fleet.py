@@ -1,7 +1,8 @@
 """Rules across the replicas of a fleet: which replica is slow and why, whether the balancer
 spreads the load, and what sets one replica apart (its settings, a stall, preemptions, a
 restart, a replica gone). Each rule reads ``fleet.model.FleetFacts`` and returns findings in the
-one ``Finding`` form; the verdict is ``findings.verdict``'s, over these findings.
+one ``Finding`` form; ``findings.conclude`` calls ``fleet_findings`` when its inputs hold a
+fleet, and the verdict is the one every conclusion has.
 
 A replica is compared with the *median of the others* (for two replicas, the other one): a
 fleet of identical replicas has no outlier, and one slow replica does not drag its own yardstick
@@ -18,7 +19,7 @@ import numpy as np
 
 from latscope.findings.fleetcause import cause_words, config_differences, load_ratio
 from latscope.findings.impact import ImpossibleShare, make_impact, severity_for_share
-from latscope.findings.verdict import VerdictInputs, verdict
+from latscope.findings.verdict import HealthySplit
 from latscope.fleet.facts import (
     LatencyFacts,
     ReplicaFacts,
@@ -63,14 +64,6 @@ def fleet_findings(facts: FleetFacts) -> list[Finding]:
     if common is not None and not any(f.id == "fleet.ttft_imbalance" for f in out):
         out.append(common)
     return out
-
-
-def conclude_fleet(facts: FleetFacts) -> tuple[list[Finding], dict[str, Any], list[str]]:
-    """The fleet's ranked findings, its verdict and the ranking's notes."""
-    from latscope.findings.rank import rank
-
-    ranked, notes = rank(fleet_findings(facts))
-    return ranked, verdict(ranked, VerdictInputs(healthy=healthy_summary(facts))), notes
 
 
 def _compared(facts: FleetFacts, metric: str) -> list[tuple[ReplicaFacts, LatencyFacts]]:
@@ -253,7 +246,7 @@ def common_cause(facts: FleetFacts) -> Finding | None:
         role="cause")
 
 
-def healthy_summary(facts: FleetFacts) -> dict[str, Any] | None:
+def fleet_healthy(facts: FleetFacts) -> HealthySplit | None:
     """What a clean verdict reports: the fleet's rate, mean TTFT and where it goes."""
     ttft = [lat for r in facts.replicas if (lat := r.latency.get("ttft")) and lat.count > 0]
     count = sum(lat.count for lat in ttft)
@@ -265,9 +258,9 @@ def healthy_summary(facts: FleetFacts) -> dict[str, Any] | None:
     total = sum(lat.sum_s for lat in ttft)
     split = (f"queue {queue / total:.0%}, prefill {prefill / total:.0%} of the replicas' TTFT; "
              f"{len(facts.replicas)} replicas, none standing out" if total > 0 else "")
-    return {"where": facts.label, "rps": count / span if span > 0 else 0.0,
-            "ttft_ms": total / count * 1000, "split": split}
+    return HealthySplit(facts.label, total / count * 1000, split,
+                        count / span if span > 0 else 0.0)
 
 
-__all__ = ["common_cause", "conclude_fleet", "config_differences", "fleet_findings",
-           "healthy_summary", "latency_imbalance", "load_imbalance"]
+__all__ = ["common_cause", "config_differences", "fleet_findings", "fleet_healthy",
+           "latency_imbalance", "load_imbalance"]

@@ -21,9 +21,8 @@ GONE_STEPS = 2  # a replica whose series end this many steps before the window's
 
 
 def state_findings(facts: FleetFacts) -> list[Finding]:
-    out = [f for f in (stalled(facts), preempting(facts), config_mismatch(facts),
-                       router_share(facts)) if f is not None]
-    return out + restarted(facts) + gone(facts)
+    return [f for f in (stalled(facts), preempting(facts), config_mismatch(facts),
+                        router_share(facts), restarted(facts), gone(facts)) if f is not None]
 
 
 def _at(t: float | None) -> str:
@@ -104,52 +103,60 @@ def config_mismatch(facts: FleetFacts) -> Finding | None:
         reference=f"{REF}#fleet.config_mismatch", layer="config", role="cause")
 
 
-def restarted(facts: FleetFacts) -> list[Finding]:
-    """Replicas whose counters started again from zero inside the window."""
-    out = []
-    for r in facts.replicas:
-        times = sorted(set(r.restarts) | set(r.resets))
-        if not times:
-            continue
-        out.append(Finding(
-            id="fleet.replica_restarted", severity=Severity.INFO,
-            title=(f"replica {r.name} restarted in the window (counters from zero at "
-                   f"{', '.join(_at(t) for t in times[:3])}): its figures count from zero after "
-                   "that, as Prometheus' increase() does"),
-            evidence=[Evidence("counter resets", len(r.resets), "", facts.source),
-                      Evidence("process_start_time_seconds changes", len(r.restarts), "",
-                               facts.source)]
-            + [Evidence("not scraped (up 0)", f"{_at(a)} to {_at(b)}", "", facts.source)
-               for a, b in r.down],
-            why="A restart drops its in-flight requests and its caches (prefix cache, CUDA "
-                "graphs warm up again).",
-            fix=f"Read {r.name}'s log for why it restarted (OOM, a crash, a deploy).",
-            reference=f"{REF}#fleet.replica_restarted", layer="config", role="cause"))
-    return out
+def restarted(facts: FleetFacts) -> Finding | None:
+    """Replicas whose counters started again from zero inside the window (one finding: the
+    conclusion keeps one per id)."""
+    found = [(r, sorted(set(r.restarts) | set(r.resets))) for r in facts.replicas
+             if r.restarts or r.resets]
+    if not found:
+        return None
+    names = "; ".join(f"{r.name} at {', '.join(_at(t) for t in times[:3])}"
+                      for r, times in found)
+    evidence = []
+    for r, _ in found:
+        evidence += [Evidence(f"{r.name} counter resets", len(r.resets), "", facts.source),
+                     Evidence(f"{r.name} process_start_time_seconds changes", len(r.restarts),
+                              "", facts.source)]
+        evidence += [Evidence(f"{r.name} not scraped (up 0)", f"{_at(a)} to {_at(b)}", "",
+                              facts.source) for a, b in r.down]
+    return Finding(
+        id="fleet.replica_restarted", severity=Severity.INFO,
+        title=(f"{'replica' if len(found) == 1 else f'{len(found)} replicas'} restarted in "
+               f"the window ({names}): counters count from zero after that, as Prometheus' "
+               "increase() does"),
+        evidence=evidence,
+        why="A restart drops its in-flight requests and its caches (prefix cache, CUDA "
+            "graphs warm up again).",
+        fix="Read the replica's log for why it restarted (out of memory, a crash, a deploy).",
+        reference=f"{REF}#fleet.replica_restarted", layer="config", role="cause")
 
 
-def gone(facts: FleetFacts) -> list[Finding]:
+def gone(facts: FleetFacts) -> Finding | None:
     """Replicas whose series end before the window does: Prometheus lost them."""
     end = max((r.last_t for r in facts.replicas if r.last_t is not None), default=None)
     if end is None:
-        return []
-    out = []
-    for r in facts.replicas:
-        if r.last_t is None or end - r.last_t < GONE_STEPS * max(facts.step_s, 1.0):
-            continue
+        return None
+    lost = [r for r in facts.replicas if r.last_t is not None
+            and end - r.last_t >= GONE_STEPS * max(facts.step_s, 1.0)]
+    if not lost:
+        return None
+    parts = []
+    for r in lost:
+        assert r.last_t is not None  # lost holds replicas with a last sample
         down = next((a for a, _ in reversed(r.down)), None)
-        out.append(Finding(
-            id="fleet.replica_gone", severity=Severity.WARNING,
-            title=(f"replica {r.name} stopped reporting at {_at(r.last_t)}, "
-                   f"{end - r.last_t:.0f} s before the window's end"
-                   + (f" (Prometheus could not scrape it from {_at(down)})" if down else "")
-                   + ": its figures cover the time before"),
-            evidence=[Evidence("last sample", _at(r.last_t), "", facts.source),
-                      Evidence("window's last sample", _at(end), "", facts.source)],
-            why="The balancer's traffic moves to the remaining replicas, which queue more.",
-            fix=f"Find out why {r.name} went away (its log, the host, the deployment).",
-            reference=f"{REF}#fleet.replica_gone", layer="config", role="cause"))
-    return out
+        parts.append(f"{r.name} stopped reporting at {_at(r.last_t)}, "
+                     f"{end - r.last_t:.0f} s before the window's end"
+                     + (f" (Prometheus could not scrape it from {_at(down)})" if down else ""))
+    return Finding(
+        id="fleet.replica_gone", severity=Severity.WARNING,
+        title=(f"replica {parts[0]}: its figures cover the time before" if len(parts) == 1
+               else f"{len(parts)} replicas went away: {'; '.join(parts)}: their figures cover "
+               "the time before"),
+        evidence=[Evidence(f"{r.name} last sample", _at(r.last_t), "", facts.source)
+                  for r in lost] + [Evidence("window's last sample", _at(end), "", facts.source)],
+        why="The balancer's traffic moves to the remaining replicas, which queue more.",
+        fix="Find out why it went away (its log, the host, the deployment).",
+        reference=f"{REF}#fleet.replica_gone", layer="config", role="cause")
 
 
 def router_share(facts: FleetFacts) -> Finding | None:

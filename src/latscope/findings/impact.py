@@ -56,23 +56,6 @@ def make_impact(target: str, share: float, *, value_ms: float | None = None,
     return out
 
 
-# The A/B metrics whose measured gain is a share of a latency target (lower is better)
-AB_TARGETS = {"tpot_mean_ms": "tpot", "ttft_mean_ms": "ttft_mean", "e2e_mean_ms": "e2e_mean"}
-
-
-def ab_impact(exp: dict[str, Any]) -> dict[str, Any] | None:
-    """What a fix that helped took off its metric, as the impact of the setting it changed:
-    (A - B) / A of the two arms' means; None unless it helped a latency metric."""
-    target = AB_TARGETS.get(exp.get("metric", ""))
-    a, b = exp.get("a_mean"), exp.get("b_mean")
-    if not exp.get("helped") or target is None or not a or b is None or b >= a:
-        return None
-    impact = make_impact(target, (a - b) / a, value_ms=a - b,
-                         measured_at=f"c={exp['load']}" if exp.get("load") else "")
-    impact["by"] = "ab"  # the A/B's two arms, not a split of one run
-    return impact
-
-
 def severity_for_share(share: float, *, fault: bool = True) -> Severity:
     if not fault:
         return Severity.INFO

@@ -27,7 +27,8 @@ QUEUE_KEPT_SHARE = 0.05
 class Context:
     """What the rules need to know about how the run was measured."""
 
-    measured_at: str = ""  # e.g. "knee (c=16)"
+    measured_at: str = ""  # e.g. "c=16 (the knee)"
+    load: float | None = None  # the concurrency measured at (typed: what rules compare)
     same_host: bool | None = None  # client and server on one host (None: unknown)
     client_reliable: bool = True
     client_why: str = ""  # why the client's numbers are not reliable
@@ -49,9 +50,12 @@ RULES: dict[str, Rule] = {
     "ttft.server.queue": Rule(
         "latency.queue", "queue", True,
         "Requests wait this share of their TTFT for the scheduler: the batch is full, the token "
-        "budget is used up, or the KV cache is full.",
-        "See the queue finding that names the limit (max_num_seqs, token budget, KV cache); "
-        "lower the load per replica or add replicas; measure with `latscope sweep`."),
+        "budget is used up, the KV cache is full, or the engine is busy with the requests it "
+        "already runs (the offered load is past its capacity).",
+        "Find what holds requests in the queue: the batch at max_num_seqs, a full KV cache, "
+        "engine steps at their token budget, or an offered load past what the server serves "
+        "(its capacity); lower the load per replica or add replicas, and measure with "
+        "`latscope sweep`."),
     "ttft.server.prefill": Rule(
         "latency.prefill", "prefill", False,
         "Prompt processing (SCHEDULED -> first token) takes this share of TTFT; with other "
@@ -120,6 +124,8 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
         impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)
     except ImpossibleShare:
         return None  # parts that disagree with the total are noted in the decomposition
+    if ctx.load is not None:
+        impact["load"] = ctx.load
     severity = severity_for_share(impact["share"], fault=rule.fault)
     if rule.role == "symptom" and severity == Severity.CRITICAL:
         severity = Severity.WARNING  # critical needs a named cause: diagnose joins the two
@@ -131,6 +137,8 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
     if rule.id in ("latency.network", "latency.http_frontend") and not ctx.client_reliable:
         severity = Severity.INFO  # a starved client stamps chunks late: not the network's time
         why += f" Not blamed: the client's own timing is unreliable in this run ({ctx.client_why})."
+        # the decision's field (the verdict never takes this share for the server's)
+        impact["client_reliable"] = False
     if odd_path and severity.rank > Severity.WARNING.rank:
         # measured by the round-trip probe itself, not by the run's (possibly late) stamps
         severity = Severity.WARNING

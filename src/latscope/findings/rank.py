@@ -95,3 +95,21 @@ def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
                          f"({ia.get('measured_at') or '?'} vs "
                          f"{ib.get('measured_at') or '?'})")
     return ranked, notes
+
+
+# Information is listed beside what to act on when it measured at least this share of its
+# target (where the time goes); smaller shares and unmeasured information go to a list below.
+SHOWN_INFO_SHARE = 0.05
+
+
+def display_group(severity: str, impact: dict | None) -> str:
+    """Where every renderer (terminal, report.md, report.html) lists a finding: "shown" (to act
+    on: critical and warning; and information that measured ``SHOWN_INFO_SHARE`` or more of its
+    target), "more" (other information) or "check" (passed, or could not run)."""
+    if severity in (Severity.CRITICAL.value, Severity.WARNING.value):
+        return "shown"
+    if severity == Severity.INFO.value:
+        share = (impact or {}).get("share")
+        return "shown" if isinstance(share, (int, float)) and share >= SHOWN_INFO_SHARE \
+            else "more"
+    return "check"

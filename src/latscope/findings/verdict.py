@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from latscope.findings.abtest import experiment_text
 from latscope.findings.causes import ACTING, symptom_of
 from latscope.findings.impact import IMPACT_TARGETS, describe
 from latscope.model import Finding, Severity
+from latscope.results import ABResult, Proposal, Verdict, section
 
 # A symptom (its cause not named) is the verdict only from this share of its target on: a
 # smaller one is where time goes, not a fault (the healthy local target's API server takes a
@@ -27,20 +29,37 @@ SYMPTOM_VERDICT = 0.5
 CAPACITY = "capacity.saturated"
 HOST_BUSY = "host.cpu_contention"
 RESENT = "server.prefix_cache_resent"
+QUEUE = "latency.queue"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthySplit:
+    """Where the TTFT goes at the load a healthy or at-capacity verdict reports."""
+
+    where: str  # "c=16 (the knee)"
+    ttft_ms: float  # mean client TTFT there
+    split: str  # "queue 40%, prefill 30%, ..."
+    rps: float
 
 
 @dataclass
 class VerdictInputs:
-    """What the verdict reads besides the ranked findings (all plain data, from the run)."""
+    """What the verdict reads besides the ranked findings (all typed, from the run)."""
 
-    experiments: list[dict[str, Any]] = field(default_factory=list)
-    proposals: list[dict[str, Any]] = field(default_factory=list)
-    # the split at the level a healthy verdict reports: where, req/s, mean TTFT, "queue 40%, ..."
-    healthy: dict[str, Any] | None = None
+    experiments: list[ABResult] = field(default_factory=list)
+    proposals: list[Proposal] = field(default_factory=list)
+    healthy: HealthySplit | None = None
+    # what each of the server's own limits read where queueing was measured
+    # (``findings.limits``): said when a queue is the verdict and none of them named its cause
+    checks: list[str] = field(default_factory=list)
 
 
-def verdict(ranked: list[Finding], inputs: VerdictInputs | None = None) -> dict[str, Any]:
-    inputs = inputs or VerdictInputs()
+def verdict(ranked: list[Finding], inputs: VerdictInputs | None = None) -> Verdict:
+    """The verdict over the ranked findings (``findings.conclude`` calls it)."""
+    return section(_verdict(ranked, inputs or VerdictInputs()), Verdict)
+
+
+def _verdict(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
     host = next((f for f in ranked if f.id == HOST_BUSY and f.severity in ACTING), None)
     resent = next((f for f in ranked if f.id == RESENT and f.severity in ACTING), None)
     result = _pick(ranked, inputs)
@@ -69,7 +88,7 @@ def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
     # a setting whose fix an A/B measured to help has its cost measured by that A/B (the H200's
     # --enforce-eager through --serve-cmd: TPOT 26.7 -> 5.8 ms, and the verdict said HEALTHY
     # with "its cost not measured here")
-    helped = {e["finding_id"] for e in inputs.experiments if e.get("helped")}
+    helped = {e.finding_id for e in inputs.experiments if e.helped}
     proven = next((f for f in unmeasured if f.id in helped), None)
     if proven is not None:
         return _finding_verdict(proven, inputs, "cause")
@@ -81,7 +100,7 @@ def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
     symptom = next((f for f in measured if f.role != "cause"
                     and (f.impact or {})["share"] >= SYMPTOM_VERDICT), None)
     if symptom is not None:
-        return _finding_verdict(symptom, inputs, "symptom")
+        return _with_checks(_finding_verdict(symptom, inputs, "symptom"), symptom, inputs)
     if critical is not None:  # a setting that breaks latency, its cost not measured here
         return _finding_verdict(critical, inputs, "cause")
     # a warning whose cost no run measured is not a verdict over measured health: named after it
@@ -95,16 +114,27 @@ def _also_check(result: dict[str, Any], unmeasured: list[Finding]) -> dict[str, 
     return result
 
 
+def _with_checks(result: dict[str, Any], symptom: Finding, inputs: VerdictInputs
+                 ) -> dict[str, Any]:
+    """A queue named as the verdict with no cause: which of the server's own limits were
+    checked and what each read (a queue behind no limit, with the GPU's busy share unknown,
+    cannot be told from capacity), never a pointer to a finding that is not there."""
+    if symptom.id == QUEUE and inputs.checks:
+        result["text"] += (". No limit of the server's own was found binding; checked: "
+                           + "; ".join(inputs.checks))
+    return result
+
+
 def _unreliable_remainder(f: Finding) -> bool:
     """The HTTP frontend's share is what is left of client TTFT after the parts measured: where
     the client's own timing was unreliable, the remainder is the client's lateness too."""
-    return f.id == "latency.http_frontend" and "client's own timing is unreliable" in f.why
+    return f.id == "latency.http_frontend" and (f.impact or {}).get("client_reliable") is False
 
 
 def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str, Any]:
     impact = top.impact or {}
-    proof = next((e for e in inputs.experiments if e["finding_id"] == top.id), None)
-    if impact.get("share") is None and proof is not None and proof.get("helped"):
+    proof = next((e for e in inputs.experiments if e.finding_id == top.id), None)
+    if impact.get("share") is None and proof is not None and proof.helped:
         text = top.title  # its cost is the A/B's, in the sentence added below
     elif impact.get("share") is None:
         text = f"{top.title} (its cost was not measured here)"
@@ -145,7 +175,7 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
                 f"{layer_words(top)}: {top.title}")
     text += _cost_elsewhere(top)
     if proof is not None:
-        text += (f". Fix measured{_at_load(proof)}: {proof['change']}: "
+        text += (f". Fix measured{_at_load(proof)}: {proof.change}: "
                  f"{experiment_text(proof, means=True)}")
     untried = _untried_fix(top, inputs, proof)
     if untried:
@@ -156,8 +186,8 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
             "impact": describe(impact)}
 
 
-def _at_load(exp: dict[str, Any]) -> str:
-    return f" at c={exp['load']}" if exp.get("load") else ""
+def _at_load(exp: ABResult) -> str:
+    return f" at c={exp.load}" if exp.load else ""
 
 
 def _cost_elsewhere(f: Finding) -> str:
@@ -174,26 +204,26 @@ def _capacity_verdict(f: Finding) -> dict[str, Any]:
             "measured_at": (f.impact or {}).get("measured_at")}
 
 
-def _untried_fix(top: Finding, inputs: VerdictInputs, proof: dict[str, Any] | None) -> str | None:
+def _untried_fix(top: Finding, inputs: VerdictInputs, proof: ABResult | None) -> str | None:
     """The finding's proposed fix that no A/B measured, when the one measured did not help (on
     an H200 with a full batch the verdict told only of the gateway that made it worse, not of
     the --max-num-seqs it could not prove through --url)."""
-    if proof is not None and proof.get("helped"):
+    if proof is not None and proof.helped:
         return None
-    measured = {e["change"] for e in inputs.experiments}
-    return next((p["change"] for p in inputs.proposals
-                 if p["finding_id"] == top.id and p["change"] not in measured), None)
+    measured = {e.change for e in inputs.experiments}
+    return next((p.change for p in inputs.proposals
+                 if p.finding_id == top.id and p.change not in measured), None)
 
 
-def healthy_verdict(healthy: dict[str, Any] | None) -> dict[str, Any]:
+def healthy_verdict(healthy: HealthySplit | None) -> dict[str, Any]:
     if not healthy:
         return {"text": "No verdict: no load was measured (see the stages for why)",
                 "kind": "none", "finding_id": None, "healthy": False}
-    text = (f"No configuration fault found. At {healthy['where']}: {healthy['rps']:.2f} req/s, "
-            f"mean TTFT {healthy['ttft_ms']:.0f} ms ({healthy['split']})")
-    # keys in the order of every verdict (report.model.Verdict's fields)
+    text = (f"No configuration fault found. At {healthy.where}: {healthy.rps:.2f} req/s, "
+            f"mean TTFT {healthy.ttft_ms:.0f} ms ({healthy.split})")
+    # keys in the order of every verdict (results.Verdict's fields)
     return {"text": text, "kind": "healthy", "finding_id": None, "healthy": True,
-            "measured_at": healthy["where"]}
+            "measured_at": healthy.where}
 
 
 def target_words(target: str | None) -> str:
@@ -215,29 +245,6 @@ def layer_words(f: Finding) -> str:
     return {"queue": "queueing", "network": "the network", "frontend": "the HTTP frontend",
             "prefill": "prefill", "decode": "decode", "gpu": "GPU time", "config": "configuration",
             "host": "the host", "capacity": "the server's capacity"}.get(f.layer, f.layer or "this")
-
-
-def experiment_text(exp: dict[str, Any], means: bool = False) -> str:
-    """``"ttft_mean_ms -35.0% [95% CI -68.0% .. +33.0%]: did not measurably help; guard ..."``;
-    with ``means``, the two arms' means first: ``"tpot_mean_ms 26.7 -> 5.8 ms (-78.1% ...)"``."""
-    from latscope.analysis.tune import outcome
-
-    if exp.get("change_pct") is None:
-        return exp.get("note") or exp.get("verdict", "not measured")
-    ci = exp.get("ci95_pct")
-    interval = f" [95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%]" if ci else ""
-    change = f"{exp['change_pct']:+.1f}%{interval}"
-    a, b = exp.get("a_mean"), exp.get("b_mean")
-    if means and a is not None and b is not None:
-        unit = " ms" if exp["metric"].endswith("_ms") else ""
-        change = f"{a:.1f} -> {b:.1f}{unit} ({change})"
-    text = f"{exp['metric']} {change}: {outcome(exp)}"
-    guard = exp.get("guard") or {}
-    if guard.get("change_pct") is not None:
-        gci = guard.get("ci95_pct")
-        text += (f"; {guard['metric']} {guard['change_pct']:+.1f}%"
-                 + (f" [95% CI {gci[0]:+.1f}% .. {gci[1]:+.1f}%]" if gci else ""))
-    return text
 
 
 def verdict_matches(given: dict[str, Any], expect: dict[str, Any]) -> tuple[bool, str]:

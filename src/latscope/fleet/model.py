@@ -4,10 +4,10 @@ diagnosis, and, when measured, what the router costs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from latscope.fleet.facts import ReplicaFacts
 from latscope.model import Finding
+from latscope.results import Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +16,7 @@ class ReplicaConclusion:
 
     name: str
     ranked: tuple[Finding, ...]
-    verdict: dict[str, Any]  # findings.verdict's dict
+    verdict: Verdict
     shares: dict[str, float] = field(default_factory=dict)  # queue / prefill / other of TTFT
 
 

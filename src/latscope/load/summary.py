@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from latscope.reliability import level, off_cpu_share  # noqa: F401 -- off_cpu_share: load's API
 from latscope.rundir import read_run
 from latscope.stats import RunStats, distribution
 
@@ -36,21 +37,12 @@ def compose_summary(summary: dict[str, Any], config: dict[str, Any], model: str 
     return summary
 
 
-# the loop thread ready to run but off the CPU for this share of the run: the host's cores are
-# held by other processes, and every timestamp may be late by a slice of theirs
-OFF_CPU_WARN = 0.05
-
-
-def off_cpu_share(figures: dict[str, Any]) -> float | None:
-    """The share of the run the client's loop thread waited for a CPU (run-queue wait / wall)."""
-    wait, wall = figures.get("run_queue_wait_s"), figures.get("wall_s")
-    return min(1.0, wait / wall) if wait is not None and wall else None
-
-
 def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Bench's warnings about its own client, at the ``warn`` levels of the one table of them
+    (``latscope.reliability``; diagnose's judgement reads its ``unreliable`` levels)."""
     warnings = []
     util = figures.get("cpu_utilization") or 0.0
-    if util > 0.9:
+    if util > level("cpu_utilization", "warn"):
         warnings.append(f"client used {util:.0%} of a CPU core: it may be the bottleneck; "
                         "latencies include client delay")
         if figures.get("stream_parser") == "python":
@@ -65,18 +57,20 @@ def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[st
                             f"client's {cpu:.1f} s of CPU in the run (a long run of long prompts, "
                             "each tokenized until exact): fewer or shorter prompts, or --workers")
     off_cpu = off_cpu_share(figures) or 0.0
-    if off_cpu > OFF_CPU_WARN:
+    if off_cpu > level("off_cpu_share", "warn"):
         warnings.append(f"the client's event loop waited for a CPU {off_cpu:.0%} of the run "
                         "(run-queue wait, /proc/thread-self/schedstat): other processes held "
                         "its cores, and its timestamps may be late")
     lag_p99 = (figures.get("loop_lag_ms") or {}).get("p99") or 0.0
-    if lag_p99 > 5:
+    if lag_p99 > level("loop_lag_p99_ms", "warn"):
         warnings.append(f"event-loop lag p99 {lag_p99:.1f} ms: timestamps may be late by that much")
     send_p99 = figures.get("send_lag_p99_ms") or 0.0
     ttft_p50 = (summary.get("ttft_ms") or {}).get("p50") or (summary.get("e2e_ms") or {}).get(
         "p50") or 0.0
     # large = over 5 ms, or over 1 ms and a tenth of the typical latency
-    if send_p99 > 5 or (send_p99 > 1 and send_p99 > 0.1 * ttft_p50):
+    if send_p99 > level("send_lag_p99_ms", "warn") or (
+            send_p99 > level("send_lag_p99_ms_small", "warn")
+            and send_p99 > level("send_lag_p99_per_ttft_p50", "warn") * ttft_p50):
         if summary.get("latency_origin") == "sent":
             where = "not counted in TTFT/E2E (closed loop: latency starts at the send)"
         else:

@@ -10,9 +10,9 @@ from typing import Any
 
 from msgspec import UnsetType
 
-from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
 from latscope.report.model import CrossRank, Experiment, FindingEntry, Guard, Report
+from latscope.report.schema import shown
 
 WIDTH = 80
 MAX_FINDINGS = 8
@@ -40,7 +40,7 @@ def render_text(report: Report, width: int = WIDTH) -> str:
     if client is not None and client.same_host:
         lines += _wrap("client and server share this host (loopback): no network distance "
                        "between them", "  ", "i ", width)
-    findings = _shown(report.findings)
+    findings = shown(report.findings)
     if findings:
         lines += ["", "Findings (ranked):"]
     for i, f in enumerate(findings[:MAX_FINDINGS], 1):
@@ -60,15 +60,6 @@ def render_text(report: Report, width: int = WIDTH) -> str:
         for note in report.notes:
             lines += _wrap(note, "    ", "  note: ", width)
     return "\n".join(lines)
-
-
-def _shown(findings: list[FindingEntry]) -> list[FindingEntry]:
-    """What to act on (critical, warning), then information with a measured impact (where the
-    time goes); plain information and passed checks stay in the report files."""
-    act = [f for f in findings if f.severity in ("critical", "warning")]
-    where = [f for f in findings if f.severity == "info"
-             and ((f.impact or {}).get("share") or 0.0) >= 0.05]
-    return act + where
 
 
 def _finding_lines(i: int, f: FindingEntry, width: int) -> list[str]:
@@ -97,7 +88,7 @@ def _experiment_lines(experiments: list[Experiment], width: int) -> list[str]:
             continue
         ci = e.ci95_pct
         interval = f" (95% CI {ci[0]:+.1f}% .. {ci[1]:+.1f}%)" if ci else ""
-        word = outcome(e.to_dict())
+        word = e.words()
         out += _wrap(f"{e.finding_id}: {e.change} at c={e.load:g}: {e.metric} "
                      f"{e.a_mean or 0.0:.1f} -> {e.b_mean or 0.0:.1f} ({e.change_pct:+.1f}%)"
                      f"{interval}: {word}"

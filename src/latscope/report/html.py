@@ -12,11 +12,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
 from latscope.report import plots, units
 from latscope.report.model import CrossRank, DecompositionView, Report
-from latscope.report.schema import actionable, check_report, checks, component_tree, ttft_leaves
+from latscope.report.schema import check_report, checks, component_tree, more, shown, ttft_leaves
 
 _ASSETS = "latscope.report.assets"
 
@@ -30,7 +29,7 @@ def render_html(report: Report) -> str:
               for name, spec in _chart_specs(report).items()}
     return _template().render(
         r=report, charts=charts, css=Markup(_asset("report.css")),
-        findings=actionable(report.findings),
+        findings=shown(report.findings), more=more(report.findings),
         checks=checks(report.findings),
         decompositions=[_decomposition_rows(d) for d in report.decompositions],
         load_kind=report.sweep.load_kind if report.sweep is not None else "concurrency",
@@ -83,7 +82,6 @@ def _template():
                        interval=units.interval, num=units.number, value_unit=units.value_unit,
                        impact=describe, href=_safe_href)
     env.globals["load_label"] = units.load_label
-    env.globals["outcome"] = outcome
     return env.from_string(_asset("report.html.j2"))
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from msgspec import UnsetType
 
-from latscope.analysis.tune import outcome
 from latscope.findings.impact import describe
 from latscope.report import units
 from latscope.report.model import (
@@ -25,7 +24,7 @@ from latscope.report.model import (
     TimeSeries,
     TraceSection,
 )
-from latscope.report.schema import actionable, check_report, checks, component_tree
+from latscope.report.schema import check_report, checks, component_tree, more, shown
 from latscope.trace.names import short_kernel_names
 
 WIDTH = 100
@@ -128,7 +127,7 @@ def _known(value: Any) -> Any:
 
 
 def _findings(r: Report) -> str:
-    found = actionable(r.findings)
+    found = shown(r.findings)
     out = [f"## Findings ({len(found)}, most important first)"]
     if not found:
         out += ["", "Nothing found that costs latency."]
@@ -151,6 +150,12 @@ def _findings(r: Report) -> str:
         for text, name in ((f.why, "Why"), (f.fix, "Fix"), (f.reference, "Reference")):
             if text:
                 out.append(_wrap(f"{name}: {_text(text)}", "  ", "- "))
+    other = more(r.findings)
+    if other:
+        out += ["", f"More information ({len(other)}):", ""]
+        out += [_wrap(f"{_text(f.title)} ({_code(f.id)})"
+                      + (f": {_text(describe(f.impact))}" if f.impact else ""), "  ", "- ")
+                for f in other]
     done = checks(r.findings)
     if done:
         out += ["", f"Checks passed or not run ({len(done)}):", ""]
@@ -165,7 +170,7 @@ def _experiments(r: Report) -> str:
     if not exps:
         out.append("No fix was tried in this run.")
     for n, e in enumerate(exps, 1):
-        result = f"**{outcome(e.to_dict())}**"
+        result = f"**{e.words()}**"
         out.append(_wrap(f"{n}. {_code(e.change)}: {result}", "   "))
         out.append(_wrap(
             f"{_text(e.metric)} {units.number(e.a_mean)} -> "

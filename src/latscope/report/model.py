@@ -2,17 +2,10 @@
 produces and docs/report.md describes; ``Report.to_dict()`` is the JSON's dict, key for key in
 field order, and ``report_schema()`` the JSON Schema generated from the model.
 
-The verdict (``findings.verdict``), each finding with its evidence (``Finding.to_dict``), the
-stages, the client's reliability (``campaign.observe.client_reliability``), the experiments and
-the proposals are Structs too, converted from the dicts their producers make (``section``, in
-``campaign.document``): a key a producer adds that the model lacks is refused there, never
-dropped from report.json. A key only some verdicts (or older report.json files) have is
-``UNSET`` when absent and left out of the dict, so ``to_dict`` gives back the keys it was given,
-in field order.
-
-The experiments (A/B proofs, with their guards) are Structs too, one for both producers
-(``campaign.experiment``, and ``campaign.priority``'s four keys more as UNSET-able fields).
-Open-ended leaves, documented where they are: the target (server_args, log: whatever was known
+The verdict, each finding with its evidence, the stages, the client's reliability, the
+experiments (A/B proofs, with their guards) and the proposals are the producers' own Structs
+(``latscope.results``, in the ground: the findings engine makes them). Open-ended leaves,
+documented where they are: the target (server_args, log: whatever was known
 about the server), a finding's impact (``findings.impact``: target, share and what measured it),
 an A/B's reruns, telemetry (``telemetry.facts``) and a rank's collective ``kinds``. ``load_report``
 checks a report.json dict against the model (types included) and gives it back typed.
@@ -20,147 +13,26 @@ checks a report.json dict against the model (types included) and gives it back t
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
+
+from latscope.results import (  # noqa: F401 -- the report's sections, re-exported
+    ABResult,
+    ClientSection,
+    EvidenceItem,
+    FindingEntry,
+    Guard,
+    Number,
+    Proposal,
+    Stage,
+    Verdict,
+    _plain,
+    section,
+)
 
 SCHEMA_VERSION = 1  # report.json's; report.schema checks a file's against it
-T = TypeVar("T")
-# a number as its producer wrote it: an int stays an int (64, not 64.0, in report.json)
-Number = int | float
-
-
-class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A section converted from a producer's dict: an unknown key is an error, not lost."""
-
-
-class Verdict(_Section, kw_only=True):
-    """``findings.verdict``: a cause or symptom (with its share), capacity, healthy or none."""
-
-    text: str
-    kind: str | UnsetType = UNSET  # cause | symptom | capacity | healthy | none (absent: older)
-    finding_id: str | None
-    healthy: bool
-    severity: str | UnsetType = UNSET
-    share: Number | None | UnsetType = UNSET
-    target: str | None | UnsetType = UNSET
-    measured_at: str | None | UnsetType = UNSET
-    impact: str | None | UnsetType = UNSET  # the impact in words
-    host_busy: bool | UnsetType = UNSET  # named before the verdict: the host was busy
-    # named before the verdict: the prefix cache served prompts the server had seen
-    prompts_resent: bool | UnsetType = UNSET
-
-    def measured(self) -> dict[str, Any]:
-        """Its share, target and load, as ``findings.impact.describe`` reads an impact."""
-        return {k: v for k in ("target", "share", "measured_at")
-                if not isinstance(v := getattr(self, k), UnsetType)}
-
-
-class EvidenceItem(_Section):
-    name: str
-    value: Any  # a number, a string, a bool: whatever was read
-    unit: str
-    source: str
-
-
-class FindingEntry(_Section):
-    """One ranked finding as the report holds it (``Finding.to_dict``)."""
-
-    id: str
-    severity: str  # model.Severity's value
-    title: str
-    evidence: list[EvidenceItem]
-    why: str
-    fix: str
-    reference: str
-    layer: str
-    # target, share, measured_at and (some) value_ms, by, explains: findings.impact's, open
-    impact: dict[str, Any] | None
-    role: str
-
-
-class Stage(_Section):
-    name: str
-    status: str  # ok | failed | skipped | cut | interrupted
-    seconds: Number
-    note: str
-
-
-class ClientSection(_Section, kw_only=True):
-    """Whether the client's own timing was reliable at the load it was judged at, and why
-    (``campaign.conclude``). Every key is absent (``{}``) where no load was measured, and
-    off_cpu_share in report.json files older than it."""
-
-    reliable: bool | UnsetType = UNSET
-    why: str | UnsetType = UNSET
-    off_cpu_share: Number | None | UnsetType = UNSET
-    loop_lag_p99_ms: Number | None | UnsetType = UNSET
-    loop_lag_mean_ms: Number | None | UnsetType = UNSET
-    send_lag_p99_ms: Number | None | UnsetType = UNSET
-    cpu_utilization: Number | None | UnsetType = UNSET
-    cpu_per_token_us: Number | None | UnsetType = UNSET
-    fix: str | UnsetType = UNSET
-    load: Number | None | UnsetType = UNSET
-    same_host: bool | None | UnsetType = UNSET
-
-
-class Proposal(_Section):
-    """A fix not measured here, with the command that would measure it."""
-
-    finding_id: str
-    change: str
-    why: str
-    note: str
-    command: str
-
-
-class Guard(_Section):
-    """A metric an A/B's fix must not make much worse, measured on the same runs."""
-
-    metric: str
-    a_values: list[Number | None]
-    b_values: list[Number | None]
-    change_pct: Number | None
-    ci95_pct: list[Number] | None
-    verdict: str | None
-
-
-class Experiment(_Section, kw_only=True):
-    """One A/B proof (``campaign.experiment.Experiment.to_dict``; ``campaign.priority`` adds
-    measured, server_policy, outcome and proposal). Keys absent from older report.json files,
-    or written by only one producer, are ``UNSET`` when absent."""
-
-    finding_id: str
-    change: str
-    metric: str
-    load: Number
-    arms: list[str]
-    a_values: list[Number | None]
-    b_values: list[Number | None]
-    a_mean: Number | None
-    b_mean: Number | None
-    change_pct: Number | None
-    ci95_pct: list[Number] | None
-    helped: bool
-    verdict: str | None
-    warmup_excluded: bool
-    prefix_cache_hit_rate: dict[str, list[Number | None]]  # one rate a run, per arm
-    run_dirs: list[str]
-    reruns: list[dict[str, Any]] | UnsetType = UNSET  # {run, why}: measured again
-    client_unreliable_runs: list[str] | UnsetType = UNSET
-    note: str
-    guard: Guard | UnsetType = UNSET
-    guards: list[Guard] | UnsetType = UNSET
-    measured: bool | UnsetType = UNSET
-    server_policy: dict[str, str] | UnsetType = UNSET
-    outcome: str | UnsetType = UNSET
-    proposal: str | UnsetType = UNSET
-
-    def to_dict(self) -> dict[str, Any]:
-        """As report.json holds it (what ``analysis.tune.outcome`` reads)."""
-        out: dict[str, Any] = _plain(self)
-        return out
+Experiment = ABResult  # report.json's name for an A/B proof
 
 
 class SweepPoint(msgspec.Struct):
@@ -308,22 +180,6 @@ class Report(msgspec.Struct, kw_only=True):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = _plain(self)
         return out
-
-
-def _plain(value: Any) -> Any:
-    """Structs as dicts in field order, recursively; every other value left as it is (the JSON
-    writer encodes those, as it always did)."""
-    if isinstance(value, msgspec.Struct):
-        return {name: _plain(v) for name in value.__struct_fields__
-                if (v := getattr(value, name)) is not UNSET}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def section(data: Any, kind: type[T]) -> T:
-    """A producer's dict as its Struct; an unknown or missing key raises (a model to update)."""
-    return msgspec.convert(data, kind, strict=False)
 
 
 def report_schema() -> dict[str, Any]:

@@ -347,6 +347,15 @@ def trace_spec(trace: TraceSection | None) -> dict[str, Any] | None:
     return {"vconcat": charts, "resolve": {"scale": {"color": "independent"}}}
 
 
+# the A/B outcomes' one wording (results.ab_outcome), a "helped, at a cost (...)" as its class
+OUTCOME_COLOURS = {"helped": "#2ca02c", "helped, at a cost": "#bcbd22",
+                   "did not measurably help": "#7f7f7f", "made it worse": "#d62728"}
+
+
+def _outcome_class(words: str) -> str:
+    return "helped, at a cost" if words.startswith("helped, at a cost") else words
+
+
 def experiments_spec(experiments: list[Experiment] | None) -> dict[str, Any] | None:
     """Each fix tried: change of its metric with the 95% interval, and the values of both arms."""
     exps = [e for e in experiments or [] if _num(e.change_pct)]
@@ -355,12 +364,12 @@ def experiments_spec(experiments: list[Experiment] | None) -> dict[str, Any] | N
     forest = [{"change": f"{i}. {_short(e.change)}", "pct": e.change_pct,
                "lo": e.ci95_pct[0] if e.ci95_pct else e.change_pct,
                "hi": e.ci95_pct[1] if e.ci95_pct else e.change_pct,
-               "verdict": "helped" if e.helped else "did not help"}
+               "verdict": _outcome_class(e.words())}
               for i, e in enumerate(exps, 1)]
     y = {"field": "change", "type": "nominal", "title": None, "sort": None,
          "axis": {"labelLimit": 220}}
     colour = {"field": "verdict", "type": "nominal", "title": None,
-              "scale": {"domain": ["helped", "did not help"], "range": ["#2ca02c", "#d62728"]}}
+              "scale": {"domain": list(OUTCOME_COLOURS), "range": list(OUTCOME_COLOURS.values())}}
     charts: list[dict[str, Any]] = [{
         "title": "Change of each fix's metric (B against A), with its 95% interval",
         "width": WIDTH - 240, "height": max(40, 30 * len(forest)),

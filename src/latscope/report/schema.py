@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from msgspec import UnsetType
 
 from latscope.errors import LatscopeError
+from latscope.findings.rank import display_group
 from latscope.report.model import (
     SCHEMA_VERSION,
     ComponentRow,
@@ -24,7 +25,6 @@ from latscope.report.model import (
 
 SEVERITIES = ("critical", "warning", "info", "ok", "skipped")
 # Findings shown in the main, ranked list; "ok" and "skipped" are the checks that ran or could not.
-ACTIONABLE = ("critical", "warning", "info")
 # Rounding in the producer may give 1.0004; more than this is a bug upstream, not noise.
 _SHARE_TOLERANCE = 0.005
 
@@ -111,9 +111,16 @@ def component_tree(components: list[ComponentRow]) -> list[tuple[int, ComponentR
     return out
 
 
-def actionable(findings: list[FindingEntry]) -> list[FindingEntry]:
-    return [f for f in findings if f.severity in ACTIONABLE]
+def shown(findings: list[FindingEntry]) -> list[FindingEntry]:
+    """The ranked list every renderer shows first (``findings.rank.display_group``)."""
+    return [f for f in findings if display_group(f.severity, f.impact) == "shown"]
+
+
+def more(findings: list[FindingEntry]) -> list[FindingEntry]:
+    """Information below the shown list's bar, listed after it."""
+    return [f for f in findings if display_group(f.severity, f.impact) == "more"]
 
 
 def checks(findings: list[FindingEntry]) -> list[FindingEntry]:
-    return [f for f in findings if f.severity not in ACTIONABLE]
+    """Checks that passed or could not run."""
+    return [f for f in findings if display_group(f.severity, f.impact) == "check"]

@@ -54,23 +54,26 @@ def test_a_bug_in_ranking_fails_the_run_after_writing_what_was_gathered(tmp_path
 
 def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kept(
         tmp_path, monkeypatch, capsys):
-    """A producer's key the typed report does not know (a bug) must not cost the run its
-    report: report.json holds every section as its producer gave it, and the cause."""
+    """A section that does not fit the typed report (a bug: a producer that filled a typed
+    result with a value of another type, which a Struct does not check when it is made) must
+    not cost the run its report: report.json holds every section as its producer gave it, and
+    the cause."""
     import latscope.campaign.diagnose as diagnose_module
+    from latscope.results import Proposal
 
     real_conclude = diagnose_module.conclude
 
-    def conclude_with_a_new_key(state):
+    def conclude_with_a_wrong_type(state):
         real_conclude(state)
-        state.proposals.append({"finding_id": "x", "change": "--y", "why": "z",
-                                "a_key_the_model_lacks": 1})
+        state.proposals.append(Proposal(finding_id="x", change="--y", why="z", note="n",
+                                        command=["not", "a", "string"]))  # type: ignore[arg-type]
 
-    monkeypatch.setattr(diagnose_module, "conclude", conclude_with_a_new_key)
+    monkeypatch.setattr(diagnose_module, "conclude", conclude_with_a_wrong_type)
     _diagnose_fails(tmp_path, "does not fit the report model")
     run = tmp_path / "run"
     report = json.loads((run / "report.json").read_text())
-    assert "a_key_the_model_lacks" in report["report_error"]
-    assert report["proposals"][-1]["a_key_the_model_lacks"] == 1  # kept as produced
+    assert "proposals[0].command" in report["report_error"]
+    assert report["proposals"][-1]["command"] == ["not", "a", "string"]  # kept as produced
     assert report["verdict"]["text"] and report["findings"]  # the ranking stands
     [stage] = [s for s in report["stages"] if s["name"] == "report"]
     assert stage["status"] == "failed"

@@ -5,6 +5,8 @@ measured on a real vLLM in tests/integration/test_diagnose_vllm.py and benchmark
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sys
 from pathlib import Path
@@ -84,7 +86,8 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
 
 
 def test_a_gain_bought_with_the_guards_loss_is_said_so():
-    from latscope.findings.verdict import experiment_text as _experiment_text
+    from latscope.findings.abtest import experiment_text
+    from latscope.results import ABResult, section
     from latscope.campaign.experiment import Experiment
     from latscope.report.diagnose import _experiment_lines
 
@@ -108,8 +111,8 @@ def test_a_gain_bought_with_the_guards_loss_is_said_so():
     report = {**bare_report(), "experiments": [result]}
     assert "helped, at a cost" in render_markdown(typed_report(report))
     assert "helped, at a cost" in render_html(typed_report(report))
-    assert "helped, at a cost" in _experiment_text(result)
-    assert "long_e2e_mean_ms +" in _experiment_text(result)
+    assert "helped, at a cost" in experiment_text(section(result, ABResult))
+    assert "long_e2e_mean_ms +" in experiment_text(section(result, ABResult))
     typed = typed_report(report).experiments
     assert any("helped, at a cost" in line for line in _experiment_lines(typed, 80))
 
@@ -237,9 +240,9 @@ def test_the_proposed_gateway_command_carries_the_flags_of_the_change():
                  why="queueing dominates",
                  gateway={"policy": "sjf", "max_inflight": None, "initial_inflight": 64})
     out = _gateway_proposal(f, p, "http://127.0.0.1:8000", "no time left")
-    assert out["change"] == ("latscope gateway --policy sjf --max-inflight auto "
-                             "--initial-inflight 64")
-    assert out["command"] == ("latscope gateway --upstream http://127.0.0.1:8000 --policy sjf "
+    assert out.change == ("latscope gateway --policy sjf --max-inflight auto "
+                          "--initial-inflight 64")
+    assert out.command == ("latscope gateway --upstream http://127.0.0.1:8000 --policy sjf "
                               "--max-inflight auto --initial-inflight 64")
 
 
@@ -256,9 +259,10 @@ def _ab_with_stalls(tmp_path, monkeypatch, stalled: set[int]) -> tuple[list, dic
         obs = real(cfg, **kw)
         calls.append(cfg.output_dir)
         if len(calls) in stalled:
-            obs.client = dict(obs.client, reliable=False, why="event-loop lag p99 770 ms")
+            obs.client = dataclasses.replace(obs.client, reliable=False,
+                                             why="event-loop lag p99 770 ms")
         else:
-            obs.client = dict(obs.client, reliable=True)
+            obs.client = dataclasses.replace(obs.client, reliable=True)
         return obs
 
     monkeypatch.setattr(experiment, "observe", observe)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from latscope.reliability import ClientReliability
 from latscope.analysis.sweep import Step
 from latscope.campaign.stages import remeasure_unreliable
 from latscope.campaign.state import DiagnoseOptions, Diagnosis
 
 
 def _obs(reliable: bool, workers: int = 1) -> SimpleNamespace:
-    client = {"reliable": reliable, "why": "" if reliable else "event-loop lag p99 436.0 ms"}
+    client = ClientReliability(reliable, "" if reliable else "event-loop lag p99 436.0 ms")
     return SimpleNamespace(client=client,
                            summary={"load": {"workers_chosen": {"count": workers}}})
 

@@ -125,6 +125,7 @@ def test_the_capacity_gate_reads_the_telemetry_not_the_profile_where_both_exist(
     import tarfile
 
     from latscope.campaign import conclude
+    from latscope.findings import conclude as seam
     from latscope.campaign import replay as replay_mod
     from latscope.campaign.state import Diagnosis as State
 
@@ -138,11 +139,11 @@ def test_the_capacity_gate_reads_the_telemetry_not_the_profile_where_both_exist(
     state = State(replay_mod._options(replay_mod._manifest(src)), RunDir.open(out),
                   lambda _: None)
     replay_mod._restore(state, out)
-    busy = conclude._gpu_busy(state)
+    busy = seam._gpu_busy(conclude.inputs_of(state))
     assert busy is not None and busy.kind == "telemetry" and "NVML" in busy.source
     profile_busy = 1 - state.trace["devices"][0]["breakdown"]["idle_share"]
     assert abs(busy.share - profile_busy) > 0.01  # a different figure: not the profile's
     state.observations = {}  # no telemetry read: the profile's share is the fallback
-    fallback = conclude._gpu_busy(state)
+    fallback = seam._gpu_busy(conclude.inputs_of(state))
     assert fallback is not None and fallback.kind == "profile"
     assert fallback.share == pytest.approx(profile_busy)

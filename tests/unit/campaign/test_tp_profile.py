@@ -17,6 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from latscope.findings.trace import trace_findings_of
+
 from latscope.campaign import profiling, stages
 from latscope.campaign.replay import replay
 from latscope.campaign.state import Budget, DiagnoseOptions, Diagnosis
@@ -135,7 +137,7 @@ def test_another_process_on_the_straggler_gpu_takes_its_share_in_the_verdict(pla
                     "1 other process(es) held the server's GPU(s) during the run", layer="gpu")
     ranked, _ = rank(join_causes([as_symptom(late), other]))
     assert [f.id for f in ranked] == ["gpu.other_process"]
-    v = verdict(ranked)
+    v = verdict(ranked).to_dict()
     assert v["finding_id"] == "gpu.other_process" and v["share"] == late.impact["share"]
 
 
@@ -151,7 +153,7 @@ def test_nccl_p2p_disabled_takes_the_collectives_share_of_two_real_ranks():
     p2p = Finding("gpu.nccl_p2p_disable", Severity.WARNING, "NCCL peer-to-peer is disabled",
                   layer="gpu")
     ranked, _ = rank(join_causes([as_symptom(share), p2p]))
-    v = verdict(ranked)
+    v = verdict(ranked).to_dict()
     assert v["finding_id"] == "gpu.nccl_p2p_disable" and v["share"] == share.impact["share"]
 
 
@@ -175,7 +177,7 @@ def test_the_trace_stage_stores_every_rank_and_replay_reports_the_cross_rank_vie
     state = _trace_stage(run, planted)
     stored = json.loads((run / "trace.json").read_text())
     assert len(stored["other_ranks"]) == 1 and stored["cross_rank"]["collectives"]["matched"] == 74
-    assert "trace.rank_straggler" in {f.id for f in state.trace_findings}
+    assert "trace.rank_straggler" in {f.id for f in trace_findings_of(state.trace)}
     report = replay(run, tmp_path / "out")
     section = report["cross_rank"]
     assert [r["rank"] for r in section["ranks"]] == [0, 1]

@@ -5,12 +5,14 @@ ones diagnose gave on an H200 whose single API server was at 100% CPU (docs/gate
 from __future__ import annotations
 
 import pytest
+from abresults import ab  # tests/, on the path
 
 from latscope.findings.causes import join_causes
 from latscope.findings.verdict import VerdictInputs, verdict
 from latscope.findings.impact import make_impact
 from latscope.findings.rank import rank
 from latscope.model import Finding, Severity
+from latscope.results import ABResult, Proposal
 
 AT = "c=1024 (past the knee at c=128)"
 
@@ -36,7 +38,7 @@ def _h200_findings(debug: Severity | None = None) -> list[Finding]:
 
 def _verdict(findings: list[Finding]) -> tuple[dict, list[Finding]]:
     ranked, _ = rank(join_causes(findings))
-    return verdict(ranked, VerdictInputs()), ranked
+    return verdict(ranked, VerdictInputs()).to_dict(), ranked
 
 
 def test_a_measured_share_is_the_verdict_before_an_unmeasured_setting():
@@ -68,21 +70,25 @@ def test_a_small_unexplained_share_is_no_verdict():
                     layer="frontend", role="symptom",
                     impact=make_impact("ttft_mean", 0.27, value_ms=47.7, measured_at="c=3"))
     ranked, _ = rank(join_causes([small]))
-    result = verdict(ranked, VerdictInputs())
+    result = verdict(ranked, VerdictInputs()).to_dict()
     assert result["finding_id"] is None  # no fault named (no load measured in this stub)
+
+
+_WORSE_GUARD = {"metric": "long_e2e_mean_ms", "a_values": [], "b_values": [],
+                "change_pct": 110.0, "ci95_pct": [60.0, 170.0], "verdict": "worse"}
 
 
 @pytest.mark.parametrize("exp, words", [
     ({"verdict": "better", "helped": True}, "helped"),
-    ({"verdict": "better", "helped": True, "guard": {"verdict": "worse"}}, "helped, at a cost"),
+    ({"verdict": "better", "helped": True, "guard": _WORSE_GUARD},
+     "helped, at a cost (long_e2e_mean_ms worse)"),
     ({"verdict": "worse", "helped": False}, "made it worse"),
     ({"verdict": "no significant difference", "helped": False}, "did not measurably help"),
 ])
 def test_an_ab_outcome_has_one_wording(exp, words):
-    # +200% [+125%, +300%] was printed "did not measurably help" (the H200 gateway A/B)
-    from latscope.analysis.tune import outcome
-
-    assert outcome(exp) == words
+    # +200% [+125%, +300%] was printed "did not measurably help" (the H200 gateway A/B); the
+    # verdict, the renderers and the priority proof read this one wording
+    assert ab(**exp).words() == words
 
 
 def _full_batch() -> list[Finding]:
@@ -93,24 +99,25 @@ def _full_batch() -> list[Finding]:
                     impact=make_impact("ttft_mean", 0.95, measured_at="c=512 (past the knee)"))]
 
 
-def _gateway_ab(helped: bool) -> dict:
-    return {"finding_id": "server.queue_max_num_seqs",
-            "change": "latscope gateway --policy sjf --max-inflight auto",
-            "metric": "short_ttft_mean_ms", "change_pct": 200.0 if not helped else -60.0,
-            "ci95_pct": [110.3, 327.9] if not helped else [-80.0, -16.0], "helped": helped,
-            "verdict": "better" if helped else "worse"}
+def _gateway_ab(helped: bool) -> ABResult:
+    return ab(finding_id="server.queue_max_num_seqs",
+              change="latscope gateway --policy sjf --max-inflight auto",
+              metric="short_ttft_mean_ms", change_pct=200.0 if not helped else -60.0,
+              ci95_pct=[110.3, 327.9] if not helped else [-80.0, -16.0], helped=helped,
+              verdict="better" if helped else "worse", load=0)
 
 
 def test_a_measured_fix_that_made_it_worse_points_to_the_one_not_measured():
     ranked, _ = rank(join_causes(_full_batch()))
-    proposal = {"finding_id": "server.queue_max_num_seqs", "change": "--max-num-seqs 256"}
+    proposal = Proposal(finding_id="server.queue_max_num_seqs", change="--max-num-seqs 256",
+                        why="", note="", command="")
     state = VerdictInputs(experiments=[_gateway_ab(helped=False)], proposals=[proposal])
-    text = verdict(ranked, state)["text"]
+    text = verdict(ranked, state).to_dict()["text"]
     assert "Fix measured: latscope gateway" in text and "made it worse" in text
     assert text.endswith("Not measured here, to try next: --max-num-seqs 256")
     # a fix that helped is the answer: nothing more to try is added
     state.experiments = [_gateway_ab(helped=True)]
-    assert "to try next" not in verdict(ranked, state)["text"]
+    assert "to try next" not in verdict(ranked, state).to_dict()["text"]
 
 
 def test_eager_mode_is_proposed_as_an_experiment_and_its_removal_keeps_the_model():
@@ -188,26 +195,26 @@ def test_a_fix_an_ab_showed_to_help_is_the_verdict_with_its_cost(tmp_path):
     {"metric": "throughput_rps", "a_mean": 10.0, "b_mean": 12.0, "helped": True, "load": 16},
 ])
 def test_an_ab_that_did_not_help_a_latency_gives_no_share(exp):
-    from latscope.findings.impact import ab_impact
+    from latscope.findings.abtest import ab_impact
 
-    assert ab_impact(exp) is None
+    assert ab_impact(ab(**exp)) is None
     helped = dict(exp, metric="tpot_mean_ms", a_mean=20.0, b_mean=5.0, helped=True)
-    assert ab_impact(helped) == {"target": "tpot", "share": 0.75, "value_ms": 15.0,
+    assert ab_impact(ab(**helped)) == {"target": "tpot", "share": 0.75, "value_ms": 15.0,
                                  "measured_at": "c=16", "by": "ab"}
 
 
 def test_an_ab_share_of_a_cause_names_the_symptom_it_explains():
     # a CI run of the planted --max-num-seqs 2: the split gave queueing no share, the A/B did;
     # the verdict read "At c=4, Requests queue because the batch is full: ... costs 89% ..."
-    exp = {"finding_id": "server.queue_max_num_seqs", "change": "--max-num-seqs 8",
-           "metric": "ttft_mean_ms", "a_mean": 301.0, "b_mean": 32.2, "helped": True,
-           "load": 4, "arms": [], "rel_change": -0.894, "ci": [-0.912, -0.872]}
-    from latscope.findings.impact import ab_impact
+    exp = ab(finding_id="server.queue_max_num_seqs", change="--max-num-seqs 8",
+             metric="ttft_mean_ms", a_mean=301.0, b_mean=32.2, helped=True, load=4,
+             change_pct=-89.4, ci95_pct=[-91.2, -87.2], verdict="better")
+    from latscope.findings.abtest import ab_impact
 
     cause = Finding("server.queue_max_num_seqs", Severity.CRITICAL,
                     "Requests queue because the batch is full: Running 2 = max_num_seqs 2, "
                     "Waiting 2", layer="queue", impact=ab_impact(exp))
-    text = verdict([cause], VerdictInputs(experiments=[exp]))["text"]
+    text = verdict([cause], VerdictInputs(experiments=[exp])).to_dict()["text"]
     assert text.startswith("At c=4, 89% of mean TTFT is queueing (what the fix took off it). "
                            "The cause: Requests queue because the batch is full"), text
     assert "Fix measured at c=4: --max-num-seqs 8" in text

@@ -3,6 +3,7 @@ on findings shaped as diagnose made them on an H200 (vLLM 0.26) and on its real 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from latscope.findings.capacity import GpuBusy, Point, capacity_finding, plateau
 from latscope.findings.causes import as_symptom, causes_of, edges, join_causes
 from latscope.findings.impact import make_impact
 from latscope.findings.rank import rank
-from latscope.findings.verdict import VerdictInputs, verdict, verdict_matches
+from latscope.findings.verdict import HealthySplit, VerdictInputs, verdict, verdict_matches
 from latscope.model import Evidence, Finding, MetricSnapshot, Severity
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "findings.md"
@@ -46,7 +47,7 @@ def test_eager_mode_takes_the_gpu_idle_share_and_the_verdict_states_its_decode_c
     eager = ranked[0]
     assert eager.severity == Severity.CRITICAL and eager.impact["share"] == 0.8
     assert eager.impact["explains"] == "trace.gpu_idle"
-    v = verdict(ranked)
+    v = verdict(ranked).to_dict()
     assert v["finding_id"] == "server.enforce_eager" and v["kind"] == "cause"
     assert v["text"].startswith("At c=8 (the knee), the GPU is idle 80% of the profile because "
                                 "of this: CUDA graphs disabled (--enforce-eager)")
@@ -71,7 +72,7 @@ def test_a_saturated_healthy_gpu_is_at_capacity_and_no_flag_is_blamed():
     assert "At c=64 (the knee), the server is at capacity: 62.0 req/s" in f.title
     assert "+5% per doubling of the load, from c=128 to c=256" in f.title
     assert "busy 96% of the profile at c=64" in f.title
-    v = verdict([f])
+    v = verdict([f]).to_dict()
     assert v["kind"] == "capacity" and v["healthy"] is True
     assert "trade TTFT against ITL" in v["text"] and "Run at c<=57" in v["text"]
     assert verdict_matches(v, {"kind": "capacity", "no_flag_blamed": True}) == (True, "")
@@ -117,13 +118,13 @@ def test_the_queue_share_past_the_knee_goes_to_capacity_only_when_no_setting_exp
     cap = capacity_finding(H200_SWEEP, 64, 57, [], None, "queue 41%", "c=64 (the knee)")
     ranked, _ = rank(join_causes([queue, cap]))
     assert [f.id for f in ranked] == ["capacity.saturated"]
-    assert verdict(ranked)["kind"] == "capacity"
+    assert verdict(ranked).to_dict()["kind"] == "capacity"
     seqs = Finding("server.queue_max_num_seqs", Severity.WARNING, "batch full", layer="queue")
     queue2 = Finding("latency.queue", Severity.INFO, "queue: 9%", layer="queue", role="symptom",
                      impact=make_impact("ttft_mean", 0.09, measured_at="c=16"))
     ranked, _ = rank(join_causes([queue2, seqs]))
     # a small share measured on a slow box does not overrule the server's own counters
-    assert verdict(ranked)["finding_id"] == "server.queue_max_num_seqs"
+    assert verdict(ranked).to_dict()["finding_id"] == "server.queue_max_num_seqs"
 
 
 def test_a_remainder_share_of_an_unreliable_client_is_never_the_verdict():
@@ -131,10 +132,14 @@ def test_a_remainder_share_of_an_unreliable_client_is_never_the_verdict():
         "latency.http_frontend", Severity.WARNING, "HTTP frontend: 88 ms of 163 ms (54%) at c=1",
         layer="frontend", role="symptom",
         why="... Not blamed: the client's own timing is unreliable in this run (lag).",
-        impact=make_impact("ttft_mean", 0.54, value_ms=88.0, measured_at="c=1 (light load)"))
-    v = verdict([frontend], VerdictInputs(healthy={"where": "c=1", "rps": 6.8, "ttft_ms": 163,
-                                                   "split": "frontend 54%"}))
+        impact={**make_impact("ttft_mean", 0.54, value_ms=88.0, measured_at="c=1 (light load)"),
+                "client_reliable": False})
+    healthy = HealthySplit("c=1", 163, "frontend 54%", 6.8)
+    v = verdict([frontend], VerdictInputs(healthy=healthy)).to_dict()
     assert v["finding_id"] is None and v["kind"] == "healthy"
+    # the decision reads the typed field, never the prose: the same words without it blame
+    said = dataclasses.replace(frontend, impact=make_impact("ttft_mean", 0.54, value_ms=88.0))
+    assert verdict([said], VerdictInputs(healthy=healthy)).finding_id == "latency.http_frontend"
 
 
 def test_a_busy_host_is_named_before_the_verdict():
@@ -143,7 +148,7 @@ def test_a_busy_host_is_named_before_the_verdict():
                    layer="host")
     queue = Finding("server.queue_max_num_seqs", Severity.WARNING, "batch full", layer="queue",
                     impact=make_impact("ttft_mean", 0.6, measured_at="c=16"))
-    v = verdict(rank([host, queue])[0])
+    v = verdict(rank([host, queue])[0]).to_dict()
     assert v["text"].startswith("This host was busy with other work: Other processes used 1.0")
     assert v["finding_id"] == "server.queue_max_num_seqs" and v["host_busy"]
 
@@ -194,7 +199,7 @@ VERDICTS = [
 
 @pytest.mark.parametrize("found", VERDICTS, ids=["eager", "capacity", "max_num_seqs"])
 def test_no_verdict_sentence_gives_shares_of_two_loads(found):
-    text = verdict(rank(join_causes(found))[0])["text"]
+    text = verdict(rank(join_causes(found))[0]).to_dict()["text"]
     for sentence in re.split(r"(?<=[a-z0-9)%])\. ", text):
         bare = re.sub(r"\((?:past the knee at|the knee|light load)[^)]*\)", "", sentence)
         loads = set(re.findall(r"c=\d+", bare))
@@ -215,9 +220,9 @@ def test_telemetry_idle_time_is_a_symptom_that_eager_mode_takes_with_its_own_wor
     ranked, _ = rank(join_causes([as_symptom(idle), _eager()]))
     assert [f.id for f in ranked] == ["server.enforce_eager"]
     assert ranked[0].impact["explains"] == "gpu.idle_time"
-    text = verdict(ranked)["text"]
+    text = verdict(ranked).to_dict()["text"]
     assert text.startswith("At c=8 (the knee), the GPU is idle 70% of the time (GPU telemetry) "
                            "because of this: ")
     assert "profile" not in text and "is GPU time" not in text
-    alone = verdict(rank([as_symptom(idle)])[0])["text"]  # no cause found: said as a symptom
+    alone = verdict(rank([as_symptom(idle)])[0]).to_dict()["text"]  # no cause found: said as a symptom
     assert "idle 70% of the time (GPU telemetry), its cause not named here" in alone

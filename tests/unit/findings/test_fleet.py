@@ -9,10 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from latscope.findings.fleet import conclude_fleet, fleet_findings
+from latscope.findings.conclude import conclude
+from latscope.findings.fleet import fleet_findings
+from latscope.findings.inputs import ConclusionInputs
 from latscope.fleet.facts import Estimate, LatencyFacts, ReplicaFacts, bootstrap_mean
 from latscope.fleet.model import FleetFacts, ReplicaConclusion, RouterFacts
 from latscope.model import Evidence, Finding, Severity
+from latscope.results import Verdict
 from latscope.server.metrics import QuantileEstimate
 
 LABEL = "the window 2026-12-06 01:00:00-01:01:00 UTC"
@@ -51,6 +54,12 @@ def replica(name: str, ttft_s: float = 0.2, queue_s: float = 0.01, prefill_s: fl
 def fleet(*replicas: ReplicaFacts, router: RouterFacts | None = None,
           conclusions: dict | None = None) -> FleetFacts:
     return FleetFacts(LABEL, tuple(replicas), conclusions or {}, router, 1.0, "test facts")
+
+
+def conclude_fleet(facts: FleetFacts):
+    """The seam every conclusion goes through, with a fleet's facts."""
+    c = conclude(ConclusionInputs(kind="fleet", fleet=facts))
+    return c.ranked, c.verdict.to_dict(), c.notes
 
 
 def ids(findings: list[Finding]) -> set[str]:
@@ -189,7 +198,8 @@ def test_every_replica_with_the_same_cause_is_the_fleets_cause():
                         "Requests queue because the batch is full: Running 2 = max_num_seqs 2",
                         [Evidence("x", 1)], layer="queue", role="cause",
                         impact={"target": "ttft_mean", "share": share})
-        return ReplicaConclusion(name, (cause,), {"text": "", "finding_id": cause.id})
+        return ReplicaConclusion(name, (cause,), Verdict(text="", finding_id=cause.id,
+                                                         healthy=False))
 
     facts = fleet(replica("a:1", seed=1), replica("b:1", seed=2),
                   conclusions={"a:1": concl("a:1", 0.8), "b:1": concl("b:1", 0.6)})

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from latscope.campaign.experiment import Experiment, higher_is_better
-from latscope.campaign.priority import outcome_of, priority_fits, priority_proposal
+from latscope.campaign.priority import priority_fits, priority_proposal
+from latscope.results import ABResult, section
 from latscope.errors import ConfigError
 from latscope.gateway.fits import RunShape
 
@@ -38,7 +39,17 @@ def test_impossible_shares_are_refused():
 
 
 def _guard(metric: str, verdict: str) -> dict:
-    return {"metric": metric, "verdict": verdict}
+    return {"metric": metric, "a_values": [], "b_values": [], "change_pct": None,
+            "ci95_pct": None, "verdict": verdict}
+
+
+def outcome_of(exp: dict) -> str:
+    """The one wording of an A/B's result (``results.ABResult.words``), over an A/B's dict."""
+    base = {"finding_id": "f", "change": "c", "metric": "short_ttft_mean_ms", "load": 8,
+            "arms": [], "a_values": [], "b_values": [], "a_mean": None, "b_mean": None,
+            "change_pct": None, "ci95_pct": None, "helped": exp["verdict"] == "better",
+            "warmup_excluded": True, "prefix_cache_hit_rate": {}, "run_dirs": [], "note": ""}
+    return section({**base, **exp}, ABResult).words()
 
 
 @pytest.mark.parametrize("verdict, guards, words", [
@@ -46,7 +57,8 @@ def _guard(metric: str, verdict: str) -> dict:
                 _guard("steady_rps", "better")], "helped"),
     ("better", [_guard("long_e2e_mean_ms", "worse"), _guard("steady_rps", "worse")],
      "helped, at a cost (long_e2e_mean_ms, steady_rps worse)"),
-    ("no significant difference", [_guard("long_e2e_mean_ms", "better")], "did not help"),
+    ("no significant difference", [_guard("long_e2e_mean_ms", "better")],
+     "did not measurably help"),
     ("worse", [], "made it worse"),
 ])
 def test_the_outcome_is_the_intervals_in_words(verdict, guards, words):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from latscope.campaign.observe import client_reliability
+from latscope.reliability import ClientReliability
 from latscope.load.offcpu import run_queue_wait_s
 from latscope.load.summary import client_warnings, off_cpu_share
 from latscope.load.workers import merged_client_figures
@@ -65,13 +66,13 @@ def test_a_client_kept_off_the_cpu_is_warned_of_and_past_a_quarter_not_trusted()
     [warning] = client_warnings({"run_queue_wait_s": 0.5, "wall_s": 2.0}, summary)
     assert "waited for a CPU 25% of the run" in warning
 
-    def verdict(wait_s: float) -> dict:
+    def verdict(wait_s: float) -> ClientReliability:
         return client_reliability({"client": {"run_queue_wait_s": wait_s, "wall_s": 10.0},
                                    **summary}, None)
 
-    assert verdict(1.0)["reliable"] and verdict(1.0)["off_cpu_share"] == 0.1
+    assert verdict(1.0).reliable and verdict(1.0).off_cpu_share == 0.1
     unreliable = verdict(3.0)
-    assert not unreliable["reliable"] and "waited for a CPU 30% of the run" in unreliable["why"]
+    assert not unreliable.reliable and "waited for a CPU 30% of the run" in unreliable.why
 
 
 def test_workers_report_the_share_of_the_one_kept_off_the_cpu_longest():

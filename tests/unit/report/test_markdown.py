@@ -35,7 +35,11 @@ def test_verdict_first_then_ranked_findings():
     body = [line for line in md.splitlines()[1:] if line.strip()]
     assert body[0].startswith("**VERDICT:** At the knee (c=16), 81% of mean TTFT")
     heads = re.findall(r"^### (\d+)\. \[(\w+)\] (.*)$", md, re.M)
-    assert [(n, s) for n, s, _ in heads] == [("1", "CRITICAL"), ("2", "WARNING"), ("3", "INFO")]
+    # information with no measured share is listed after them, as the terminal does
+    # (findings.rank.display_group: one rule for every renderer)
+    assert [(n, s) for n, s, _ in heads] == [("1", "CRITICAL"), ("2", "WARNING")]
+    assert "More information (1):" in md and "(`host.numa_balancing`)" in md
+    assert md.index("More information") > md.index("### 2. [WARNING]")
     assert "- **Impact:** 81% of mean client TTFT (512.0 ms) at knee (c=16)" in md
     assert "  - `vllm:num_requests_waiting` = 14 reqs (/metrics at 12.0 s)" in md
     assert "- skipped: no GPU on this host (`gpu.clocks`)" in md
@@ -107,3 +111,30 @@ def test_share_above_100_percent_refused():
     with pytest.raises(ReportError, match="above 100%"):
         render_markdown(typed(r))
 
+
+
+def test_every_renderer_lists_the_same_findings_first():
+    # one rule (findings.rank.display_group): the terminal once hid information below 5% of
+    # its target while report.md listed it among what to act on
+    from latscope.report.diagnose import render_text
+    from latscope.report.html import render_html
+
+    report = full_report()
+    report["findings"].insert(2, {
+        "id": "latency.prefill", "severity": "info", "title": "prefill: 4 ms of 500 ms (1%)",
+        "evidence": [], "why": "", "fix": "", "reference": "", "layer": "prefill",
+        "impact": {"target": "ttft_mean", "share": 0.01}, "role": "symptom"})
+    report["findings"].insert(2, {
+        "id": "latency.engine_frontend", "severity": "info", "role": "symptom",
+        "title": "tokenization + IPC: 40 ms of 500 ms (8%)", "evidence": [], "why": "",
+        "fix": "", "reference": "", "layer": "frontend",
+        "impact": {"target": "ttft_mean", "share": 0.08}})
+    t = typed(report)
+    md, html, text = render_markdown(t), render_html(t), render_text(t, width=80)
+    main_md = md[md.index("## Findings"):md.index("More information")]
+    main_html = html[html.index('<ol class="findings">'):html.index("</ol>")]
+    main_text = text[text.index("Findings (ranked):"):]
+    for main in (main_md, main_html, main_text):
+        assert "tokenization + IPC: 40 ms" in main  # 8%: where the time goes, shown
+        assert "prefill: 4 ms of 500 ms" not in main  # 1%: below the bar, in every renderer
+    assert "prefill: 4 ms of 500 ms" in md[md.index("More information"):]

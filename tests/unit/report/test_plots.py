@@ -71,7 +71,7 @@ def test_experiments_forest_has_interval_and_verdict():
     spec = plots.experiments_spec(typed(full_report()).experiments)
     forest = spec["vconcat"][0]["layer"][1]["data"]["values"]
     assert [(f["lo"], f["hi"], f["verdict"]) for f in forest] == [
-        (-90.1, -86.0, "helped"), (-4.2, 7.5, "did not help")]
+        (-90.1, -86.0, "helped"), (-4.2, 7.5, "did not measurably help")]
 
 
 def test_renderer_fetches_nothing():
