@@ -148,6 +148,14 @@ def test_the_balancers_part_is_measured_beside_the_replicas_own(fleet, tmp_path)
         router["front_ttft_ms"] - router["send_lag_ms"] - router["replica_ttft_ms"], abs=0.01)
     assert {r["name"] for r in report["replicas"]} == {_instance(t) for t in replicas}
     assert (tmp_path / "run" / "load" / "requests.jsonl").is_file()
+    # bench through the balancer, each replica scraped: the same table after one run
+    bench = _latscope("bench", "--url", lb.url, *sum((["--replica", t.url] for t in replicas),
+                                                     []), "-n", "12", "-c", "3",
+                      "--input-len", "64", "--output-len", "16", "--no-progress",
+                      "--output-dir", str(tmp_path / "bench"))
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    assert "Router: mean TTFT" in bench.stdout and "(12 requests" in bench.stdout
+    assert all(_instance(t) in bench.stdout for t in replicas)
 
 
 def test_a_prometheus_behind_a_token(fleet, tmp_path):
