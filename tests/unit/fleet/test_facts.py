@@ -83,3 +83,7 @@ def test_a_stopped_engine_core_is_a_stall_on_that_replica_only(recorded_promethe
     found = {f["id"]: f for f in report["findings"]}
     assert found["fleet.replica_stall"]["title"].startswith(f"replica {stalled[0].name} stalled")
     assert "(the others did not)" in found["fleet.replica_stall"]["title"]
+    # the stall is the verdict, with its requests' excess TTFT as its measured cost
+    verdict = report["verdict"]
+    assert verdict["finding_id"] == "fleet.replica_stall" and not verdict["healthy"]
+    assert "of mean server TTFT is waiting on a stalled engine: replica" in verdict["text"]
