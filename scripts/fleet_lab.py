@@ -20,6 +20,7 @@ import argparse
 import gzip
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -189,8 +190,6 @@ def _stall(out: Path, recorder: Recorder, prom: PrometheusServer, lb_all: NginxB
            reps: list[LocalTarget]) -> None:
     """A real stall: the first replica's engine core stopped (SIGSTOP) for 20 s under traffic,
     its API server still answering /metrics with the requests it holds, then resumed."""
-    import signal
-
     print("a stalled engine", flush=True)
     t0 = time.time()
     run = BenchServeTraffic(lb_all.url, model=reps[0].model_name,
@@ -288,6 +287,14 @@ def main() -> None:
     rec.add_argument("--late-only", action="store_true",
                      help="only the restart and replica-gone scenarios")
     args = parser.parse_args()
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # started in the background by a script, SIGINT comes ignored: restore it, and let SIGTERM
+    # stop everything this script started the same way (each by its own process group)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, stop)
     try:
         run_up() if args.what == "up" else run_record(args.out, args.late_only)
     except KeyboardInterrupt:
