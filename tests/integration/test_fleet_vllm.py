@@ -146,6 +146,12 @@ def test_the_balancers_part_is_measured_beside_the_replicas_own(fleet, tmp_path)
     assert router["front_ttft_ms"] > router["replica_ttft_ms"] > 0
     assert router["router_ms"] == pytest.approx(
         router["front_ttft_ms"] - router["send_lag_ms"] - router["replica_ttft_ms"], abs=0.01)
+    # the balancer's own hop, probed: GET /health through nginx and straight to the replicas
+    assert router["front_rtt_ms"] > 0 and router["direct_rtt_ms"] > 0
+    assert router["hop_ms"] == pytest.approx(
+        max(0.0, router["front_rtt_ms"] - router["direct_rtt_ms"]), abs=0.01)
+    share = next(f for f in report["findings"] if f["id"] == "fleet.router_share")
+    assert share["title"].startswith("The balancer's hop: ")
     assert {r["name"] for r in report["replicas"]} == {_instance(t) for t in replicas}
     assert (tmp_path / "run" / "load" / "requests.jsonl").is_file()
     # bench through the balancer, each replica scraped: the same table after one run

@@ -147,8 +147,14 @@ def _router_row(router: RouterFacts | None) -> dict[str, Any] | None:
             "replica_count": router.replica_count,
             "router_ms": round(part * 1000, 3) if ok else None,
             "share": round(part / router.front_ttft_s, 4) if ok else None,
-            "reliable": router.reliable, "why_unreliable": router.why_unreliable,
-            "note": "; ".join(notes)}
+            "note": "; ".join(notes), "reliable": router.reliable,
+            "why_unreliable": router.why_unreliable, "hop_ms": _ms_of(router.hop_s),
+            "front_rtt_ms": _ms_of(router.front_rtt_s),
+            "direct_rtt_ms": _ms_of(router.direct_rtt_s)}
+
+
+def _ms_of(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
 
 
 def promql_checks(facts: FleetFacts, figures: list[PromqlFigure]) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ replica's own and their difference, the balancer's and the network's part, is me
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,12 +57,13 @@ def diagnose_balancer(opts: BalancerOptions, progress: Progress) -> dict:
                                                output_len=opts.output_len),
                          concurrency=opts.concurrency, num_requests=None,
                          duration_s=opts.duration_s, output_dir=run.path / LOAD_DIR)
-    progress(f"c={opts.concurrency} for {opts.duration_s:g} s through {opts.url}, scraping "
-             f"{', '.join(scrapers.urls)} every {opts.scrape_interval_s:g} s")
     with failing_run(run):
+        hop = hop_probe(opts.url, list(scrapers.urls.values()))
+        progress(f"c={opts.concurrency} for {opts.duration_s:g} s through {opts.url}, scraping "
+                 f"{', '.join(scrapers.urls)} every {opts.scrape_interval_s:g} s")
         result = run_load(config, 1, [scrapers])
         gathered = balancer_gathered(result.run_dir, result.records, list(scrapers.urls),
-                                     opts.url, result.summary)
+                                     opts.url, result.summary, hop)
         gathered.notes += [f"replica {n}: /metrics {s}" for n, s in scrapers.status().items()
                            if s != "ok"]
         return conclude_and_write(run, gathered, window=None, t0=t0,
@@ -69,12 +71,46 @@ def diagnose_balancer(opts: BalancerOptions, progress: Progress) -> dict:
                                   progress=progress, balancer=opts.url)
 
 
+HOP_PROBES = 20  # GET /health a path, keep-alive: what `latscope net` takes for a round trip
+
+
+def hop_probe(balancer: str, replicas: list[str]) -> Hop:
+    """The balancer's own hop, before the load: GET /health round trips through it and to each
+    replica straight (keep-alive, p50 of ``HOP_PROBES``; ``env.net.probe``'s measurement). A
+    path that fails is a note, never the run's end."""
+    from latscope.env.net import probe
+
+    front = probe(balancer, HOP_PROBES, stream_requests=0)
+    direct = [probe(u, HOP_PROBES, stream_requests=0) for u in replicas]
+    failed = [r.error for r in (front, *direct) if r.error or not r.keepalive_ms]
+    if failed:
+        return Hop(None, None, 0, f"the balancer's hop was not probed: {failed[0]}")
+    pooled = [ms for r in direct for ms in r.keepalive_ms]
+    return Hop(float(np.median(front.keepalive_ms)) / 1000, float(np.median(pooled)) / 1000,
+               HOP_PROBES)
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    front_rtt_s: float | None
+    direct_rtt_s: float | None
+    probes: int
+    note: str = ""
+
+
 def balancer_gathered(load_dir: Path, records: list[RequestRecord], names: list[str],
-                      balancer: str, summary: dict[str, Any]) -> Gathered:
+                      balancer: str, summary: dict[str, Any], hop: Hop | None = None) -> Gathered:
     """Each replica's scrapes of a run and the router's facts (client beside replicas)."""
     snaps = read_replica_snapshots(load_dir, names)
     gathered = Gathered(snaps, {n: {"url": n} for n in names})
     gathered.router = router_facts(records, snaps, balancer, summary)
+    if hop is not None and hop.note:
+        gathered.notes.append(hop.note)
+    if gathered.router is not None and hop is not None and hop.front_rtt_s is not None \
+            and hop.direct_rtt_s is not None:
+        gathered.router = dataclasses.replace(
+            gathered.router, hop_s=max(0.0, hop.front_rtt_s - hop.direct_rtt_s),
+            front_rtt_s=hop.front_rtt_s, direct_rtt_s=hop.direct_rtt_s, rtt_probes=hop.probes)
     if gathered.router is None:
         gathered.notes.append("the balancer's part was not measured: no request completed, "
                               "or no replica's TTFT histogram moved")

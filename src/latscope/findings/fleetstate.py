@@ -188,40 +188,78 @@ def gone(facts: FleetFacts) -> Finding | None:
 
 
 def router_share(facts: FleetFacts) -> Finding | None:
-    """The balancer's and the network's part: the front's mean TTFT less the replicas' own."""
+    """What the balancer costs: its own hop (GET /health through it against straight to the
+    replicas) where probed, else everything between the client and the replicas' own TTFT."""
     router = facts.router
     if router is None or router.front_ttft_s <= 0:
         return None
-    part = router.front_ttft_s - router.send_lag_s - router.replica_ttft_s
-    share = part / router.front_ttft_s
+    between = router.front_ttft_s - router.send_lag_s - router.replica_ttft_s
+    if router.hop_s is not None:
+        return _hop_finding(facts, router, between)
+    share = between / router.front_ttft_s
     if share < ROUTER_INFO:
         return None
     try:
-        impact: dict[str, Any] | None = make_impact("ttft_mean", share, value_ms=part * 1000,
-                                                    measured_at=facts.label)
+        impact = make_impact("ttft_mean", share, value_ms=between * 1000,
+                             measured_at=facts.label)
     except ImpossibleShare:
         return None
-    severity = severity_for_share(share)
-    why = ("Between the client and the replicas' frontends: the balancer's own processing and "
-           "queueing, its connections to the replicas, and the network both ways.")
+    severity = min(severity_for_share(share), Severity.WARNING, key=lambda v: -v.rank)
+    why = ("Between the client and the replicas' own TTFT (which starts when vLLM's API server "
+           "has parsed the request): the balancer, the network both ways, and the replicas' "
+           "HTTP frontends; not split here (no round-trip probe of the balancer).")
+    return _router_finding(facts, router, severity, impact, why, role="symptom", title=(
+        f"Between the client and the replicas: {between * 1000:.1f} ms of a "
+        f"{router.front_ttft_s * 1000:.1f} ms mean TTFT ({share:.0%}): the balancer, the "
+        "network and the replicas' HTTP frontends"))
+
+
+def _hop_finding(facts: FleetFacts, router: RouterFacts, between: float) -> Finding | None:
+    hop = router.hop_s or 0.0
+    try:
+        impact = make_impact("ttft_mean", hop / router.front_ttft_s, value_ms=hop * 1000,
+                             measured_at=facts.label)
+    except ImpossibleShare:
+        return None
+    share = impact["share"]
+    rest = max(0.0, between - hop)
+    title = (f"The balancer's hop: {hop * 1000:.1f} ms of a {router.front_ttft_s * 1000:.1f} ms "
+             f"mean TTFT ({share:.0%}; GET /health p50 {_ms(router.front_rtt_s)} through it, "
+             f"{_ms(router.direct_rtt_s)} straight to the replicas); the other "
+             f"{rest * 1000:.1f} ms between the client and the replicas' own TTFT is their "
+             "HTTP frontends and the client's receive path")
+    why = ("The balancer's own processing, its queueing and its connections to the replicas, "
+           "measured as the round trip it adds to the same request without a model behind it.")
+    return _router_finding(facts, router, severity_for_share(share), impact, why, title=title)
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+
+def _router_finding(facts: FleetFacts, router: RouterFacts, severity: Severity,
+                    impact: dict[str, Any], why: str, *, title: str,
+                    role: str = "cause") -> Finding:
     if not router.reliable:
         severity = Severity.INFO
         why += f" Not blamed: the client's own timing is unreliable ({router.why_unreliable})."
     return Finding(
-        id="fleet.router_share", severity=severity,
-        title=(f"The balancer and the network: {part * 1000:.1f} ms of a "
-               f"{router.front_ttft_s * 1000:.1f} ms mean TTFT ({share:.0%}) "
-               f"at {facts.label}"),
-        evidence=_router_evidence(router),
-        why=why,
+        id="fleet.router_share", severity=severity, title=f"{title} at {facts.label}",
+        evidence=_router_evidence(router), why=why,
         fix=("Compare `latscope net` against the balancer and against one replica; check the "
              "balancer's buffering (proxy_buffering off for SSE), keep-alive to the upstreams "
              "and its own CPU."),
-        reference=f"{REF}#fleet.router_share", layer="network", impact=impact, role="cause")
+        reference=f"{REF}#fleet.router_share", layer="network", impact=impact, role=role)
 
 
 def _router_evidence(router: RouterFacts) -> list[Evidence]:
-    return [Evidence("mean TTFT at the front", round(router.front_ttft_s * 1000, 2),
+    rtt = ([Evidence("GET /health p50 through the balancer", round(router.front_rtt_s * 1000, 3),
+                     f"ms, {router.rtt_probes} keep-alive probes", "latscope.env.net.probe"),
+            Evidence("GET /health p50 straight to the replicas",
+                     round((router.direct_rtt_s or 0.0) * 1000, 3),
+                     f"ms, {router.rtt_probes} keep-alive probes each", "latscope.env.net.probe")]
+           if router.front_rtt_s is not None else [])
+    return rtt + [Evidence("mean TTFT at the front", round(router.front_ttft_s * 1000, 2),
                      f"ms over {router.front_count} requests", router.source),
             Evidence("client send lag (taken off first)", round(router.send_lag_s * 1000, 2),
                      "ms", router.source),

@@ -33,6 +33,12 @@ class RouterFacts:
     send_lag_s: float = 0.0  # the client's own lateness, off the front's TTFT first
     reliable: bool = True  # the client's own timing held (campaign.observe's judgement)
     why_unreliable: str = ""
+    # the balancer's own hop: GET /health round trips (keep-alive, p50) through the balancer
+    # less straight to the replicas; None where not probed
+    hop_s: float | None = None
+    front_rtt_s: float | None = None
+    direct_rtt_s: float | None = None
+    rtt_probes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,9 @@ class RouterRow(msgspec.Struct, kw_only=True):
     note: str
     reliable: bool
     why_unreliable: str
+    hop_ms: Number | None  # the balancer's own hop (GET /health through it less straight)
+    front_rtt_ms: Number | None
+    direct_rtt_ms: Number | None
 
 
 class PromqlCheck(msgspec.Struct, kw_only=True):

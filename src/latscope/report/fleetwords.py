@@ -33,7 +33,12 @@ def router_sentence(r: FleetReport) -> str:
     share = f" ({x.share:.0%})" if x.share is not None else ""
     caveat = "" if x.reliable else f"; the client's timing is unreliable: {x.why_unreliable}"
     note = f"; {x.note}" if x.note else ""
-    return f"{head}; the balancer and the network: {x.router_ms:.1f} ms{share}{caveat}{note}"
+    hop = (f", of which the balancer's own hop {x.hop_ms:.2f} ms (GET /health p50 "
+           f"{x.front_rtt_ms:.2f} ms through it, {x.direct_rtt_ms:.2f} ms straight)"
+           if x.hop_ms is not None and x.front_rtt_ms is not None
+           and x.direct_rtt_ms is not None else "")
+    return (f"{head}; between the client and the replicas: {x.router_ms:.1f} ms{share}{hop}"
+            f"{caveat}{note}")
 
 
 def promql_summary(checks: list[PromqlCheck]) -> str:

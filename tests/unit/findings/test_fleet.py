@@ -181,15 +181,38 @@ def test_the_router_share_is_the_front_less_the_replicas_and_never_blamed_on_a_l
                          send_lag_s=0.02)
     f = next(f for f in fleet_findings(fleet(replica("a:1"), replica("b:1"), router=router))
              if f.id == "fleet.router_share")
-    assert f.title.startswith("The balancer and the network: 200.0 ms of a 500.0 ms mean TTFT "
-                              "(40%)")
-    assert f.severity == Severity.WARNING and f.impact["share"] == pytest.approx(0.4)
+    # not probed: the balancer, the network and the replicas' frontends, not split
+    assert f.title.startswith("Between the client and the replicas: 200.0 ms of a 500.0 ms "
+                              "mean TTFT (40%): the balancer, the network and the replicas' "
+                              "HTTP frontends")
+    assert f.severity == Severity.WARNING and f.role == "symptom"
+    assert f.impact["share"] == pytest.approx(0.4)
     late = dataclasses.replace(router, reliable=False, why_unreliable="event-loop lag")
     f = next(f for f in fleet_findings(fleet(replica("a:1"), replica("b:1"), router=late))
              if f.id == "fleet.router_share")
     assert f.severity == Severity.INFO and "Not blamed" in f.why
     close = dataclasses.replace(router, replica_ttft_s=0.47)
     assert "fleet.router_share" not in ids(fleet_findings(fleet(replica("a:1"), router=close)))
+
+
+def test_the_balancers_own_hop_is_its_round_trip_less_the_replicas():
+    probed = RouterFacts("latscope's client through http://lb", front_ttft_s=0.2,
+                         front_count=100, replica_ttft_s=0.15, replica_count=100,
+                         hop_s=0.0004, front_rtt_s=0.0011, direct_rtt_s=0.0007, rtt_probes=20)
+    f = next(f for f in fleet_findings(fleet(replica("a:1"), replica("b:1"), router=probed))
+             if f.id == "fleet.router_share")
+    assert f.title.startswith("The balancer's hop: 0.4 ms of a 200.0 ms mean TTFT (0%; GET "
+                              "/health p50 1.10 ms through it, 0.70 ms straight to the "
+                              "replicas); the other 49.6 ms between the client and the "
+                              "replicas' own TTFT is their HTTP frontends")
+    assert f.severity == Severity.INFO and f.role == "cause"
+    slow = dataclasses.replace(probed, hop_s=0.06, front_rtt_s=0.0607)
+    f = next(f for f in fleet_findings(fleet(replica("a:1"), replica("b:1"), router=slow))
+             if f.id == "fleet.router_share")
+    assert f.severity == Severity.WARNING and f.impact["share"] == pytest.approx(0.3)
+    _, verdict, _ = conclude_fleet(fleet(replica("a:1"), replica("b:1"), router=slow))
+    assert verdict["finding_id"] == "fleet.router_share"
+    assert "30% of mean TTFT is the network: The balancer's hop: 60.0 ms" in verdict["text"]
 
 
 def test_every_replica_with_the_same_cause_is_the_fleets_cause():
