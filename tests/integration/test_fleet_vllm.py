@@ -119,7 +119,7 @@ def test_alike_replicas_get_no_imbalance_finding(vllm_target, twin, tmp_path):
             NginxBalancer([_instance(t) for t in pair]) as lb:
         prom.scraped()
         start = time.time() - 1
-        _traffic(lb.url, vllm_target, prompts=40, rate=3)
+        _traffic(lb.url, vllm_target, prompts=40, rate=4)
         time.sleep(5)
         done = _latscope("diagnose", "--prometheus", prom.url, "--start", f"{start:.0f}",
                          "--end", f"{time.time():.0f}", "--json", "-o", str(tmp_path / "run"))
@@ -135,7 +135,7 @@ def test_the_balancers_part_is_measured_beside_the_replicas_own(fleet, tmp_path)
     replicas, _, lb = fleet
     done = _latscope("diagnose", "--url", lb.url, *sum((["--replica", t.url]
                                                         for t in replicas), []),
-                     "--budget", "20s", "-c", "4", "--input-len", "64", "--output-len", "16",
+                     "--budget", "12s", "-c", "4", "--input-len", "64", "--output-len", "16",
                      "--json", "-o", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
