@@ -95,8 +95,8 @@ def test_the_planted_slow_replica_is_named_with_its_cause(fleet, tmp_path):
     assert verdict["finding_id"] == "fleet.ttft_imbalance", verdict["text"]
     assert f"replica {slow} has" in verdict["text"]
     # the cause its own gauges guarantee: no more than its 2 slots ran while requests waited
-    cap = re.search(r"queueing, behind its batch cap \(max_num_seqs\): Running never above "
-                    r"(\d+) while up to (\d+) waited", verdict["text"])
+    cap = re.search(r"queueing \(the others' \d+%\), behind its batch cap \(max_num_seqs\): "
+                    r"Running never above (\d+) while up to (\d+) waited", verdict["text"])
     assert cap and 1 <= int(cap.group(1)) <= 2 and int(cap.group(2)) > 0, verdict["text"]
     rows = {r["name"]: r for r in report["replicas"]}
     assert set(rows) == {_instance(t) for t in replicas}

@@ -10,7 +10,6 @@ import numpy as np
 from latscope.fleet.facts import ReplicaFacts, upper_median
 from latscope.fleet.model import FleetFacts
 
-DOMINANT = 0.5  # a part of the replica's TTFT at least this share names where its time goes
 # the causes a replica's own diagnosis may name for its queue, in the words the fleet uses
 _QUEUE_CAUSES = ("server.queue_max_num_seqs", "server.kv_saturation", "server.preemptions",
                  "server.queue_token_budget")
@@ -27,28 +26,48 @@ def load_ratio(facts: FleetFacts, name: str) -> float | None:
 
 
 def cause_words(facts: FleetFacts, r: ReplicaFacts, metric: str) -> tuple[str, str]:
-    """What the slow replica's time is, and its layer: "92% of its TTFT is queueing, behind
-    its batch cap (...)" / "its decode steps are slower (...)"."""
+    """Where the slow replica's extra time goes, and its layer: the part of its TTFT that grew
+    most against the others' (queue, prefill, or the API server's own part), with the share it
+    takes of its TTFT and of theirs: "96% of its TTFT is queueing (the others' 0%), behind its
+    batch cap (...)"."""
     if metric == "itl":
         return _itl_words(facts, r), "decode"
-    ttft = r.latency.get("ttft")
-    if ttft is None or not ttft.sum_s:
+    mine = _parts(r)
+    if not mine:
         return "its own histograms do not split it", "queue"
-    parts = {key: lat.sum_s / ttft.sum_s for key in ("queue", "prefill")
-             if (lat := r.latency.get(key)) is not None}
+    theirs = [p for o in facts.replicas if o.name != r.name and (p := _parts(o))]
+    grew = max(mine, key=lambda k: mine[k][0] - _part_of(theirs, k))
+    share = mine[grew][1]
+    others = (f" (the others' {float(np.median([p[grew][1] for p in theirs])):.0%})"
+              if theirs else "")
     extra = _apart(facts, r)
-    if parts.get("queue", 0.0) >= DOMINANT:
-        return f"{parts['queue']:.0%} of its TTFT is queueing, {_queue_cause(facts, r)}{extra}", \
+    if grew == "queue":
+        return f"{share:.0%} of its TTFT is queueing{others}, {_queue_cause(facts, r)}{extra}", \
             "queue"
-    if parts.get("prefill", 0.0) >= DOMINANT:
-        return (f"{parts['prefill']:.0%} of its TTFT is prefill ({_per_request(r)}){extra}",
+    if grew == "prefill":
+        return (f"{share:.0%} of its TTFT is prefill{others}; {_per_request(r)}{extra}",
                 "prefill")
-    rest = 1.0 - sum(parts.values())
-    if rest >= DOMINANT:
-        return (f"{rest:.0%} of its TTFT is its API server's own part (tokenization, IPC, "
-                f"output processing){extra}", "frontend")
-    split = ", ".join(f"{k} {v:.0%}" for k, v in parts.items())
-    return f"its TTFT splits {split}, no part dominant{extra}", "queue"
+    return (f"{share:.0%} of its TTFT is its API server's own part (tokenization, IPC, output "
+            f"processing){others}{extra}", "frontend")
+
+
+def _parts(r: ReplicaFacts) -> dict[str, tuple[float, float]]:
+    """Queue, prefill and the rest of a replica's mean TTFT: (seconds, share of its TTFT)."""
+    ttft = r.latency.get("ttft")
+    queue, prefill = r.latency.get("queue"), r.latency.get("prefill")
+    if ttft is None or ttft.mean is None or ttft.mean.value <= 0 or queue is None \
+            or prefill is None or queue.mean is None or prefill.mean is None:
+        return {}
+    total = ttft.mean.value
+    rest = max(0.0, total - queue.mean.value - prefill.mean.value)
+    return {"queue": (queue.mean.value, queue.mean.value / total),
+            "prefill": (prefill.mean.value, prefill.mean.value / total),
+            "rest": (rest, rest / total)}
+
+
+def _part_of(theirs: list[dict[str, tuple[float, float]]], key: str) -> float:
+    """The others' median seconds of one part (0 without others)."""
+    return float(np.median([p[key][0] for p in theirs])) if theirs else 0.0
 
 
 def _queue_cause(facts: FleetFacts, r: ReplicaFacts) -> str:

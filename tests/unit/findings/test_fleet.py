@@ -84,7 +84,8 @@ def test_a_replica_queueing_behind_its_cap_is_named_with_its_cause():
     # the yardstick is the others' upper median: the slower of the two (202 ms)
     assert f.title.startswith("replica 10.0.3.7:8000 has 3.0x the others' median TTFT "
                               "(614 ms vs 202 ms)")
-    assert "92% of its TTFT is queueing, behind its batch cap (max_num_seqs): Running never " \
+    assert "92% of its TTFT is queueing (the others' 5%), behind its batch cap (max_num_seqs): " \
+        "Running never " \
         "above 1 while up to 14 waited; the others ran up to 6 at once" in f.title
     assert f.layer == "queue" and f.role == "cause" and f.severity == Severity.WARNING
     # the slow replica's excess TTFT over the fleet's summed TTFT: (0.62 - 0.2) / (0.2*2 + 0.62)
@@ -117,11 +118,22 @@ def test_a_ratio_whose_interval_reaches_down_to_alike_is_no_finding():
     assert "fleet.ttft_imbalance" not in ids(fleet_findings(fleet(a, noisy)))
 
 
+def test_the_part_that_grew_is_named_even_below_half_of_ttft():
+    # queue 45% of its TTFT, prefill 40%: the queue is what grew against the others
+    slow = replica("c:1", ttft_s=0.31, queue_s=0.14, prefill_s=0.125, running_peak=1,
+                   running_peak_queued=1, waiting_peak=2, seed=3)
+    f = next(f for f in fleet_findings(fleet(replica("a:1", seed=1), replica("b:1", seed=2),
+                                             slow)) if f.id == "fleet.ttft_imbalance")
+    assert "45% of its TTFT is queueing (the others' 5%), behind its batch cap" in f.title
+    assert f.layer == "queue"
+
+
 def test_two_replicas_compare_with_the_other_one():
     facts = fleet(replica("a:1", seed=1), replica("b:1", ttft_s=0.9, queue_s=0.1,
                                                  prefill_s=0.75, seed=2))
     f = next(f for f in fleet_findings(facts) if f.id == "fleet.ttft_imbalance")
-    assert "the other replica's TTFT" in f.title and "83% of its TTFT is prefill" in f.title
+    assert "the other replica's TTFT" in f.title
+    assert "83% of its TTFT is prefill (the others' 50%)" in f.title
     assert f.layer == "prefill"
 
 

@@ -64,8 +64,8 @@ def test_the_slow_replica_is_named_with_its_cause(recorded_prometheus, tmp_path)
     assert verdict["finding_id"] == "fleet.ttft_imbalance" and not verdict["healthy"]
     # the others' upper median: the slower of the two fast replicas (785 ms)
     assert f"replica {SLOW} has 14.0x the others' median TTFT (10.96 s vs 785 ms): 97% of its " \
-        "TTFT is queueing, behind its batch cap (max_num_seqs): Running never above 1 while " \
-        "up to 21 waited; the others ran up to 21 at once" in verdict["text"]
+        "TTFT is queueing (the others' 0%), behind its batch cap (max_num_seqs): Running never " \
+        "above 1 while up to 21 waited; the others ran up to 21 at once" in verdict["text"]
     assert report["findings"][0]["impact"]["target"] == "server_ttft_mean"
     rows = {r["name"]: r for r in report["replicas"]}
     assert rows[SLOW]["verdict_finding"] == "server.queue_max_num_seqs"
