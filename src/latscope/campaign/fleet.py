@@ -11,6 +11,7 @@ disk, the manifest's status naming the cause in one line.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from latscope.findings.inputs import ConclusionInputs
 from latscope.fleet.facts import ReplicaFacts, replica_facts
 from latscope.fleet.model import FleetFacts, RouterFacts
 from latscope.fleet.prometheus import PrometheusClient, read_token_file
+from latscope.fleet.replicas import REPLICAS_DIR
 from latscope.fleet.window import FleetWindow, WindowSpec, read_window
 from latscope.model import MetricSnapshot
 from latscope.rundir import RunDir
@@ -65,6 +67,7 @@ def diagnose_prometheus(opts: PrometheusOptions, progress: Progress) -> dict:
     run = RunDir.create("fleet", opts.output_dir, argv=opts.argv,
                         target={"prometheus": client.shown, "selector": opts.selector,
                                 "replica_labels": list(opts.replica_labels)})
+    shutil.rmtree(run.path / REPLICAS_DIR, ignore_errors=True)  # a reused -o: this run's only
     progress(f"reading {window_label(spec.start, spec.end)} of {client.shown}"
              + (f" {{{opts.selector}}}" if opts.selector else ""))
     with failing_run(run):

@@ -59,6 +59,8 @@ def diagnose_balancer(opts: BalancerOptions, progress: Progress) -> dict:
                          duration_s=opts.duration_s, output_dir=run.path / LOAD_DIR)
     with failing_run(run):
         hop = hop_probe(opts.url, list(scrapers.urls.values()))
+        run.write("hop.json", {"front_rtt_s": hop.front_rtt_s, "direct_rtt_s": hop.direct_rtt_s,
+                               "probes": hop.probes, "note": hop.note})
         progress(f"c={opts.concurrency} for {opts.duration_s:g} s through {opts.url}, scraping "
                  f"{', '.join(scrapers.urls)} every {opts.scrape_interval_s:g} s")
         result = run_load(config, 1, [scrapers])

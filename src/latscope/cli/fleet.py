@@ -10,8 +10,9 @@ import re
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
-from latscope.errors import ConfigError
+from latscope.errors import ConfigError, LatscopeError
 
 DEFAULT_SINCE = "1h"
 
@@ -45,7 +46,19 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def wants_fleet(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "prometheus", None) or getattr(args, "replica", None))
+    """A fleet diagnosis: --prometheus, --replica, or --replay of a fleet run directory."""
+    if getattr(args, "prometheus", None) or getattr(args, "replica", None):
+        return True
+    replay = getattr(args, "replay", None)
+    if not replay:
+        return False
+    from latscope.rundir import MANIFEST, read_json
+
+    manifest = Path(replay) / MANIFEST
+    try:
+        return manifest.is_file() and (read_json(manifest) or {}).get("kind") == "fleet"
+    except (LatscopeError, OSError):  # an unreadable manifest is diagnose --replay's to say
+        return False
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -96,7 +109,7 @@ def _check(args: argparse.Namespace) -> None:
                           "load: use one or the other")
     if args.replica and not args.url:
         raise ConfigError("--replica needs --url BALANCER: the load goes through it")
-    for flag in ("serve_cmd", "trace", "profile", "replay", "mix", "dataset"):
+    for flag in ("serve_cmd", "trace", "profile", "mix", "dataset"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag.replace('_', '-')} is not for a fleet diagnosis")
     if args.server_args or args.env:
@@ -120,7 +133,8 @@ def run_fleet(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        report = _prometheus(args, progress) if args.prometheus else _balancer(args, progress)
+        report = (_replay(args, progress) if args.replay else
+              _prometheus(args, progress) if args.prometheus else _balancer(args, progress))
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
@@ -128,6 +142,14 @@ def run_fleet(args: argparse.Namespace) -> int:
         return 0
     print_fleet_report(typed_fleet_report(report))
     return 0
+
+
+def _replay(args: argparse.Namespace, progress) -> dict:
+    from latscope.campaign.fleetreplay import replay_fleet
+
+    if args.prometheus or args.url or args.replica:
+        raise ConfigError("--replay reads a run directory: no --prometheus, --url or --replica")
+    return replay_fleet(args.replay, args.output_dir, sys.argv[1:], progress)
 
 
 def _prometheus(args: argparse.Namespace, progress) -> dict:

@@ -72,3 +72,22 @@ def test_show_and_report_read_the_fleet_run_back(fleet_run):
     assert again.returncode == 0, again.stderr
     assert (out / "report.md").is_file()
     assert json.loads((out / "report.json").read_text())["verdict"] == report["verdict"]
+
+
+def test_replay_re_derives_the_run_without_prometheus(fleet_run, tmp_path):
+    out, report = fleet_run  # the recorded Prometheus is gone: only the run directory is read
+    done = subprocess.run([sys.executable, "-m", "latscope", "diagnose", "--replay", str(out),
+                           "-o", str(tmp_path / "replay"), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    assert again["verdict"] == report["verdict"]
+    assert again["promql"] == report["promql"]
+
+    def rows(r):  # the same figures; only the evidence's source says "(replayed)"
+        return [({k: v for k, v in row.items() if k != "findings"},
+                 [(f["id"], f["title"]) for f in row["findings"]]) for row in r["replicas"]]
+
+    assert rows(again) == rows(report)
+    manifest = json.loads((tmp_path / "replay" / "manifest.json").read_text())
+    assert manifest["kind"] == "fleet" and manifest["replayed_from"] == str(out)
