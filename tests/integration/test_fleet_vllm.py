@@ -6,7 +6,7 @@ vLLM's own `vllm bench serve` through nginx (tests/independent_traffic.py), neve
 - The planted slow replica (`--max-num-seqs 2`, DEBUG and request logging: the constrained
   session server) is named by `diagnose --prometheus` with its cause, and the replicas' own
   request counters rose by exactly the generator's requests (the passive run sent none).
-- Two alike replicas behind nginx get no imbalance finding.
+- The two alike replicas of the same window get no imbalance finding.
 - `diagnose --url NGINX --replica ...` measures the balancer's part beside the replicas' own.
 - Prometheus behind a token (nginx in front) without the token, with a wrong one and with the
   right one from --prometheus-bearer-token-file: one line each, the token never written.
@@ -78,16 +78,24 @@ def fleet(vllm_target, vllm_target_constrained, twin):
         yield replicas, prom, lb
 
 
-def test_the_planted_slow_replica_is_named_with_its_cause(fleet, tmp_path):
-    replicas, prom, lb = fleet
-    slow = _instance(replicas[2])
+@pytest.fixture(scope="module")
+def window(fleet):
+    """One window of independent traffic through nginx: 72 requests of `vllm bench serve` at
+    6 req/s, 24 a replica; the replicas' request counters before it."""
+    replicas, _, lb = fleet
     before = sum(_requests_finished(t) for t in replicas)
     start = time.time() - 1
     result = _traffic(lb.url, replicas[0], prompts=72, rate=6)
     time.sleep(5)  # the last counters scraped (every 1 s) and inside the last 2 s step
-    end = time.time()
-    done = _latscope("diagnose", "--prometheus", prom.url, "--start", f"{start:.0f}",
-                     "--end", f"{end:.0f}", "--selector", '{job="vllm"}', "--json",
+    return {"start": f"{start:.0f}", "end": f"{time.time():.0f}", "before": before,
+            "completed": result["completed"]}
+
+
+def test_the_planted_slow_replica_is_named_with_its_cause(fleet, window, tmp_path):
+    replicas, prom, _ = fleet
+    slow = _instance(replicas[2])
+    done = _latscope("diagnose", "--prometheus", prom.url, "--start", window["start"],
+                     "--end", window["end"], "--selector", '{job="vllm"}', "--json",
                      "-o", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
@@ -103,7 +111,7 @@ def test_the_planted_slow_replica_is_named_with_its_cause(fleet, tmp_path):
     assert rows[slow]["waiting_peak"] > 0 and rows[slow]["running_peak"] <= 2
     # passive: the replicas finished exactly the generator's requests, latscope sent none
     after = sum(_requests_finished(t) for t in replicas)
-    assert after - before == result["completed"] == 72
+    assert after - window["before"] == window["completed"] == 72
     assert sum(r["requests"] for r in rows.values()) == 72
     # Prometheus' own arithmetic agrees with latscope's on the same data
     judged = [c for c in report["promql"] if c["agree"] is not None]
@@ -113,22 +121,19 @@ def test_the_planted_slow_replica_is_named_with_its_cause(fleet, tmp_path):
     assert f"| {slow} |" in text and (tmp_path / "run" / "report.html").stat().st_size > 10_000
 
 
-def test_alike_replicas_get_no_imbalance_finding(vllm_target, twin, tmp_path):
-    pair = [vllm_target, twin]
-    with PrometheusServer([_instance(t) for t in pair], interval_s=1) as prom, \
-            NginxBalancer([_instance(t) for t in pair]) as lb:
-        prom.scraped()
-        start = time.time() - 1
-        _traffic(lb.url, vllm_target, prompts=40, rate=4)
-        time.sleep(5)
-        done = _latscope("diagnose", "--prometheus", prom.url, "--start", f"{start:.0f}",
-                         "--end", f"{time.time():.0f}", "--json", "-o", str(tmp_path / "run"))
+def test_alike_replicas_get_no_imbalance_finding(fleet, window, tmp_path):
+    # the two default replicas of the same window: alike, under the same round robin
+    replicas, prom, _ = fleet
+    pair = "|".join(_instance(t) for t in replicas[:2])
+    done = _latscope("diagnose", "--prometheus", prom.url, "--start", window["start"],
+                     "--end", window["end"], "--selector", f'{{job="vllm", instance=~"{pair}"}}',
+                     "--json", "-o", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     found = {f["id"] for f in report["findings"]}
     assert not found & ALIKE_IDS, [f["title"] for f in report["findings"]]
     assert report["verdict"]["finding_id"] not in ALIKE_IDS
-    assert [r["requests"] for r in report["replicas"]] == [20, 20]  # round robin
+    assert [r["requests"] for r in report["replicas"]] == [24, 24]  # round robin
 
 
 def test_the_balancers_part_is_measured_beside_the_replicas_own(fleet, tmp_path):
