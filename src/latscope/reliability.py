@@ -16,20 +16,25 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Threshold:
-    """One figure of the client's own cost and the levels that make it a warning or make the
-    run's client timing unreliable (None: that level does not apply to this figure)."""
+    """One figure of the client's own cost and the levels that make it a warning, make the
+    run's client timing unreliable, or make two runs incomparable for ``latscope compare``
+    (None: that level does not apply to this figure)."""
 
     warn: float | None
     unreliable: float | None
     meaning: str
+    incomparable: float | None = None
 
 
 CLIENT_THRESHOLDS: dict[str, Threshold] = {
     # the loop thread ready to run but off the CPU (run-queue wait / wall): the host's cores are
     # held by other processes; at a quarter of the run, a quarter of the timestamps could each
     # be a time slice of another process late
+    # compare refuses a pair where either run's loop waited 10%: a comparison of a few percent
+    # needs quieter CPUs than one diagnose run (same-configuration pairs with a side at 16% and
+    # 25% moved TTFT +113% and E2E +46% on a shared 2-core box; docs/compare.md)
     "off_cpu_share": Threshold(0.05, 0.25, "share of the run the client's event loop waited "
-                               "for a CPU"),
+                               "for a CPU", incomparable=0.10),
     # one core saturated: sends and reads queue behind the client's own work
     "cpu_utilization": Threshold(0.9, 0.9, "share of one CPU core the client used"),
     "loop_lag_p99_ms": Threshold(5.0, None, "event-loop lag p99, ms"),

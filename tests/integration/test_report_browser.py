@@ -181,7 +181,8 @@ async def test_report_opens_offline_with_plots_and_findings(tmp_path):
     dom = seen["dom"]
     assert dom["scripts"] == 0
     assert dom["svgs"] == 5 and dom["drawn"] == 5, dom  # every chart laid out, with marks
-    assert dom["findings"] == [f["title"] for f in full_report()["findings"][:3]]
+    # the ranked list every renderer shows first: what to act on (findings.rank.display_group)
+    assert dom["findings"] == [f["title"] for f in full_report()["findings"][:2]]
     assert dom["verdict"].startswith("At the knee (c=16), 81% of mean TTFT is queueing")
     assert seen["png"][:8] == b"\x89PNG\r\n\x1a\n"
     assert _colours(seen["png"]) > 1000  # charts and badges (~5000 measured), not a blank page
@@ -212,3 +213,27 @@ async def test_harness_catches_requests_and_errors(tmp_path, head, body, error):
     assert _foreign(seen["requests"], page) == ["http://127.0.0.1:9/pixel.png"]
     assert error in repr(seen["errors"])
     assert _colours(seen["png"]) < 200  # a near-blank page (~60 measured) is told apart
+
+
+async def test_comparison_report_opens_offline_with_both_runs_overlaid(tmp_path):
+    """`latscope compare`'s report.html: its charts drawn, its verdict and findings shown,
+    nothing fetched and nothing logged."""
+    from compare_samples import write_run
+
+    from latscope.campaign.compare import CompareOptions, compare_runs
+    from latscope.campaign.compare_write import write_comparison
+    from latscope.rundir import RunDir
+
+    base = write_run(tmp_path / "a", seed=1)
+    new = write_run(tmp_path / "b", seed=2, ttft_ms=80, queue_share=0.5, running=2, waiting=6)
+    comparison = compare_runs([base], [new], CompareOptions(draws=500))
+    write_comparison(RunDir.create("compare", tmp_path / "cmp"), comparison)
+    page = tmp_path / "cmp" / "report.html"
+    seen = await open_page(page, tmp_path / "profile")
+    assert _foreign(seen["requests"], page) == [] and seen["errors"] == []
+    dom = seen["dom"]
+    assert dom["scripts"] == 0
+    assert dom["svgs"] == 2 and dom["drawn"] == 2, dom  # the changes and the distributions
+    assert dom["verdict"].startswith("TTFT mean +")
+    assert dom["findings"][0].startswith("regression: TTFT mean")
+    assert _colours(seen["png"]) > 1000

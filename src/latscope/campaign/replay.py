@@ -57,6 +57,10 @@ def replay(run_dir: str | Path, output_dir: str | Path | None = None) -> dict[st
     out = Path(output_dir) if output_dir else src / "replay"
     _copy(src, out)
     run = RunDir.open(out)
+    if manifest.get("passive"):  # diagnose --passive, watch: a window, not a sweep
+        from latscope.campaign.passive_dir import replay_passive
+
+        return replay_passive(run, replayed_from=str(src))
     state = Diagnosis(_options(manifest), run, lambda _: None)
     _restore(state, out)
     conclude(state)
@@ -80,8 +84,9 @@ def _manifest(src: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{src}: no manifest.json: not a latscope run directory")
     manifest = read_json(path)
-    if manifest.get("kind") != "diagnose":
-        raise ConfigError(f"{src}: a {manifest.get('kind')!r} run, not a diagnose run")
+    if manifest.get("kind") not in ("diagnose", "watch"):
+        raise ConfigError(f"{src}: a {manifest.get('kind')!r} run, not a diagnose run (nor a "
+                          "watch)")
     if manifest.get("schema_version") not in KNOWN_SCHEMAS:
         raise ConfigError(f"{src}: schema_version {manifest.get('schema_version')!r} is newer "
                           f"than this latscope knows ({KNOWN_SCHEMAS[-1]}): upgrade latscope")

@@ -336,6 +336,7 @@ def _observers(args: argparse.Namespace, url: str) -> list[Any]:
     if not args.scrape_interval or args.scrape_interval <= 0:
         return []
     from latscope.campaign.observe import gpu_sampler
+    from latscope.env.hostload import HostLoadSampler
     from latscope.server.scrape import MetricsScraper
 
     if args.replica:  # a balancer's /metrics would be any replica's: each replica's own
@@ -343,8 +344,22 @@ def _observers(args: argparse.Namespace, url: str) -> list[Any]:
 
         return [ReplicaScrapers(args.replica, args.scrape_interval)]
 
+    # the host's CPUs over the run (host/cpu.json): a run on a host busy with other work is
+    # named as such, and `latscope compare` will not hold it against a run on a quiet one
     return [MetricsScraper(interval_s=args.scrape_interval),
-            *gpu_sampler(url, args.scrape_interval, args.gpu_telemetry, None)]
+            *gpu_sampler(url, args.scrape_interval, args.gpu_telemetry, None),
+            HostLoadSampler(_local_server_pids(url))]
+
+
+def _local_server_pids(url: str) -> set[int]:
+    """The pid listening on the server's port, when the server is on this host (its CPU is
+    then the server's, not another process's)."""
+    from latscope.env.serverfacts import is_local
+    from latscope.server.hostview import HostView, find_listening_pid, url_port
+
+    port = url_port(url)
+    pid = find_listening_pid(HostView(), port) if is_local(url) and port else None
+    return {pid} if pid else set()
 
 
 def _print_fleet(result: Any, replicas: list[str]) -> None:

@@ -53,6 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("-c", "--concurrency", help="concurrencies to measure instead of the "
                       "automatic sweep, e.g. 1,4,16")
     work.add_argument("--slo", help="percentile SLOs of a step, e.g. ttft_p99_ms<=500")
+    passive = parser.add_argument_group(
+        "passive: diagnose the traffic the server already has (--url), no load sent")
+    passive.add_argument("--passive", action="store_true", help="watch a window of the "
+                         "server's own traffic: /metrics, the log, spans; no inference request")
+    passive.add_argument("--window", default="10m", help="how long to watch, e.g. 30s, 10m "
+                         "(default 10m; Ctrl-C ends it early and keeps it)")
+    passive.add_argument("--scrape-interval", type=float, default=2.0, metavar="S",
+                         help="seconds between /metrics scrapes (default 2)")
+    passive.add_argument("--otlp-listen", metavar="HOST:PORT", help="receive the server's "
+                         "request spans (OTLP/HTTP) for exact per-request percentiles")
+    passive.add_argument("--otlp-grpc-listen", metavar="HOST:PORT", help="the same over gRPC")
+    passive.add_argument("--profile-seconds", type=float, default=5.0, metavar="S",
+                         help="with --profile: seconds of live traffic to profile (default 5)")
     run = parser.add_argument_group("run")
     run.add_argument("--replay", metavar="DIR", help="re-derive the findings, verdict and "
                      "reports of a diagnose run directory with this latscope, without a server "
@@ -146,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.replay:
         return _replay(args)
+    if args.passive:
+        from latscope.cli.passive import run_passive
+
+        return run_passive(args)
     opts = build_options(args)
 
     def progress(line: str) -> None:

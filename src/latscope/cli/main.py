@@ -27,6 +27,8 @@ COMMANDS = {
     "show": "show",
     "report": "report",
     "gateway": "gateway",
+    "watch": "watch",
+    "compare": "compare",
 }
 
 

@@ -30,7 +30,9 @@ from latscope.findings.servermetrics import resent_prompts
 from latscope.findings.telemetry import capacity_hint, idle_time, telemetry_findings
 from latscope.findings.trace import trace_findings_of
 from latscope.findings.trade import budget_trade
+from latscope.findings.traffic import traffic_findings
 from latscope.findings.verdict import HealthySplit, VerdictInputs, verdict
+from latscope.findings.window_verdict import verdict_of_window
 from latscope.model import Evidence, Finding, Severity
 from latscope.results import ClientSection, Verdict
 
@@ -57,6 +59,9 @@ def conclude(inputs: ConclusionInputs) -> Conclusion:
     for exp in inputs.experiments:
         merged = [with_proof(f, exp) if f.id == exp.finding_id else f for f in merged]
     ranked, notes = rank(join_causes(merged))
+    if inputs.traffic is not None:  # a passive window: the verdict said of its real traffic
+        return Conclusion(ranked, verdict_of_window(ranked, inputs.traffic, inputs.spans),
+                          notes=tuple(notes))
     healthy = healthy_split(inputs)
     result = verdict(ranked, VerdictInputs(list(inputs.experiments), list(inputs.proposals),
                                            healthy, _checks_read(inputs)))
@@ -105,6 +110,7 @@ def _all_findings(inputs: ConclusionInputs) -> list[Finding]:
     at_levels = [f for m in _named(inputs)
                  for f in findings_at(m, inputs.same_host, inputs.limits)]
     return (_doctor(inputs) + _net(inputs) + at_levels + _log(inputs) + _trace(inputs)
+            + traffic_findings(inputs)
             + (fleet_findings(inputs.fleet) if inputs.fleet is not None else []))
 
 
@@ -116,7 +122,7 @@ def _doctor(inputs: ConclusionInputs) -> list[Finding]:
     if inputs.trace is not None and inputs.trace.profiled:
         # diagnose's own --profile needs the profiler on; idle, it costs nothing
         found = [_needed_for_profile(f) if f.id == "server.profiler" else f for f in found]
-    if any(m.decomposition is not None for m in inputs.measured):
+    if any(m.decomposition is not None for m in inputs.measured) or inputs.traffic is not None:
         # doctor's TTFT split covers every request since the server started (another run's
         # load included: an H200 reused for a light-load run got the saturated run's API-server
         # share as its verdict); the measured steps' own splits say it for this run

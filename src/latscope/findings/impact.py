@@ -89,5 +89,11 @@ def describe(impact: dict[str, Any] | None) -> str:
     if isinstance(value, (int, float)):
         text += f" ({value:.1f}{unit})"
     if impact.get("measured_at"):
-        text += f" at {impact['measured_at']}"
+        text += f" {where_words(impact['measured_at'])}"
     return text.strip()
+
+
+def where_words(where: str) -> str:
+    """``at c=16 (the knee)``; a passive window's label (``the last 10 min of live traffic``,
+    latscope.findings.traffic) reads ``over the last 10 min of live traffic``."""
+    return f"over {where}" if where.startswith("the last ") else f"at {where}"

@@ -18,6 +18,8 @@ from latscope.results import ABResult, Proposal
 
 if TYPE_CHECKING:
     from latscope.analysis.decompose import Decomposition
+    from latscope.analysis.spanwindow import SpanWindow
+    from latscope.analysis.traffic import WindowFacts
     from latscope.fleet.model import FleetFacts
     from latscope.server.logs import ServerLog
 
@@ -128,7 +130,9 @@ class TraceFacts:
 @dataclass(frozen=True, slots=True)
 class ConclusionInputs:
     """Everything a conclusion is drawn from. ``kind``: "load" (latscope's own load, a sweep),
-    "fleet" (several replicas' windows, ``fleet``)."""
+    "passive" (a window of the server's own traffic: ``traffic`` holds it, ``spans`` the
+    requests' own spans in it, and ``measured`` its one ``Measured``, with no load) or "fleet"
+    (several replicas' windows: ``fleet``)."""
 
     kind: str = "load"
     measured: tuple[Measured, ...] = ()
@@ -144,6 +148,8 @@ class ConclusionInputs:
     experiments: tuple[ABResult, ...] = ()
     proposals: tuple[Proposal, ...] = ()
     slo: str | None = None
+    traffic: WindowFacts | None = None
+    spans: SpanWindow | None = None
     # several replicas over one window (kind "fleet": diagnose --prometheus / --replica): their
     # facts and each replica's own conclusion; the fleet's rules are findings.fleet's
     fleet: FleetFacts | None = None

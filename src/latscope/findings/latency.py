@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from latscope.findings.impact import WARNING_SHARE, ImpossibleShare, make_impact, severity_for_share
+from latscope.findings.impact import (
+    WARNING_SHARE,
+    ImpossibleShare,
+    make_impact,
+    severity_for_share,
+    where_words,
+)
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md"
@@ -106,10 +112,13 @@ def findings_from_decomposition(result: Any, ctx: Context = Context()) -> list[F
 
 def share_finding(key: str, label: str, part_ms: float, part_source: str, total_ms: float,
                   total_source: str, ctx: Context = Context(),
-                  total_label: str = "client TTFT") -> Finding | None:
+                  total_label: str = "client TTFT", target: str = "ttft_mean"
+                  ) -> Finding | None:
     """The one rule for component ``key`` of TTFT: a finding when its share is notable -- or,
     for the network, when a round trip between two processes of one host is far longer than a
-    loopback's, whatever its share (something sits on the path)."""
+    loopback's, whatever its share (something sits on the path). ``total_label`` and
+    ``target`` name the total: a passive run's is the server's own TTFT ("server TTFT",
+    ``server_ttft_mean``), there being no client of latscope's."""
     rule = RULES[key]
     if part_ms <= 0 or not total_ms or total_ms <= 0:
         return None
@@ -121,7 +130,7 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
                                                        and share >= QUEUE_KEPT_SHARE):
         return None
     try:
-        impact = make_impact("ttft_mean", share, value_ms=part_ms, measured_at=ctx.measured_at)
+        impact = make_impact(target, share, value_ms=part_ms, measured_at=ctx.measured_at)
     except ImpossibleShare:
         return None  # parts that disagree with the total are noted in the decomposition
     if ctx.load is not None:
@@ -146,7 +155,7 @@ def share_finding(key: str, label: str, part_ms: float, part_source: str, total_
                 f"above a loopback's (< {SAME_HOST_RTT_MS:g} ms).")
     if rule.id == "latency.network":
         fix = network_fix(ctx.same_host)
-    where = f" at {ctx.measured_at}" if ctx.measured_at else ""
+    where = f" {where_words(ctx.measured_at)}" if ctx.measured_at else ""
     return Finding(
         id=rule.id, severity=severity, layer=rule.layer,
         title=f"{label}: {part_ms:.1f} ms of a {total_ms:.1f} ms mean {total_label} "

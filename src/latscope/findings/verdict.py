@@ -18,7 +18,7 @@ from typing import Any
 
 from latscope.findings.abtest import experiment_text
 from latscope.findings.causes import ACTING, symptom_of
-from latscope.findings.impact import IMPACT_TARGETS, describe
+from latscope.findings.impact import IMPACT_TARGETS, describe, where_words
 from latscope.model import Finding, Severity
 from latscope.results import ABResult, Proposal, Verdict, section
 
@@ -141,36 +141,36 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
     elif impact.get("by") == "ab" and (symptom := symptom_of(top.id)) in SYMPTOM_WORDS:
         # the share is what the fix took off its metric, and the symptom the cause explains is
         # named: a CI run whose split found no queueing share still said "queueing" this way
-        text = (f"At {impact.get('measured_at') or 'the load measured'}, "
+        text = (f"{at_words(impact.get('measured_at') or 'the load measured')}, "
                 f"{impact['share']:.0%} {target_words(impact.get('target'))} is "
                 f"{SYMPTOM_WORDS[symptom or '']} (what the fix took off it). The cause: "
                 f"{top.title}")
     elif impact.get("by") == "ab":  # its share is the A/B's: the fix's measured gain
-        text = (f"At {impact.get('measured_at') or 'the load measured'}, {top.title} costs "
+        text = (f"{at_words(impact.get('measured_at') or 'the load measured')}, {top.title} costs "
                 f"{impact['share']:.0%} {target_words(impact.get('target'))}")
     elif impact.get("explains") == "trace.gpu_idle":
-        text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
+        text = (f"{at_words(impact.get('measured_at') or 'the profiled load')}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile because of this: {top.title}")
     elif impact.get("explains") == "gpu.idle_time":
-        text = (f"At {impact.get('measured_at') or 'the load measured'}, the GPU is idle "
+        text = (f"{at_words(impact.get('measured_at') or 'the load measured')}, the GPU is idle "
                 f"{impact['share']:.0%} of the time (GPU telemetry) because of this: {top.title}")
     elif top.id == "gpu.idle_time":
-        text = (f"At {impact.get('measured_at') or 'the load measured'}, the GPU is idle "
+        text = (f"{at_words(impact.get('measured_at') or 'the load measured')}, the GPU is idle "
                 f"{impact['share']:.0%} of the time (GPU telemetry), its cause not named here: "
                 f"{top.title}")
     elif top.id == "trace.gpu_idle":  # its share is idle time: never "... is GPU time"
-        text = (f"At {impact.get('measured_at') or 'the profiled load'}, the GPU is idle "
+        text = (f"{at_words(impact.get('measured_at') or 'the profiled load')}, the GPU is idle "
                 f"{impact['share']:.0%} of the profile, its cause not named here: {top.title}")
     elif impact.get("explains"):
         # the symptom's share and the cause's own measurement in two sentences: the cause's
         # title may come from another load ("At c=64 ..., 50% of mean TTFT ...: other processes
         # used 90% of the server's CPUs during the run at c=1" on the H200)
-        where = f"At {impact['measured_at']}, " if impact.get("measured_at") else ""
+        where = f"{at_words(impact['measured_at'])}, " if impact.get("measured_at") else ""
         text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "
                 f"{SYMPTOM_WORDS.get(impact['explains'], layer_words(top))}. The cause: "
                 f"{top.title}")
     else:
-        where = f"At {impact['measured_at']}, " if impact.get("measured_at") else ""
+        where = f"{at_words(impact['measured_at'])}, " if impact.get("measured_at") else ""
         text = (f"{where}{impact['share']:.0%} {target_words(impact.get('target'))} is "
                 f"{layer_words(top)}: {top.title}")
     text += _cost_elsewhere(top)
@@ -219,11 +219,17 @@ def healthy_verdict(healthy: HealthySplit | None) -> dict[str, Any]:
     if not healthy:
         return {"text": "No verdict: no load was measured (see the stages for why)",
                 "kind": "none", "finding_id": None, "healthy": False}
-    text = (f"No configuration fault found. At {healthy.where}: {healthy.rps:.2f} req/s, "
+    text = (f"No configuration fault found. {at_words(healthy.where)}: {healthy.rps:.2f} req/s, "
             f"mean TTFT {healthy.ttft_ms:.0f} ms ({healthy.split})")
     # keys in the order of every verdict (results.Verdict's fields)
     return {"text": text, "kind": "healthy", "finding_id": None, "healthy": True,
             "measured_at": healthy.where}
+
+
+def at_words(where: str) -> str:
+    """``At c=16 (the knee)``, ``Over the last 10 min of live traffic`` (``where_words``)."""
+    words = where_words(where)
+    return words[0].upper() + words[1:]
 
 
 def target_words(target: str | None) -> str:

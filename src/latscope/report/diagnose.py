@@ -40,6 +40,7 @@ def render_text(report: Report, width: int = WIDTH) -> str:
     if client is not None and client.same_host:
         lines += _wrap("client and server share this host (loopback): no network distance "
                        "between them", "  ", "i ", width)
+    lines += _window_lines(report, width)
     findings = shown(report.findings)
     if findings:
         lines += ["", "Findings (ranked):"]
@@ -60,6 +61,22 @@ def render_text(report: Report, width: int = WIDTH) -> str:
         for note in report.notes:
             lines += _wrap(note, "    ", "  note: ", width)
     return "\n".join(lines)
+
+
+def _window_lines(report: Report, width: int) -> list[str]:
+    """A passive run's window: the traffic, latencies with bounds, spikes, what was sent."""
+    from latscope.report.window import window_text_lines
+
+    if isinstance(report.window, UnsetType):
+        return []
+    out = [""]
+    for kind, text in window_text_lines(report.window):
+        if kind == "head":
+            out.append(text)
+        else:
+            out += _wrap(text, "      " if kind == "row" else "    ", "  - " if kind == "row"
+                         else "  ", width)
+    return out
 
 
 def _finding_lines(i: int, f: FindingEntry, width: int) -> list[str]:

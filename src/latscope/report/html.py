@@ -33,7 +33,22 @@ def render_html(report: Report) -> str:
         checks=checks(report.findings),
         decompositions=[_decomposition_rows(d) for d in report.decompositions],
         load_kind=report.sweep.load_kind if report.sweep is not None else "concurrency",
-        ranks=_cross_rank(report.cross_rank))
+        ranks=_cross_rank(report.cross_rank), window=_window(report))
+
+
+def _window(report: Report) -> dict[str, Any] | None:
+    """A passive run's window, its lines and tables (``report.window``'s words)."""
+    from msgspec import UnsetType
+
+    from latscope.report import window as win
+
+    w = report.window
+    if isinstance(w, UnsetType):
+        return None
+    head, body = win.latency_table(w.latency)
+    return {"w": w, "traffic": win.traffic_line(w), "sent": win.sent_line(w),
+            "scrape": win.scrape_line(w), "latency_head": head, "latency": body,
+            "spikes": win.spike_lines(w)}
 
 
 def _cross_rank(section: CrossRank | None) -> dict[str, Any] | None:
@@ -50,7 +65,17 @@ def _chart_specs(report: Report) -> dict[str, dict[str, Any] | None]:
             "decomposition": plots.decomposition_spec(report.decompositions),
             "timeseries": plots.timeseries_spec(report.timeseries, _telemetry(report)),
             "trace": plots.trace_spec(report.trace),
-            "experiments": plots.experiments_spec(report.experiments)}
+            "experiments": plots.experiments_spec(report.experiments),
+            "window": _window_spec(report)}
+
+
+def _window_spec(report: Report) -> dict[str, Any] | None:
+    from msgspec import UnsetType
+
+    from latscope.report.windowplot import window_spec
+
+    w = report.window
+    return None if isinstance(w, UnsetType) else window_spec(w, _telemetry(report))
 
 
 def _telemetry(report: Report) -> dict[str, Any] | None:

@@ -23,16 +23,23 @@ from latscope.report.model import (
     Sweep,
     TimeSeries,
     TraceSection,
+    WindowSection,
 )
 from latscope.report.schema import check_report, checks, component_tree, more, shown
 from latscope.trace.names import short_kernel_names
 
 WIDTH = 100
 _KERNEL_CHARS = 70  # kernel names can run to 300 characters; the full name is in report.json
+_MAX_POINTS = 60  # a passive window's intervals shown in its table
 
 
 def render_markdown(report: Report) -> str:
     check_report(report)
+    if not isinstance(report.window, UnsetType):  # a passive run: a window, not a sweep
+        parts = [_header(report), _findings(report), _window(report.window),
+                 _telemetry(report.telemetry), _trace(report.trace) if report.trace else "",
+                 _cross_rank(report.cross_rank), _stages(report)]
+        return "\n\n".join(p for p in parts if p).rstrip() + "\n"
     parts = [_header(report), _client(report.client), _findings(report),
              _experiments(report), _sweep(report.sweep),
              _decompositions(report.decompositions), _timeseries(report.timeseries),
@@ -249,6 +256,44 @@ def _decompositions(decs: list[DecompositionView]) -> str:
                 line += f"  ({_block(c.note)})"
             out.append(line[:WIDTH])
     return "\n".join(out + ["```"])
+
+
+def _window(w: WindowSection) -> str:
+    """A passive window: the traffic, latencies with bounds, the split, spikes, the series."""
+    from latscope.report import window as win
+
+    out = [f"## Live traffic: {_text(w.label)}", "",
+           _wrap(f"From {_text(w.started)}, {w.seconds:.0f} s. " + _text(win.traffic_line(w))),
+           "", _wrap(_text(win.sent_line(w)) + ". " + _text(win.scrape_line(w)) + ".")]
+    head, body = win.latency_table(w.latency)
+    out += ["", _table(head, body, right={1, 2, 3, 4})]
+    if w.split:
+        out += ["", _table(["server TTFT", "mean", "share", "source"],
+                           [[_text(c.label), units.ms(c.mean_ms), units.pct(c.share),
+                             _text(c.source)] for c in w.split], right={1, 2})]
+    spikes = win.spike_lines(w)
+    if spikes:
+        out += ["", "Spikes (intervals whose mean TTFT was 3x the median interval's or more):",
+                ""] + [_wrap(_text(line), "  ", "- ") for line in spikes]
+    step = max(1, -(-len(w.points) // _MAX_POINTS))  # ceil: at most _MAX_POINTS rows
+    shown = [p for i, p in enumerate(w.points) if p.spike or i % step == 0]
+    if step > 1:
+        out += ["", f"Every {step}th interval, and every interval of a spike (all of them are "
+                "in report.json and the chart of report.html):"]
+    out += ["", _table(["t (s)", "done/s", "arrived/s", "running", "waiting", "KV",
+                        "TTFT mean", "p50", "p99", "queue share", ""],
+                       [_point_row(p) for p in shown], right={0, 1, 2, 3, 4, 5, 6, 7, 8, 9})]
+    out += ["", "Not seen or not measured:", ""] + [_wrap(_text(u), "  ", "- ") for u in w.unseen]
+    out += [_wrap(_text(n), "  ", "- ") for n in w.notes]
+    return "\n".join(out)
+
+
+def _point_row(p: Any) -> list[str]:
+    return [units.number(p.t_s), units.number(p.finished_rps), units.number(p.arrivals_rps),
+            units.number(p.running), units.number(p.waiting), units.pct(p.kv_usage),
+            units.ms(p.ttft_mean_ms), units.ms(p.ttft_p50_ms), units.ms(p.ttft_p99_ms),
+            units.pct(p.queue_share),
+            "spike" if p.spike else ""]
 
 
 def _timeseries(ts: TimeSeries | None) -> str:

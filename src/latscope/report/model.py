@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from latscope.results import (  # noqa: F401 -- the report's sections, re-exported
     ABResult,
@@ -154,6 +155,70 @@ class CrossRank(msgspec.Struct):
     errors: list[str]
 
 
+class LatencyRow(msgspec.Struct):
+    """One latency over a passive window: the exact mean and p50 / p99 as ``{value, lower,
+    upper}`` in ms (inside their bucket, or exact from spans: lower = upper = value)."""
+
+    name: str  # ttft | queue | prefill | decode | e2e | itl | tpot
+    count: Number
+    mean_ms: float | None
+    p50: dict[str, float | None] | None
+    p99: dict[str, float | None] | None
+    source: str
+
+
+class WindowPoint(msgspec.Struct, kw_only=True):
+    """One scrape interval of a passive window (``analysis.window.Interval``), at its end."""
+
+    t_s: float
+    finished_rps: float | None
+    arrivals_rps: float | None
+    running: float | None  # gauges at the interval's closing scrape
+    waiting: float | None
+    kv_usage: float | None  # 0-1
+    ttft_mean_ms: float | None  # requests whose first token came in the interval
+    ttft_p50_ms: float | None = None  # inside its bucket (absent from the first recordings)
+    ttft_p99_ms: float | None
+    queue_share: float | None  # the interval's mean queue time / its mean TTFT
+    preemptions: float | None
+    spike: bool
+
+
+class SpikeRow(msgspec.Struct):
+    start_s: float
+    end_s: float
+    ttft_mean_ms: float
+    ttft_p99: dict[str, float | None] | None
+    queue_share: float | None
+    waiting_max: float | None
+    kv_max: float | None
+    preemptions: float
+    binding: list[str]
+
+
+class WindowSection(msgspec.Struct, kw_only=True):
+    """A passive run's window (``diagnose --passive``, ``watch``): no load was sent; what the
+    server did with its own traffic (``campaign.passive_report``)."""
+
+    label: str  # "the last 30 s of live traffic"
+    started: str  # UTC ISO 8601 of the first scrape
+    seconds: float
+    scrapes: int
+    interval_s: float | None
+    load_sent: bool  # always False: the run directory says no load was sent
+    requests_sent: dict[str, int]  # what latscope did send: "GET /metrics": 16, ...
+    traffic: dict[str, Any]  # analysis.traffic.Traffic's fields: open
+    latency: list[LatencyRow]
+    split: list[ComponentRow]  # the server TTFT's queue / prefill / rest, shares of it
+    split_source: str
+    points: list[WindowPoint]
+    spikes: list[SpikeRow]
+    stalls: list[dict[str, float]]
+    unseen: list[str]  # what could not be seen or measured, one line each
+    scrape: dict[str, Any] | None  # the scraper's status and cost (metrics/scrape.json)
+    notes: list[str]
+
+
 class Report(msgspec.Struct, kw_only=True):
     schema_version: int
     kind: str  # "diagnose"
@@ -171,6 +236,7 @@ class Report(msgspec.Struct, kw_only=True):
     trace: TraceSection | None
     cross_rank: CrossRank | None = None  # absent from report.json files before it was added
     telemetry: Any = None  # telemetry.facts' section, open (absent from older report.json)
+    window: WindowSection | UnsetType = UNSET  # a passive run's; absent from load runs' reports
     experiments: list[Experiment]
     proposals: list[Proposal]
     notes: list[str]

@@ -93,6 +93,21 @@ def _tune(run: RunDir, console: Console, show_ok: bool) -> None:
         console.print(f"best: {res['best']}")
 
 
+def _compare(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.analysis.compare_model import load_comparison
+    from latscope.report.compare import print_comparison
+
+    data = run.read("compare.json")
+    if data is None:
+        console.print("no compare.json (the comparison was interrupted or failed)")
+        return
+    try:
+        comparison = load_comparison(data)
+    except ValueError as exc:
+        raise ConfigError(f"{run.path / 'compare.json'}: {exc}") from None
+    print_comparison(comparison, console)
+
+
 def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.report.findings import print_findings
 
@@ -115,5 +130,7 @@ def _fleet(run: RunDir, console: Console, show_ok: bool) -> None:
 
 
 _RENDERERS: dict[str, Callable[[RunDir, Console, bool], None]] = {
-    "bench": _bench, "diagnose": _diagnose, "sweep": _sweep, "tune": _tune, "fleet": _fleet,
+    "bench": _bench, "diagnose": _diagnose, "sweep": _sweep, "tune": _tune,
+    "watch": _diagnose,  # a watch's run directory is a passive diagnose's
+    "compare": _compare, "fleet": _fleet,
 }

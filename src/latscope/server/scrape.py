@@ -40,6 +40,10 @@ from latscope.server.metrics import has_vllm_series, parse_metrics_text
 SNAPSHOTS = "snapshots.jsonl"
 RAW = "raw.jsonl"
 _MAX_ERRORS_KEPT = 5
+_MAX_FAILURES_TIMED = 1000  # scrape.json's failure_log: when each failed, for a window's gaps
+# A vLLM page is ~50 kB (~1 MB with many LoRA adapters or engines); a page far larger is not
+# one to parse every few seconds (prometheus_client's parser: ~1 s a MB): it is refused
+MAX_PAGE_BYTES = 16 << 20
 
 
 class MetricsScraper:
@@ -48,7 +52,8 @@ class MetricsScraper:
 
     def __init__(self, interval_s: float = 2.0, *, path: str = "/metrics",
                  timeout_s: float | None = None, parse_during_run: bool = False,
-                 keep_raw: bool = False, base_url: str | None = None) -> None:
+                 keep_raw: bool = False, base_url: str | None = None,
+                 max_bytes: int = MAX_PAGE_BYTES, keep_last: int | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
@@ -56,10 +61,17 @@ class MetricsScraper:
         self.base_url = base_url
         self.parse_during_run = parse_during_run
         self.keep_raw = keep_raw
+        self.max_bytes = max_bytes
+        # snapshots held in memory (all on disk): a watch of days keeps its last minutes only
+        self.keep_last = keep_last
+        self._scrapes = 0
+        self._first_t_ns = 0
         self.timeout_s = timeout_s if timeout_s is not None else max(1.0, min(10.0, interval_s * 2))
         self.snapshots: list[MetricSnapshot] = []
         self._stats: list[dict[str, float]] = []  # per scrape: scrape_ms, parse_ms, bytes
         self._errors: list[str] = []
+        self.failure_log: list[dict[str, Any]] = []  # {"wall_time", "error"} per failure
+        self.renamed: dict[str, str] = {}  # old vLLM names seen -> the names read
         self._failures = 0
         self._missing_endpoint = False
         self._has_vllm: bool | None = None
@@ -69,6 +81,16 @@ class MetricsScraper:
         self._last_raw = ""
         self._ingest_lock = threading.Lock()
         self._raw_count = 0
+
+    @property
+    def scrapes(self) -> int:
+        """Pages read and kept so far (on disk; ``snapshots`` may hold the last ones only)."""
+        return self._scrapes
+
+    @property
+    def failures(self) -> int:
+        """Scrapes that failed so far (a timeout, an HTTP error, a refused page)."""
+        return self._failures
 
     # -- RunObserver ---------------------------------------------------------------------------
     async def start(self, ctx: RunContext) -> None:
@@ -118,8 +140,12 @@ class MetricsScraper:
             async with self._session.get(url) as resp:
                 t_ns = time.perf_counter_ns()
                 wall = time.time()
-                body = await resp.read()
+                body = await _read_capped(resp, self.max_bytes)
                 done_ns = time.perf_counter_ns()
+                if body is None:
+                    self._note_error(f"{url}: a page over {self.max_bytes >> 20} MB "
+                                     f"({_size_words(resp.content_length)}): not read")
+                    return
                 if resp.status == 404:
                     self._missing_endpoint = True
                     self._note_error(f"{url}: HTTP 404 (the server has no /metrics endpoint)")
@@ -166,6 +192,8 @@ class MetricsScraper:
 
     def _note_error(self, message: str) -> None:
         self._failures += 1
+        if len(self.failure_log) < _MAX_FAILURES_TIMED:
+            self.failure_log.append({"wall_time": time.time(), "error": message})
         if len(self._errors) < _MAX_ERRORS_KEPT:
             self._errors.append(message)
 
@@ -173,7 +201,7 @@ class MetricsScraper:
         """Parse one page, append it to snapshots.jsonl (and keep it as first/last raw page)."""
         with self._ingest_lock:  # a scrape cancelled at stop() may still be in its thread
             parse_start = time.perf_counter_ns()
-            snap = _snapshot(text, raw)
+            snap = _snapshot(text, raw, self.renamed)
             parse_ms = (time.perf_counter_ns() - parse_start) / 1e6
             self._has_vllm = bool(self._has_vllm) or has_vllm_series(snap)
             assert self._dir is not None
@@ -184,6 +212,10 @@ class MetricsScraper:
                 (self._dir / "first.prom").write_text(text)
             self._last_raw = text
             self.snapshots.append(snap)
+            self._scrapes += 1
+            self._first_t_ns = self._first_t_ns or snap.t_ns
+            if self.keep_last is not None and len(self.snapshots) > 2 * self.keep_last:
+                del self.snapshots[:-self.keep_last]
             self._stats.append({"scrape_ms": raw["scrape_ms"], "parse_ms": parse_ms,
                                 "bytes": raw["bytes"]})
 
@@ -198,23 +230,24 @@ class MetricsScraper:
         """Status and the scraper's own overhead (what it cost the server and the client)."""
         if self._missing_endpoint:
             status = "no_metrics_endpoint"
-        elif not self.snapshots:
+        elif not self._scrapes:
             status = "unreachable" if not self._raw_count else "unparsable"
         elif not self._has_vllm:
             status = "stats_disabled"  # a page, but no vllm:* series (--disable-log-stats)
         else:
             status = "ok"
         out: dict[str, Any] = {"status": status, "path": self.path, "interval_s": self.interval_s,
-                               "scrapes": len(self.snapshots), "failures": self._failures,
+                               "scrapes": self._scrapes, "failures": self._failures,
                                "errors": self._errors, "vllm_series": bool(self._has_vllm),
                                "parsed": ("during the run" if self.parse_during_run
-                                          else "after the run")}
+                                          else "after the run"),
+                               "failure_log": self.failure_log, "renamed": self.renamed}
         for key in ("scrape_ms", "parse_ms", "bytes"):
             values = np.array([s[key] for s in self._stats], dtype=float)
             out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),
                          "max": float(values.max())} if values.size else None)
-        if len(self.snapshots) >= 2:
-            span_s = (self.snapshots[-1].t_ns - self.snapshots[0].t_ns) / 1e9
+        if self._scrapes >= 2:
+            span_s = (self.snapshots[-1].t_ns - self._first_t_ns) / 1e9
             busy_s = sum(s["scrape_ms"] + s["parse_ms"] for s in self._stats) / 1e3
             out["span_s"] = span_s
             # share of wall time spent scraping+parsing (I/O mostly overlaps the load)
@@ -222,8 +255,28 @@ class MetricsScraper:
         return out
 
 
-def _snapshot(text: str, raw: dict[str, Any]) -> MetricSnapshot:
+async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """The body, or None once it is larger than ``max_bytes`` (the rest is not read)."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        return None
+    chunks, size = [], 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _size_words(length: int | None) -> str:
+    return f"{length / (1 << 20):.0f} MB announced" if length else "streamed, no length given"
+
+
+def _snapshot(text: str, raw: dict[str, Any],
+              renamed: dict[str, str] | None = None) -> MetricSnapshot:
     page = parse_metrics_text(text)
+    if renamed is not None:
+        renamed.update(page.renamed)
     return MetricSnapshot(t_ns=raw["t_ns"], wall_time=raw["wall_time"], samples=page.samples,
                           scrape_ms=raw.get("scrape_ms", 0.0))
 
