@@ -62,6 +62,7 @@ def load_reader():
     if spec is None or spec.loader is None:
         raise SystemExit(f"record_gpu_telemetry: {READER} not found (run from a latscope checkout)")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
@@ -171,16 +172,18 @@ def record(nvml, out: Path, seconds: float, interval: float, server_pid: int | N
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         with (out / "nvml.jsonl").open("w") as fh:
-            write_line(fh, {"kind": "system", **reader.system()})
-            write_line(fh, {"kind": "devices", "gpus": devices})
+            system = reader.system()
+            write_line(fh, {"kind": "system", "errors": system.errors, **system.values})
+            write_line(fh, {"kind": "devices", "gpus": [d.to_dict() for d in devices]})
             period_ns = int(interval * 1e9)
             start_ns = time.perf_counter_ns()
             next_ns = start_ns
             while not stop["now"] and time.perf_counter_ns() - start_ns < seconds * 1e9:
                 gpus = reader.read()
-                write_line(fh, {"kind": "sample", "t_ns": gpus[0]["t_ns"] if gpus else
-                                time.perf_counter_ns(), "wall_time": time.time(), "gpus": gpus})
-                pids.update(p["pid"] for g in gpus for p in g.get("processes", ()))
+                write_line(fh, {"kind": "sample", "t_ns": gpus[0].t_ns if gpus else
+                                time.perf_counter_ns(), "wall_time": time.time(),
+                                "gpus": [g.to_dict() for g in gpus]})
+                pids.update(p.pid for g in gpus for p in g.processes or ())
                 if metrics_url:
                     with (out / "metrics.jsonl").open("a") as mfh:
                         write_line(mfh, scrape(metrics_url))

@@ -50,7 +50,7 @@ def main() -> None:
             view = cross_rank(analyses)
             per = sum(a.wall_s for a in analyses) / len(analyses)
             rss = max(a.peak_rss_mb for a in analyses)
-            matched = (view.get("collectives") or {}).get("matched", 0)
+            matched = view.collectives.matched if view.collectives else 0
             print(f"{jobs:>4} {wall:>7.2f} {per:>18.2f} {rss:>19.0f} {matched:>19}", flush=True)
 
 

@@ -42,7 +42,7 @@ t1 = time.perf_counter()
 result = analyze_trace(trace)
 findings = trace_findings(result)
 t2 = time.perf_counter()
-idle = result["devices"][0]["breakdown"]["idle_share"]
+idle = result.devices[0].breakdown.idle_share
 usage = resource.getrusage(resource.RUSAGE_SELF)
 cpu = usage.ru_utime + usage.ru_stime
 print(f"RESULT {t2 - t0:.3f} {t1 - t0:.3f} {usage.ru_maxrss} {cpu:.3f} {idle:.4f}")

@@ -4,6 +4,7 @@ import loops between packages, counting the imports written inside functions (th
 hide a loop from Python, not from the reader).
 
     python3 scripts/import_graph.py            # the figures, then every loop and long function
+    python3 scripts/import_graph.py --dicts    # and where dict[str, Any] signatures remain
     python3 scripts/import_graph.py --root DIR # another checkout's src/ (before/after figures)
 
 Reads the source with ``ast``: nothing is imported. A "package" is the first name under
@@ -24,7 +25,9 @@ ROOT = "latscope"
 # The ground: plain values and helpers every layer uses; they import only each other.
 GROUND = frozenset({"latscope", "latscope.model", "latscope.errors", "latscope.slo", "latscope.rundir",
                     "latscope.stats", "latscope.redact", "latscope.results",
-                    "latscope.reliability"})
+                    "latscope.reliability", "latscope.runfiles", "latscope.percentiles",
+                    "latscope.itlpool", "latscope.steady", "latscope.native", "latscope.twins",
+                    "latscope.fastread"})
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
@@ -36,6 +39,9 @@ class Module:
     lines: int
     imports: set[str] = field(default_factory=set)  # latscope modules or packages it imports
     functions: list[tuple[str, int]] = field(default_factory=list)  # (qualified name, lines)
+    # functions (nested ones included) and those taking or returning dict[str, Any]: #49's figure
+    signatures: int = 0
+    untyped_dicts: int = 0
 
 
 def module_name(src: Path, path: Path) -> str:
@@ -87,6 +93,21 @@ def _imports(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set
     return out
 
 
+def _untyped_dict_signatures(tree: ast.AST) -> tuple[int, int]:
+    """(functions, those with a parameter or return annotated ``dict[str, Any]``: data that
+    flows as an open dict instead of a type of its own)."""
+    count = total = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            total += 1
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            notes = [a.annotation for a in args if a.annotation] + \
+                ([node.returns] if node.returns else [])
+            count += any("dict[str, Any]" in ast.unparse(n).replace("Dict[", "dict[")
+                         for n in notes)
+    return total, count
+
+
 def scan(src: Path) -> dict[str, Module]:
     paths = sorted((src / ROOT).rglob("*.py"))
     known = {module_name(src, p) for p in paths}
@@ -98,6 +119,7 @@ def scan(src: Path) -> dict[str, Module]:
         mod = Module(name, path, len(text.splitlines()))
         mod.imports = _imports(tree, name, path.name == "__init__.py", known)
         mod.functions = _functions(tree)
+        mod.signatures, mod.untyped_dicts = _untyped_dict_signatures(tree)
         modules[name] = mod
     return modules
 
@@ -202,6 +224,9 @@ def report(modules: dict[str, Module]) -> str:
         f"package import loops (imports in functions counted): {len(package_loops)}",
         f"module import loops: {len(file_loops)}",
         f"ground imports from above: {len(ground_violations(modules))}",
+        f"functions taking or returning dict[str, Any]: "
+        f"{sum(m.untyped_dicts for m in modules.values())} of "
+        f"{sum(m.signatures for m in modules.values())}",
     ]
     for component in package_loops:
         lines.append(f"\npackage loop {', '.join(component)}:")
@@ -218,8 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1] / "src",
                         help="the src/ directory that holds latscope/ (default: this checkout's)")
+    parser.add_argument("--dicts", action="store_true",
+                        help="also the dict[str, Any] signatures per package, most first")
     args = parser.parse_args(argv)
-    print(report(scan(args.root)))
+    modules = scan(args.root)
+    print(report(modules))
+    if args.dicts:
+        per: dict[str, int] = {}
+        for m in modules.values():
+            per[package_of(m.name)] = per.get(package_of(m.name), 0) + m.untyped_dicts
+        for package, n in sorted(per.items(), key=lambda kv: -kv[1]):
+            if n:
+                print(f"  {package}: {n}")
     return 0
 
 

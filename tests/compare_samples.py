@@ -77,8 +77,13 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
             e2es.append((chunks[-1] + _MS - sent) / _MS)
     writer.close()
     done = len(ttfts)
+    span_s = (max(slots) - 10 * _MS) / 1e9  # the run's first send to its last end
+    rate_s = done / span_s if span_s > 0 else None
     write_json(path / "summary.json", {
         "requests": {"total": n, "completed": done, "failed": n - done},
+        "throughput": {"requests_per_s": rate_s, "output_tokens_per_s": None,
+                       "total_tokens_per_s": None, "window_s": span_s,
+                       "window": "first send to last end (with the drain)"},
         "tokens": {"input_total": 128 * done, "output_total": output_tokens * done},
         "ttft_ms": {"p50": float(np.median(ttfts))},
         "client": client or {"cpu_utilization": 0.05, "loop_lag_ms": {"mean": 0.1, "p99": 0.5},
@@ -89,7 +94,7 @@ def write_run(path: Path, *, n: int = 200, concurrency: int = 4, ttft_ms: float 
     if gpu:
         (path / "telemetry").mkdir(exist_ok=True)
         write_json(path / "telemetry" / "telemetry.json",
-                   {"status": "ok", "devices": [{"name": gpu}]})
+                   {"status": "ok", "devices": [{"index": 0, "name": gpu}]})
     return path
 
 
@@ -110,7 +115,9 @@ def _decomposition(path: Path, ttft: float, e2e: float, queue_share: float) -> N
             ("e2e.decode", "decode (client: first chunk -> end)", "e2e", e2e - ttft)]
     write_json(path / "decomposition.json", {"components": [
         {"key": k, "label": label, "parent": parent, "source": "synthetic", "mean_ms": v}
-        for k, label, parent, v in rows]})
+        for k, label, parent, v in rows], "dominant_ttft": "ttft.server.prefill",
+        "dominant_e2e": "e2e.decode", "window_s": None, "server_source": "synthetic",
+        "client_requests": 0, "server_requests": None})
 
 
 def _snapshots(path: Path, running: float, waiting: float) -> None:

@@ -1,12 +1,16 @@
-/* latscope's optional C part (setup.py builds it; every caller has a pure-Python path).
+/* latscope's optional C part (setup.py builds it; latscope.native is the one door to it, and
+ * every function has a pure-Python twin that stays the reference: latscope.twins,
+ * latscope.fastread).
  *
  * scan_stream: one C-level pass over a finished streamed response: HTTP/1.1 chunked framing,
- * SSE events, token events and their arrival times (latscope.load.response._read_stream_c).
+ * SSE events, token events and their arrival times (latscope.load.response.read_stream_quick).
  * GapStore: a run's ITL gaps, added from each request's token times in one call
- * (latscope.stats._Pooled); gaps_ms: the same gaps of one request as a tuple.
- * last_int: a usage count from a response's tail (latscope.load.streamtail.last_int).
+ * (latscope.itlpool.ItlPool).
  * record_line: a record's requests.jsonl line, its token times as gaps
- * (latscope.rundir.record_line); json_gaps: the ITL gaps of such a line, read back.
+ * (latscope.rundir.record_line); json_gaps: the ITL gaps of such a line, read back without a
+ * Python int per time (latscope.rundir.record_without_times: every pass after a run).
+ * Dropped (2026-12, issue #49): gaps_ms (no caller but tests), last_int and usual_head (their
+ * ~1.5 us a response did not show in a real run: docs/bench.md, "The C behind one door").
  *
  * Why C: the parse of a finished response bounds one client process's ceiling
  * (benchmarks/client_ceiling.py). The pure-Python fast reader needs ~1.1 us per streamed token
@@ -147,10 +151,6 @@ static int next_chunk(const Scan *s, Py_ssize_t *pos, Py_ssize_t *data, Py_ssize
 /* Python's bytes-regex \s but LF: inside an event (which ends at its first LF) the same. */
 static int is_line_space(char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
-}
-
-static int is_space(char c) {  /* Python's bytes-regex \s */
-    return c == '\n' || is_line_space(c);
 }
 
 /* After a key's closing quote at `p`, inside an event: \s* ':' \s* then, when `quote` is set,
@@ -568,7 +568,7 @@ typedef struct {
 
 /* One more gap, from token time `prev` to `now`: the int64 difference as numpy takes it
  * (wrapping past the range, not undefined) over 1e6 in double, stored as float32. The one
- * arithmetic of gaps_ms and json_gaps (tests hold the two bit for bit equal). */
+ * arithmetic of GapStore.add_times and json_gaps (tests hold the two bit for bit equal). */
 static inline void add_gap(GapSums *g, long long prev, long long now) {
     unsigned long long diff = (unsigned long long)now - (unsigned long long)prev;
     double gap = (double)(long long)diff / 1e6;
@@ -621,33 +621,10 @@ static int times_gaps(PyObject *times, GapSums *sums) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None
- * The gaps between consecutive token times (ns, a list of ints) in ms, as stats.itls_ms gives
- * them (int64 differences over 1e6 in double, stored as float32) with their float64 sums and
- * extremes; None for fewer than two times. What GapStore.add_times keeps, as one tuple (the
- * shape json_gaps gives a line's). */
-static PyObject *gaps_ms(PyObject *module, PyObject *times) {
-    (void)module;
-    if (!PyList_Check(times)) {
-        PyErr_SetString(PyExc_TypeError, "gaps_ms takes a list of ints");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(times);
-    if (n < 2) Py_RETURN_NONE;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (n - 1) * (Py_ssize_t)sizeof(float));
-    if (out == NULL) return NULL;
-    GapSums sums = {(float *)PyBytes_AS_STRING(out), 0, 0.0, 0.0, 0.0, 0.0};
-    if (times_gaps(times, &sums) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return Py_BuildValue("(Ndddd)", out, sums.total, sums.total_sq, sums.lo, sums.hi);
-}
-
-/* GapStore(cap): a run's ITL gaps (latscope.stats._Pooled). Every gap added is counted in
+/* GapStore(cap): a run's ITL gaps (latscope.itlpool.ItlPool). Every gap added is counted in
  * float64 sums and extremes (count, total, total_sq, lo, hi); the float32 values of those not
  * yet folded into the histogram are kept, up to `cap` of them (`kept`), and handed over by
- * values() when full. add_times took ~2.8 us a request at the client's ceiling as gaps_ms and
+ * values() when full. add_times took ~2.8 us a request at the client's ceiling as a gaps tuple and
  * Python around it (a bytes object, a tuple, its unpacking, array.frombytes): one call now. */
 typedef struct {
     PyObject_HEAD
@@ -682,7 +659,7 @@ static int store_room(GapStore *self, Py_ssize_t more) {
 static void store_count(GapStore *self, Py_ssize_t n, double total, double total_sq,
                         double lo, double hi) {
     self->count += n;
-    self->total += total;  /* request by request, in _Pooled's order before (bit for bit) */
+    self->total += total;  /* request by request, in ItlPool's order before (bit for bit) */
     self->total_sq += total_sq;
     if (lo < self->lo) self->lo = lo;
     if (hi > self->hi) self->hi = hi;
@@ -712,7 +689,7 @@ static void GapStore_dealloc(GapStore *self) {
 }
 
 /* add_times(times) -> bool: the gaps of one request's token times (a list of ints, ns), as
- * gaps_ms computes them; False, adding nothing, where they would pass the cap. */
+ * add_gap computes them; False, adding nothing, where they would pass the cap. */
 static PyObject *GapStore_add_times(GapStore *self, PyObject *times) {
     if (!PyList_Check(times)) {
         PyErr_SetString(PyExc_TypeError, "add_times takes a list of ints");
@@ -729,7 +706,7 @@ static PyObject *GapStore_add_times(GapStore *self, PyObject *times) {
     Py_RETURN_TRUE;
 }
 
-/* add_gaps((float32 bytes, total, total_sq, lo, hi)) -> bool: gaps as gaps_ms or json_gaps
+/* add_gaps((float32 bytes, total, total_sq, lo, hi)) -> bool: gaps as json_gaps or twins.gap_sums
  * gives them; False, adding nothing, where they would pass the cap. */
 static PyObject *GapStore_add_gaps(GapStore *self, PyObject *gaps) {
     PyObject *f32;
@@ -785,7 +762,7 @@ static PyMethodDef GapStore_methods[] = {
      "add_times(times) -> bool: one request's gaps from its token times (ns); False, adding "
      "nothing, where they would pass the cap."},
     {"add_gaps", (PyCFunction)GapStore_add_gaps, METH_O,
-     "add_gaps((f32 bytes, total, total_sq, lo, hi)) -> bool: gaps as gaps_ms gives them; "
+     "add_gaps((f32 bytes, total, total_sq, lo, hi)) -> bool: gaps as json_gaps gives them; "
      "False, adding nothing, where they would pass the cap."},
     {"add_sums", (PyCFunction)GapStore_add_sums, METH_VARARGS,
      "add_sums(count, total, total_sq, lo, hi): gaps counted, their values folded elsewhere."},
@@ -1044,9 +1021,9 @@ static PyObject *record_line(PyObject *module, PyObject *const *args, Py_ssize_t
 
 /* json_gaps(data, start=0, end=len) -> (start, end, gaps) | None
  * A requests.jsonl line's token times (the line: data[start:end]) read where they lie, for the
- * driver's count of a dead worker's records (latscope.load.workers): the text between the '['
+ * passes that read a run back (latscope.rundir.record_without_times): the text between the '['
  * and ']' of its "chunk_gaps_ns" array (the first time, then each one's gap from the one
- * before: record_line's) is data[start:end], and gaps is what gaps_ms gives for those times
+ * before: record_line's) is data[start:end], and gaps is what add_times takes from those times
  * (None for fewer than two). None where the line holds no such array or it is not a plain
  * JSON list of 64-bit ints (the caller decodes the line whole). Decoding the array made a
  * Python int of each time (~40 ns each, ~10 us of a 256-token record's ~31), to take their
@@ -1116,124 +1093,19 @@ static PyObject *json_gaps(PyObject *module, PyObject *const *args, Py_ssize_t n
     return result;
 }
 
-/* last_int(text, key) -> int | None
- * The integer after the last `key` in text: rfind(key), then \s*:\s*(\d+) as the bytes regex
- * reads it (latscope.load.streamtail.last_int, whose pure-Python path this is held to): a
- * response's usage counts, read from its tail (two regex calls took ~0.8 us a response). */
-static PyObject *last_int(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "last_int(text: bytes, key: bytes)");
-        return NULL;
-    }
-    const char *text = PyBytes_AS_STRING(args[0]), *key = PyBytes_AS_STRING(args[1]);
-    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), k = PyBytes_GET_SIZE(args[1]), at = -1;
-    if (k == 0) Py_RETURN_NONE;  /* rfind(b"") is the end: no digits follow it */
-    for (Py_ssize_t i = n - k; i >= 0; i--)
-        if (text[i] == key[0] && memcmp(text + i, key, k) == 0) { at = i; break; }
-    if (at < 0) Py_RETURN_NONE;
-    const char *p = text + at + k, *end = text + n;
-    while (p < end && is_space(*p)) p++;
-    if (p >= end || *p != ':') Py_RETURN_NONE;
-    p++;
-    while (p < end && is_space(*p)) p++;
-    const char *digits = p;
-    while (p < end && *p >= '0' && *p <= '9') p++;
-    if (p == digits) Py_RETURN_NONE;
-    if (p - digits <= 18) {
-        long long value = 0;
-        for (const char *d = digits; d < p; d++) value = value * 10 + (*d - '0');
-        return PyLong_FromLongLong(value);
-    }
-    PyObject *str = PyUnicode_FromStringAndSize(digits, p - digits);
-    if (str == NULL) return NULL;
-    PyObject *value = PyLong_FromUnicodeObject(str, 10);
-    Py_DECREF(str);
-    return value;
-}
-
-/* A byte as bytes.lower() makes it: ASCII letters only, whatever the C locale says. */
-static inline char ascii_lower(char c) {
-    return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-}
-
-/* Whether `needle` (lowercase) is in text[0:n] lowercased. */
-static int has_lowered(const char *text, Py_ssize_t n, const char *needle, Py_ssize_t k) {
-    for (Py_ssize_t i = 0; i + k <= n; i++) {
-        Py_ssize_t j = 0;
-        while (j < k && ascii_lower(text[i + j]) == needle[j]) j++;
-        if (j == k) return 1;
-    }
-    return 0;
-}
-
-/* usual_head(head) -> status | None: the status of a streaming server's usual response head
- * (no blank line at its end), where client._Exchange._read_head would read that status and
- * chunked framing, kept alive: "HTTP/1.1 " or "HTTP/1.0 ", three digits, a space or the line's
- * CR LF; a header line that is "transfer-encoding: chunked" (any case) and no "connection" or
- * "content-length" anywhere in the headers. None for anything else: the Python reader reads
- * it. One pass in C instead of ~1 us of bytes methods a response. */
-static PyObject *usual_head(PyObject *module, PyObject *head) {
-    (void)module;
-    if (!PyBytes_Check(head)) {
-        PyErr_SetString(PyExc_TypeError, "usual_head(head: bytes)");
-        return NULL;
-    }
-    static const char CHUNKED[] = "transfer-encoding: chunked";
-    const Py_ssize_t chunked_len = sizeof(CHUNKED) - 1;
-    const char *p = PyBytes_AS_STRING(head);
-    Py_ssize_t n = PyBytes_GET_SIZE(head);
-    if (n < 12 || (memcmp(p, "HTTP/1.1 ", 9) != 0 && memcmp(p, "HTTP/1.0 ", 9) != 0))
-        Py_RETURN_NONE;
-    int status = 0;
-    for (int i = 9; i < 12; i++) {
-        if (p[i] < '0' || p[i] > '9') Py_RETURN_NONE;
-        status = status * 10 + (p[i] - '0');
-    }
-    Py_ssize_t at = 12;  /* a space, or the line's CR LF (int() would refuse "200\rx") */
-    if (at + 1 >= n || !(p[at] == ' ' || (p[at] == '\r' && p[at + 1] == '\n'))) Py_RETURN_NONE;
-    while (at + 1 < n && !(p[at] == '\r' && p[at + 1] == '\n')) at++;  /* the status line's end */
-    if (at + 1 >= n) Py_RETURN_NONE;  /* no headers: no chunked framing */
-    const char *headers = p + at + 2;
-    Py_ssize_t size = n - at - 2;
-    if (has_lowered(headers, size, "connection", 10)
-        || has_lowered(headers, size, "content-length", 14))
-        Py_RETURN_NONE;
-    int chunked = 0;
-    for (Py_ssize_t start = 0, i = 0; i <= size && !chunked; i++) {  /* lines between CR LFs */
-        if (i == size || (headers[i] == '\r' && i + 1 < size && headers[i + 1] == '\n')) {
-            chunked = i - start == chunked_len && has_lowered(headers + start, chunked_len,
-                                                               CHUNKED, chunked_len);
-            start = i + 2;
-            i++;
-        }
-    }
-    if (!chunked) Py_RETURN_NONE;
-    return PyLong_FromLong(status);
-}
-
 static PyMethodDef methods[] = {
     {"scan_stream", (PyCFunction)(void (*)(void))scan_stream, METH_FASTCALL,
      "scan_stream(reads, skip=0) -> (token_times, tail) | None: a finished chunked SSE body "
      "(past skip bytes of the first read) read in one pass, or None where the exact reader must "
      "read it."},
-    {"gaps_ms", gaps_ms, METH_O,
-     "gaps_ms(times) -> (float32 bytes, sum, sum of squares, min, max) | None: the gaps between "
-     "consecutive token times (ns) in ms; None for fewer than two."},
-    {"last_int", (PyCFunction)(void (*)(void))last_int, METH_FASTCALL,
-     "last_int(text, key) -> int | None: the integer after the last key, as "
-     "re.match(rb'\\s*:\\s*(\\d+)') reads it there."},
     {"json_gaps", (PyCFunction)(void (*)(void))json_gaps, METH_FASTCALL,
      "json_gaps(data, start=0, end=len) -> (start, end, gaps) | None: the chunk_gaps_ns array of "
      "the requests.jsonl line data[start:end] (data[start:end] between its brackets) and "
-     "gaps_ms of its ints."},
+     "the ITL gaps of its ints, as GapStore.add_times takes them."},
     {"record_line", (PyCFunction)(void (*)(void))record_line, METH_FASTCALL,
      "record_line(keys, values, gaps_at=-1) -> bytes | None: a record's requests.jsonl line as "
      "orjson writes it, from its fields' names and values, the list at gaps_at as gaps; None "
      "for values it leaves to orjson."},
-    {"usual_head", usual_head, METH_O,
-     "usual_head(head) -> int | None: the status of a streaming server's usual response head "
-     "(chunked, kept alive), or None where the Python reader must read it."},
     {NULL, NULL, 0, NULL},
 };
 

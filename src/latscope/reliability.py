@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from latscope.results import ClientSection
+from latscope.runfiles import BenchSummary, ClientFigures
+
 
 @dataclass(frozen=True, slots=True)
 class Threshold:
@@ -77,29 +80,37 @@ class ClientReliability:
     fix: str = ""
     reasons: tuple[str, ...] = field(default=(), repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        """As report.json's client section holds it (the reasons are joined in ``why``)."""
-        return {"reliable": self.reliable, "why": self.why, "off_cpu_share": self.off_cpu_share,
-                "loop_lag_p99_ms": self.loop_lag_p99_ms,
-                "loop_lag_mean_ms": self.loop_lag_mean_ms,
-                "send_lag_p99_ms": self.send_lag_p99_ms,
-                "cpu_utilization": self.cpu_utilization,
-                "cpu_per_token_us": self.cpu_per_token_us, "fix": self.fix}
+    def section(self, load: float | None = None, same_host: bool | None = None
+                ) -> ClientSection:
+        """As report.json's client section holds it (the reasons joined in ``why``), at the
+        load it was judged at."""
+        return ClientSection(reliable=self.reliable, why=self.why,
+                             off_cpu_share=self.off_cpu_share,
+                             loop_lag_p99_ms=self.loop_lag_p99_ms,
+                             loop_lag_mean_ms=self.loop_lag_mean_ms,
+                             send_lag_p99_ms=self.send_lag_p99_ms,
+                             cpu_utilization=self.cpu_utilization,
+                             cpu_per_token_us=self.cpu_per_token_us, fix=self.fix, load=load,
+                             same_host=same_host)
 
 
 def off_cpu_share(figures: dict[str, Any]) -> float | None:
-    """The share of the run the client's loop thread waited for a CPU (run-queue wait / wall)."""
-    wait, wall = figures.get("run_queue_wait_s"), figures.get("wall_s")
-    return min(1.0, wait / wall) if wait is not None and wall else None
+    """The share of the run the client's loop thread waited for a CPU (run-queue wait / wall),
+    from the client's figures as the load engine gathers them."""
+    return waited_share(figures.get("run_queue_wait_s"), figures.get("wall_s"))
 
 
-def judge_client(summary: dict[str, Any], client_ms: float | None = None,
+def waited_share(wait_s: float | None, wall_s: float | None) -> float | None:
+    """Run-queue wait over wall time, at most 1; None where either was not measured."""
+    return min(1.0, wait_s / wall_s) if wait_s is not None and wall_s else None
+
+
+def judge_client(summary: BenchSummary, client_ms: float | None = None,
                  ttft_mean_ms: float | None = None) -> ClientReliability:
     """The client's reliability in a run, from its summary (``client`` figures, TTFT p50) and,
     where a decomposition split it off, its own delay's mean against the mean TTFT."""
-    client = summary.get("client") or {}
-    lag = client.get("loop_lag_ms") or {}
-    ttft = summary.get("ttft_ms") or {}
+    client = summary.client if isinstance(summary.client, ClientFigures) else ClientFigures()
+    lag, ttft = client.loop_lag_ms, summary.ttft_ms
     reasons = []
     if client_ms and ttft_mean_ms:
         share = client_ms / ttft_mean_ms
@@ -108,20 +119,21 @@ def judge_client(summary: dict[str, Any], client_ms: float | None = None,
                            f"than the mean TTFT it measured ({ttft_mean_ms:.1f} ms)")
         elif share >= level("client_share_of_ttft", "unreliable"):
             reasons.append(f"its own send and receive delay is {share:.0%} of mean TTFT")
-    if lag.get("p99") and ttft.get("p50") and \
-            lag["p99"] >= level("loop_lag_p99_per_ttft_p50", "unreliable") * ttft["p50"]:
-        reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms against a TTFT p50 of "
-                       f"{ttft['p50']:.1f} ms")
-    if (client.get("cpu_utilization") or 0) >= level("cpu_utilization", "unreliable"):
-        reasons.append(f"the client used {client['cpu_utilization']:.0%} of a CPU core")
-    off_cpu = off_cpu_share(client)
+    lag_p99, ttft_p50 = lag.get("p99"), ttft.get("p50")
+    if lag_p99 and ttft_p50 and \
+            lag_p99 >= level("loop_lag_p99_per_ttft_p50", "unreliable") * ttft_p50:
+        reasons.append(f"event-loop lag p99 {lag_p99:.1f} ms against a TTFT p50 of "
+                       f"{ttft_p50:.1f} ms")
+    cpu = client.cpu_utilization or 0.0
+    if cpu >= level("cpu_utilization", "unreliable"):
+        reasons.append(f"the client used {cpu:.0%} of a CPU core")
+    off_cpu = waited_share(client.run_queue_wait_s, client.wall_s)
     if off_cpu is not None and off_cpu >= level("off_cpu_share", "unreliable"):
         reasons.append(f"its event loop waited for a CPU {off_cpu:.0%} of the run (other "
                        "processes held its cores)")
     return ClientReliability(
         reliable=not reasons, why="; ".join(reasons), off_cpu_share=off_cpu,
-        loop_lag_p99_ms=lag.get("p99"), loop_lag_mean_ms=lag.get("mean"),
-        send_lag_p99_ms=client.get("send_lag_p99_ms"),
-        cpu_utilization=client.get("cpu_utilization"),
-        cpu_per_token_us=client.get("cpu_us_per_output_token"),
+        loop_lag_p99_ms=lag_p99, loop_lag_mean_ms=lag.get("mean"),
+        send_lag_p99_ms=client.send_lag_p99_ms, cpu_utilization=client.cpu_utilization,
+        cpu_per_token_us=client.cpu_us_per_output_token,
         fix=FIX if reasons else "", reasons=tuple(reasons))

@@ -11,6 +11,7 @@ written again keeps the keys it had, in field order.
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import msgspec
@@ -175,14 +176,48 @@ def ab_outcome(verdict: str | None, worse_guards: list[str]) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Structs as dicts in field order, recursively; every other value left as it is (the JSON
-    writer encodes those, as it always did)."""
+    """Structs as dicts in field order, recursively, without the fields msgspec's encoder
+    leaves out (``UNSET``; a default where the Struct omits defaults); every other value left
+    as it is (the JSON writer encodes those, as it always did)."""
     if isinstance(value, msgspec.Struct):
+        defaults = _defaults_omitted(type(value))
         return {name: _plain(v) for name in value.__struct_fields__
-                if (v := getattr(value, name)) is not UNSET}
+                if (v := getattr(value, name)) is not UNSET
+                and not (name in defaults and v == defaults[name])}
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def _defaults_omitted(kind: type[msgspec.Struct]) -> dict[str, object]:
+    """Each field's default, where the Struct leaves a field at its default out of its JSON
+    (``omit_defaults``); none otherwise."""
+    if not kind.__struct_config__.omit_defaults:
+        return {}
+    return {f.name: f.default for f in msgspec.structs.fields(kind)
+            if f.default is not msgspec.NODEFAULT}
+
+
+def json_schema(model: type[msgspec.Struct], description: str) -> dict[str, Any]:
+    """The JSON Schema of a run directory file, generated from its model."""
+    schema: dict[str, Any] = msgspec.json.schema(model)
+    schema["description"] = description
+    return schema
+
+
+def to_json_builtins(value: msgspec.Struct) -> Any:
+    """A typed result as the plain values its JSON file holds (what the run directory's writer
+    encodes): numpy numbers as Python's, a path as its text."""
+    return msgspec.to_builtins(value, enc_hook=_builtin)
+
+
+def _builtin(value: Any) -> Any:
+    item = getattr(value, "item", None)  # a numpy scalar
+    if item is not None:
+        return item()
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def section(data: Any, kind: type[T]) -> T:

@@ -24,21 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import msgspec
 import orjson
 
+from latscope import native, twins
 from latscope.errors import ConfigError, OutputError
-from latscope.model import CHUNK_GAPS_KEY, Finding, RequestRecord, gaps_of_times
-
-try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
-    from latscope import _native
-except ImportError:  # pragma: no cover - exercised where no compiler was found
-    _native = None  # type: ignore[assignment]
+from latscope.model import CHUNK_GAPS_KEY, Finding, RequestRecord
+from latscope.runfiles import HostInfo
+from latscope.twins import Gaps
 
 # 2: requests.jsonl holds token times as gaps (``chunk_gaps_ns``); 1 held them as times, and
 # is still read. An older latscope refuses a 2 rather than read its records without them.
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 FINDINGS_SCHEMA_VERSION = 1  # findings.json's (latscope/findings/schema.json)
+SUMMARY_SCHEMA_VERSION = 1  # summary.json's (latscope.runfiles.BenchSummary)
 MANIFEST = "manifest.json"
 REQUESTS, SUMMARY = "requests.jsonl", "summary.json"  # a load run's records and summary
 _FLUSH_NS = 100_000_000  # records reach the file at most this late
@@ -59,9 +59,9 @@ def default_run_dir(kind: str = "bench") -> Path:
     return path
 
 
-def host_info() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "cpus": os.cpu_count()}
+def host_info() -> HostInfo:
+    return HostInfo(socket.gethostname(), platform.platform(), sys.version.split()[0],
+                    os.cpu_count())
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -84,6 +84,8 @@ def write_bytes(path: Path, data: bytes) -> None:
 def _fallback(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, msgspec.Struct):  # a typed section of a file (the manifest's host)
+        return msgspec.to_builtins(value)
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, float):  # inf / nan: JSON has no such numbers
@@ -107,23 +109,34 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """The objects of an appended JSONL file. A torn last line (a crash mid-write) is skipped;
     a bad line anywhere else is an error: silently stopping there would hide later data."""
     path = Path(path)
-    if not path.is_file():
-        return
-    lines = path.read_bytes().split(b"\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, line, last in jsonl_lines(path):
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            if lineno == len(lines):
+            if last:
                 return
-            raise ConfigError(f"{path}:{lineno}: not a JSON line") from None
+            raise ConfigError(f"{path}: line {lineno} is not JSON") from None
         if not isinstance(obj, dict):
-            raise ConfigError(f"{path}:{lineno}: not a JSON object")
+            raise ConfigError(f"{path}: line {lineno} is not a JSON object")
         yield obj
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(number, line, whether it is the last) of a file's non-blank lines, read one at a time
+    (a long run's file is never held whole): one line ahead, so that a reader can skip a torn
+    last line and refuse a bad one anywhere else."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as f:
+        ahead: tuple[int, bytes] | None = None
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if ahead is not None:
+                yield ahead[0], ahead[1], False
+            ahead = (number, line)
+        if ahead is not None:
+            yield ahead[0], ahead[1], True
 
 
 _RECORD_START = b'{"index":'  # every requests.jsonl line starts so (``record_line``)
@@ -336,6 +349,13 @@ class RunWriter:
                 raise self._failed(REQUESTS, exc) from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """summary.json (``runfiles.BenchSummary``), its ``schema_version`` first; put in the
+        caller's dict too, so that a later rewrite of it (diagnose records the prefix cache's
+        hit rate in it) keeps the version."""
+        if "schema_version" not in summary:
+            rest = dict(summary)
+            summary.clear()
+            summary.update(schema_version=SUMMARY_SCHEMA_VERSION, **rest)
         self._write_whole(SUMMARY, summary)
 
     def _write_whole(self, name: str, data: dict[str, Any]) -> None:
@@ -372,17 +392,13 @@ _LINE_KEYS = tuple(CHUNK_GAPS_KEY if i == _GAPS_AT else name
 def record_line(record: RequestRecord) -> bytes:
     """A record's ``requests.jsonl`` line: its fields in the dataclass's order, as orjson writes
     them, the token times as gaps (``chunk_gaps_ns``; ``RequestRecord.from_dict`` reads both
-    forms). Where the C part is built it writes the usual line itself (``_native.record_line``,
+    forms). Where the C part is built it writes the usual line itself (``native.record_line``,
     the same bytes): orjson's dataclass path took ~4.6 us of a response at the client's
-    ceiling, more than the C stream pass; orjson writes the unusual ones (a str to escape, the
-    server's fields)."""
-    if _native is not None:
-        line = _native.record_line(_LINE_KEYS, _record_values(record), _GAPS_AT)
-        if line is not None:
-            return line
-    values = list(_record_values(record))
-    values[_GAPS_AT] = gaps_of_times(record.chunk_ns)
-    return orjson.dumps(dict(zip(_LINE_KEYS, values)), option=orjson.OPT_APPEND_NEWLINE)
+    ceiling, more than the C stream pass; its twin (orjson) writes the unusual ones (a str to
+    escape, the server's fields)."""
+    values = _record_values(record)
+    return (native.record_line(_LINE_KEYS, values, _GAPS_AT)
+            or twins.record_line(_LINE_KEYS, values, _GAPS_AT))
 
 
 def _record_of(obj: dict[str, Any], path: Path) -> RequestRecord:
@@ -399,10 +415,78 @@ def _record_of(obj: dict[str, Any], path: Path) -> RequestRecord:
 def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[RequestRecord], dict[str, Any]]:
     """(manifest, records, summary) of a run directory; summary is {} while the run is going or
     if it was interrupted before writing one. A truncated last line (a crash mid-write) is
-    skipped; any other bad line is an error."""
+    skipped; any other bad line is an error. It holds every record and its token times at
+    once (~9 kB a 256-token record): for tests and small runs. The passes after a run read
+    ``iter_records`` instead, one line at a time."""
+    manifest, summary = read_meta(run_dir)
+    return manifest, list(iter_records(run_dir)), summary
+
+
+def read_meta(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(manifest, summary) of a run directory, its records left on disk; summary as
+    ``read_run`` gives it."""
     run_dir = RunDir.open(run_dir).path
     manifest = orjson.loads((run_dir / MANIFEST).read_bytes())
-    records = [_record_of(obj, run_dir / REQUESTS) for obj in iter_jsonl(run_dir / REQUESTS)]
     summary_path = run_dir / SUMMARY
     summary = orjson.loads(summary_path.read_bytes()) if summary_path.is_file() else {}
-    return manifest, records, summary
+    return manifest, summary
+
+
+def iter_records(run_dir: str | Path, *, token_times: bool = True) -> Iterator[RequestRecord]:
+    """The records of a run's ``requests.jsonl``, read one line at a time (memory holds one
+    record, whatever the run's length); ``token_times=False`` leaves each record's
+    ``chunk_ns`` empty, never decoding its token times (what a pass that needs no ITL reads:
+    the decomposition, the join with the server's spans)."""
+    for record, _ in iter_records_with_gaps(run_dir, token_times=token_times):
+        yield record
+
+
+def iter_records_with_gaps(run_dir: str | Path, *, token_times: bool = False
+                           ) -> Iterator[tuple[RequestRecord, Gaps | None]]:
+    """Each record with its ITL gaps (``Gaps``: None for fewer than two token times), its
+    token times read where they lie in the line (``record_without_times``): what the
+    statistics take (``RunStats.add(record, gaps)``). With ``token_times`` each record keeps
+    its times and the gaps are None."""
+    path = Path(run_dir) / REQUESTS
+    for number, line, last in jsonl_lines(path):
+        read = None if token_times else record_without_times(line)
+        if read is not None:
+            yield read
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if last:  # a torn last line: a crash mid-write
+                return
+            raise ConfigError(f"{path}: line {number} is not JSON") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{path}: line {number} is not a JSON object")
+        record = _record_of(obj, path)
+        if token_times:  # (the caller has the times: no gaps computed for it)
+            yield record, None
+            continue
+        gaps = twins.gaps_of(record.chunk_ns)
+        record.chunk_ns = []
+        yield record, gaps
+
+
+_RECORD_DECODER = msgspec.json.Decoder(RequestRecord)
+
+
+def record_without_times(data: bytes, start: int = 0, end: int | None = None
+                         ) -> tuple[RequestRecord, Gaps | None] | None:
+    """A ``requests.jsonl`` line (``data[start:end]``) read without its token times: the
+    record with ``chunk_ns`` empty, and the ITL gaps ``native.json_gaps`` read from the line's
+    text (None for fewer than two times). Decoding the times made a Python int of each: ~10 of
+    the ~31 us a 256-token record took (orjson.loads 15, from_dict 5, the statistics 9), and
+    ~9 kB of memory a record. None where the line is not the usual form: the caller decodes
+    it whole."""
+    end = len(data) if end is None else end
+    found = native.json_gaps(data, start, end)
+    if found is None:
+        return None
+    times_start, times_end, gaps = found
+    try:
+        return _RECORD_DECODER.decode(data[start:times_start] + data[times_end:end]), gaps
+    except msgspec.MsgspecError:
+        return None

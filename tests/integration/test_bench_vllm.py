@@ -36,10 +36,13 @@ def test_streaming_run_exact_tokens(vllm_target, tmp_path, endpoint):
         assert prompt_tokens <= {48, 49} and len(prompt_tokens) == 1
     else:  # the chat template adds the same tokens to every prompt
         assert len(prompt_tokens) == 1 and prompt_tokens.pop() > 48
+    measured = [r for r in result.records if not r.warmup]  # past the stagger's ramp
     assert s["ttft_ms"]["count"] == 8 and s["ttft_ms"]["min"] > 0
-    assert s["itl_ms"]["count"] == sum(len(r.chunk_ns) - 1 for r in result.records)
+    assert s["itl_ms"]["count"] == sum(len(r.chunk_ns) - 1 for r in measured)
     manifest, records, summary = read_run(result.run_dir)
-    assert len(records) == 8 and summary["requests"] == s["requests"]
+    assert len(measured) == 8 and summary["requests"] == s["requests"]
+    assert len(records) - 8 == s["requests"]["warmup_excluded"] == \
+        s["load"]["ramp_requests_excluded"]
 
 
 def test_cli_prints_table_and_writes_run(vllm_target, tmp_path, capsys):

@@ -80,8 +80,10 @@ def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
 def _client_reliable(run_dir: str) -> bool:
     from latscope.campaign.observe import client_reliability
     from latscope.rundir import read_json
+    from latscope.runfiles import summary_of
 
-    return client_reliability(read_json(Path(run_dir) / "summary.json"), None).reliable
+    summary = summary_of(read_json(Path(run_dir) / "summary.json"))
+    return client_reliability(summary, None).reliable
 
 
 def test_queueing_under_a_spread_mix_gets_priority_and_the_gateway_proven_by_ab(tmp_path):

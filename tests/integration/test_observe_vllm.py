@@ -24,6 +24,7 @@ def _bench(target, out, *, concurrency: int, num: int | None = None, duration: f
     requests ~48 ms apart where the stagger asked 6 ms (event-loop lag p99 557 ms, the client at
     0.8% of a core: descheduled), so two slots never filled and vLLM queued nothing."""
     from latscope.campaign.observe import client_reliability
+    from latscope.runfiles import summary_of
 
     for attempt in range(2):
         cfg = BenchConfig(url=target.url, model=target.model_name, concurrency=concurrency,
@@ -33,7 +34,7 @@ def _bench(target, out, *, concurrency: int, num: int | None = None, duration: f
                           workload=WorkloadSpec(input_len=input_len, output_len=output_len))
         result = run_bench(cfg, observers=[MetricsScraper(interval_s=interval)])
         decomposition = decompose_run(result.run_dir)
-        client = client_reliability(result.summary, decomposition)
+        client = client_reliability(summary_of(result.summary), decomposition)
         if client.reliable:
             break
         print(f"c={concurrency}: the client's timing was unreliable ({client.why})")
@@ -62,8 +63,12 @@ def test_queue_time_grows_with_concurrency(vllm_target_constrained, tmp_path):
     for run, result in ((low_run, low), (high_run, high)):
         snaps = read_snapshots(run.run_dir)
         assert len(snaps) >= 2 and snaps[0].t_ns >= run.manifest["start_ns"]
-        # the server counted exactly the client's requests in the window
-        assert result.server_requests == result.client_requests == len(run.records)
+        # the server counted exactly the client's requests in the window: the measured ones
+        # and the warm-ups (the stagger's ramp) that ended in it
+        measured = [r for r in run.records if not r.warmup]
+        late = [r for r in run.records if r.warmup and r.ok
+                and snaps[0].t_ns < (r.end_ns or 0) <= snaps[-1].t_ns]
+        assert result.server_requests == result.client_requests == len(measured) + len(late)
         assert (run.run_dir / "server_timeseries.json").is_file()
         scrape = json.loads((run.run_dir / "metrics" / "scrape.json").read_text())
         assert scrape["status"] == "ok"

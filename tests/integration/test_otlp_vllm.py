@@ -17,7 +17,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+import orjson
+
 from latscope.analysis.decompose import decompose_run
+from latscope.analysis.join import RequestSplit
 from latscope.load import BenchConfig, run_bench
 from latscope.server.otlp import SpanCollector
 from latscope.server.otlp_record import SpanRecorder
@@ -58,21 +61,25 @@ def test_every_request_is_joined_and_the_queue_shows_per_request(traced, tmp_pat
     assert split is not None
     assert split.joined == split.completed == len(completed), split.notes
     assert split.without_span == 0
+    # the run's rows went to per_request.json as the join read them (none kept): in send order
+    rows = sorted((RequestSplit(**row) for row in orjson.loads(
+        (tmp_path / "run" / "per_request.json").read_bytes())["rows"]), key=lambda r: r.sent_ns)
+    assert not split.rows and len(rows) == split.joined
 
     # --max-num-seqs 2, 16 at once: the first two start at once, the others wait. (Not
     # "exactly two": the API server tokenizes one request after another, so on a busy host a
     # third can reach the engine just as a slot frees.)
-    queue = sorted(r.queue_ms for r in split.rows)
+    queue = sorted(r.queue_ms for r in rows)
     assert queue[0] < 5 and queue[1] < 5, queue
-    assert all(r.queue_ms < 5 for r in split.rows[:2]), queue  # the first two sent
+    assert all(r.queue_ms < 5 for r in rows[:2]), queue  # the first two sent
     assert statistics.median(queue) > 10 * max(queue[1], 1.0), queue
     assert split.stats["queue_ms"]["p99"] > split.stats["prefill_ms"]["p50"]
     # ... and the rest wait longer the later they were sent (first come, first served)
     from scipy.stats import spearmanr
-    assert spearmanr(range(len(split.rows)), [r.queue_ms for r in split.rows])[0] > 0.7
+    assert spearmanr(range(len(rows)), [r.queue_ms for r in rows])[0] > 0.7
 
     # the server's interval lies inside the client's, request by request
-    for row in split.rows:
+    for row in rows:
         assert row.server_ttft_ms <= row.client_ttft_ms, row
         assert row.queue_ms + row.prefill_ms <= row.server_ttft_ms, row
 

@@ -21,10 +21,12 @@ def test_two_workers_on_vllm_merge_every_record_once(vllm_target, tmp_path):
     manifest, records, summary = read_run(result.run_dir)
     measured = [r for r in records if not r.warmup]
     ids = [r.request_id for r in records]
-    assert len(ids) == len(set(ids)) == 18  # 16 measured + 2 warm-up, each once
+    # 16 measured, 2 warm-up and each worker's stagger ramp (warm-up too), each once
+    ramp = summary["load"]["ramp_requests_excluded"]
+    assert len(ids) == len(set(ids)) == 18 + ramp and ramp >= 2
     assert len(measured) == 16 and all(r.ok for r in measured)
-    assert sorted(r.index for r in measured) == list(range(2, 18))
-    assert {w["requests"] for w in summary["workers"]} == {8}
+    assert min(r.index for r in measured) >= 2  # past the driver's warm-up
+    assert {w["measured"] for w in summary["workers"]} == {8}
     # the workers' statistics merged: the summary the same records give in one process
     assert_merged_summary(summary, summarize(records, percentiles=config.percentiles))
     # ignore_eos: exactly 8 tokens a request, as the server counted them (usage), all merged

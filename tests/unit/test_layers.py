@@ -1,6 +1,6 @@
 """The tree's layering, read from the source by scripts/import_graph.py (ast, nothing imported):
-the ground imports nothing above it, and no two packages (nor two modules) import each other,
-even through an import written inside a function."""
+the ground imports nothing above it, no two packages (nor two modules) import each other, even
+through an import written inside a function, and no module or function outgrows its limit."""
 
 from __future__ import annotations
 
@@ -39,6 +39,27 @@ def test_no_package_imports_another_that_imports_it_back(graph, modules):
 def test_no_module_imports_another_that_imports_it_back(graph, modules):
     # inside a package too, and a TYPE_CHECKING import counts (it still says "I need you")
     assert graph.cycles(graph.module_graph(modules)) == []
+
+
+def test_no_module_is_over_500_lines_and_no_function_over_80(graph, modules):
+    # a reader takes in a module or a function at once: past these it is two things
+    assert graph.long_modules(modules) == [], f"split along its seams ({graph.MAX_MODULE_LINES})"
+    assert graph.long_functions(modules) == [], f"split it ({graph.MAX_FUNCTION_LINES} lines)"
+
+
+def test_the_size_limits_are_counted_as_a_reader_counts_them(graph, tmp_path):
+    # a module's lines are its lines; a function's run from its def to its last line, a
+    # nested function inside its enclosing one; the limits fail one line past them
+    pkg = tmp_path / "latscope"
+    pkg.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(graph.MAX_FUNCTION_LINES - 1))
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fits.py").write_text(f"def f():\n{body}\n")
+    (pkg / "long.py").write_text(f"def g():\n{body}\n    return 1\n"
+                                 + "\n" * (graph.MAX_MODULE_LINES - graph.MAX_FUNCTION_LINES))
+    found = graph.scan(tmp_path)
+    assert graph.long_functions(found) == [(graph.MAX_FUNCTION_LINES + 1, "latscope.long.g")]
+    assert graph.long_modules(found) == [(graph.MAX_MODULE_LINES + 1, "latscope.long")]
 
 
 def test_a_lazy_import_closes_a_loop_too(graph, tmp_path):

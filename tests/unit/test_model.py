@@ -13,7 +13,10 @@ def test_request_record_round_trip_keeps_every_field():
 def test_a_records_line_reads_back_from_either_form_of_its_token_times(tmp_path):
     # requests.jsonl holds token times as gaps since schema 2 (rundir.record_line); a run
     # directory of schema 1 held them as times, and must read back the same
+    import dataclasses
+
     import orjson
+    import pytest
 
     from latscope.rundir import RunDir, read_run, record_line
 
@@ -30,6 +33,14 @@ def test_a_records_line_reads_back_from_either_form_of_its_token_times(tmp_path)
         (run / "manifest.json").write_bytes(orjson.dumps({**manifest, "schema_version": version}))
         (run / "requests.jsonl").write_bytes(line)
         assert read_run(run)[1] == [rec]
+        # the passes after a run read it a line at a time, token times unread: alike too
+        from latscope.load.summary import rebuild_summary
+        from latscope.rundir import iter_records
+
+        light = [dataclasses.replace(rec, chunk_ns=[])]
+        assert list(iter_records(run, token_times=False)) == light
+        itl = rebuild_summary(run)["itl_ms"]
+        assert (itl["count"], itl["max"]) == (4, pytest.approx(5.5))
     # gaps that do not add up, or a record without its index: one line naming the file
     import pytest
 

@@ -24,12 +24,12 @@ def test_the_c_part_is_built_and_chosen():
     # scripts/install.sh builds it (setup.py) where a compiler is found; without it the client
     # costs ~3.5x the CPU per streamed token and every test of the C paths skips: CI must not
     # pass on the fallback unnoticed
-    from latscope import stats
+    from latscope import native
     from latscope.load import response
 
-    assert response._native is not None, "_native.c is not built: bash scripts/install.sh"
-    assert response.STREAM_PARSER == "c" and response.read_stream_quick is response._read_stream_c
-    assert stats._native is response._native
+    assert native.C is not None, "_native.c is not built: bash scripts/install.sh"
+    assert native.BACKEND == "c" and response.STREAM_PARSER == "c"
+    assert response.scan_stream is native.C.scan_stream
 
 
 def _variant_build(tmp_path: Path, flag: str):
@@ -155,9 +155,7 @@ def test_events_are_read_where_chunks_cut_them(tmp_path):
 def test_the_head_before_the_body_is_skipped_in_place():
     # the client keeps a read that brought the HTTP head and the body together whole (slicing
     # the head off copied the body) and tells the pass where the body starts
-    from latscope import _native
-    from latscope.load import response
-    from latscope.model import RequestRecord
+    from latscope import _native, fastread
 
     head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
     events = list(fakeserver._events(False, 20, 5, True, False))
@@ -167,20 +165,30 @@ def test_the_head_before_the_body_is_skipped_in_place():
         with_head = [(reads[0][0], head + reads[0][1]), *reads[1:]]
         assert _native.scan_stream(with_head, len(head)) == _native.scan_stream(reads)
         assert _native.scan_stream(with_head) is None  # the head is not a chunk
-        quick = RequestRecord(index=0, request_id="r", scheduled_ns=0)
-        if step == len(body):  # (the pure-Python reader declines marks split across reads)
-            assert response._read_stream_fast(quick, with_head, len(head))
-            assert quick.chunk_ns == _native.scan_stream(reads)[0]
+        if step == len(body):  # (the pure-Python twin declines marks split across reads)
+            twin = fastread.scan_stream(with_head, len(head))
+            assert twin is not None and twin[0] == _native.scan_stream(reads)[0]
     assert _native.scan_stream([(1, head)], len(head) + 1) is None  # past the read: declined
     with pytest.raises(ValueError):
         _native.scan_stream([(1, head)], -1)
 
 
-def test_json_gaps_reads_a_lines_times_as_gaps_ms_reads_the_ints():
-    # the driver's merge reads a worker's line without decoding its token times (written as
-    # gaps): what it reads from the text must be what gaps_ms gives for the times themselves,
-    # bit for bit, and any text that is not a plain JSON list of ints up to 18 digits must be
-    # declined (None)
+def _gaps_by_the_store(times):
+    """The gaps of one request's token times as the C store keeps them (``add_times``)."""
+    from latscope import _native
+
+    if len(times) < 2:
+        return None
+    store = _native.GapStore(len(times))
+    assert store.add_times(times)
+    return store.values(), store.total, store.total_sq, store.lo, store.hi
+
+
+def test_json_gaps_reads_a_lines_times_as_the_store_reads_the_ints():
+    # a run's lines are read back without decoding their token times (written as gaps): what
+    # json_gaps reads from the text must be what the gap store takes from the times
+    # themselves, bit for bit, and any text that is not a plain JSON list of ints up to 18
+    # digits must be declined (None)
     import dataclasses
 
     import orjson
@@ -190,7 +198,7 @@ def test_json_gaps_reads_a_lines_times_as_gaps_ms_reads_the_ints():
     from latscope.model import RequestRecord, gaps_of_times
 
     def expected(times):
-        return _native.gaps_ms(times) if len(times) > 1 else None
+        return _gaps_by_the_store(times)
 
     # times whose gaps fit 18 digits (a longer one is declined, below)
     ints = st.one_of(st.integers(-4 * 10**17, 4 * 10**17), st.integers(0, 99),
@@ -222,29 +230,6 @@ def test_json_gaps_reads_a_lines_times_as_gaps_ms_reads_the_ints():
                 b'{"chunk_gaps_ns":[' + past_2_63 + b']}',
                 b'{"chunk_ns":[1,2]}', b'{"x":[1,2]}'):  # schema 1's times: decoded whole
         assert _native.json_gaps(bad) is None, bad
-
-
-def test_last_int_reads_as_the_regex_reads():
-    # a response's usage counts, read from its tail: the C part's answer is the regex's
-    from hypothesis import strategies as st
-
-    from latscope import _native
-    from latscope.load.streamtail import last_int_py
-
-    pieces = st.sampled_from([b'"completion_tokens"', b'"prompt_tokens"', b":", b" ", b"\t",
-                              b"\n", b"7", b"0", b"12345678901234567890123", b",", b"}", b"x"])
-
-    @settings(max_examples=500, deadline=None, database=None, derandomize=True)
-    @given(st.lists(pieces, max_size=12), st.sampled_from([b'"completion_tokens"', b":", b"7"]))
-    def same(parts, key):
-        text = b"".join(parts)
-        assert _native.last_int(text, key) == last_int_py(text, key)
-
-    same()
-    assert _native.last_int(b'{"completion_tokens": 256}', b'"completion_tokens"') == 256
-    assert _native.last_int(b"abc", b"") is None is last_int_py(b"abc", b"")
-    with pytest.raises(TypeError):
-        _native.last_int("text", b"key")
 
 
 def test_the_c_part_is_clean_under_address_and_undefined_behaviour_sanitizers():
@@ -318,16 +303,14 @@ def test_a_list_of_ints_is_written_as_orjson_writes_it_as_times_or_gaps():
 
 
 def test_gaps_of_time_objects_shared_by_tokens_equal_numpys():
-    # scan_stream gives the tokens of one read the same int object; gaps_ms converts each
-    # object once: the gaps must be numpy's whatever the sharing
+    # scan_stream gives the tokens of one read the same int object; the gap store converts
+    # each object once: the gaps must be numpy's whatever the sharing
     import numpy as np
-
-    from latscope import _native
 
     base = 10**15
     reads = [base, base + 7_000_001, base + 7_000_001 + 123, base + 2**40]
     times = [reads[0]] * 3 + [reads[1]] * 4 + [reads[2]] + [reads[1]] + [reads[3]] * 2
-    f32, total, total_sq, lo, hi = _native.gaps_ms(times)
+    f32, total, total_sq, lo, hi = _gaps_by_the_store(times)
     gaps = np.diff(np.asarray(times, dtype=np.int64)) / 1e6
     assert bytes(f32) == gaps.astype(np.float32).tobytes()
     assert (lo, hi) == (gaps.min(), gaps.max())

@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from msgspec import UNSET, UnsetType
 
+from latscope.analysis.decompfile import DecompositionFile, read_decomposition
 from latscope.redact import redact_argv
 from latscope.rundir import MANIFEST, SUMMARY, read_json
+from latscope.runfiles import BenchSummary, HostInfo, Manifest, ServerFacts, manifest_of, summary_of
+from latscope.telemetry.files import read_summary
 
 # The facts' groups, in the order a difference list gives them
 GROUPS = ("workload", "load", "model", "hardware", "host", "client", "cache", "server", "run")
@@ -90,18 +94,21 @@ class LoadRunInfo:
     facts: dict[str, Fact] = field(default_factory=dict)
     state: ServerState = field(default_factory=ServerState)
     layers: list[Layer] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    manifest: dict[str, Any] = field(default_factory=dict)
-    decomposition: dict[str, Any] | None = None
+    summary: BenchSummary | None = None  # summary.json, where the run wrote one
+    manifest: Manifest = field(default_factory=lambda: Manifest(schema_version=0, kind=""))
+    decomposition: DecompositionFile | None = None
 
 
 def read_load_run(run_dir: Path, root: Path | None = None) -> LoadRunInfo:
     """A load run's facts (``root``: the campaign directory around it, e.g. a diagnose run,
     whose doctor facts name the server and its GPUs)."""
     run_dir = Path(run_dir)
-    manifest = read_json(run_dir / MANIFEST) if (run_dir / MANIFEST).is_file() else {}
-    summary = read_json(run_dir / SUMMARY) if (run_dir / SUMMARY).is_file() else {}
-    decomposition = _optional_json(run_dir / "decomposition.json")
+    manifest = (manifest_of(read_json(run_dir / MANIFEST), str(run_dir / MANIFEST))
+                if (run_dir / MANIFEST).is_file() else Manifest(schema_version=0, kind=""))
+    summary = (summary_of(read_json(run_dir / SUMMARY), str(run_dir / SUMMARY))
+               if (run_dir / SUMMARY).is_file() else None)
+    split = run_dir / "decomposition.json"
+    decomposition = read_decomposition(split) if split.is_file() else None
     info = LoadRunInfo(run_dir, manifest=manifest, summary=summary, decomposition=decomposition)
     for fact in [*_workload_facts(manifest, summary), *_load_facts(manifest, summary),
                  *_hardware_facts(run_dir, manifest, root), *_server_facts(run_dir, root),
@@ -116,8 +123,13 @@ def _optional_json(path: Path) -> Any:
     return read_json(path) if path.is_file() else None
 
 
-def _workload_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[Fact]:
-    config = manifest.get("config") or {}
+def _config(manifest: Manifest) -> dict[str, Any]:
+    """The run's BenchConfig as its manifest recorded it ({} where it has none)."""
+    return manifest.config if isinstance(manifest.config, dict) else {}
+
+
+def _workload_facts(manifest: Manifest, summary: BenchSummary | None) -> list[Fact]:
+    config = _config(manifest)
     work = config.get("workload") or {}
     src = "manifest.json config"
     facts = [Fact(f"workload.{key}", label, _setting(work.get(key)), "workload", src)
@@ -126,11 +138,12 @@ def _workload_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[F
                    "workload", src)
               for key, label in (("endpoint", "endpoint"), ("stream", "streaming"),
                                  ("seed", "--seed"))]
-    tokens = summary.get("tokens") or {}
-    done = (summary.get("requests") or {}).get("completed")
-    for key, label, total in (("prompt_tokens", "mean prompt tokens", "input_total"),
-                              ("output_tokens", "mean output tokens", "output_total")):
-        value = tokens.get(total) / done if done and tokens.get(total) is not None else None
+    done = summary.requests.completed if summary is not None else None
+    for key, label, total in (("prompt_tokens", "mean prompt tokens",
+                               summary.tokens.input_total if summary else None),
+                              ("output_tokens", "mean output tokens",
+                               summary.tokens.output_total if summary else None)):
+        value = total / done if done and total is not None else None
         facts.append(Fact(f"workload.{key}", label, value, "workload",
                           "summary.json tokens / completed requests"))
     return facts
@@ -144,8 +157,8 @@ def _setting(value: Any) -> Any:
     return "(not set)" if value is None else value
 
 
-def _load_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[Fact]:
-    config = manifest.get("config") or {}
+def _load_facts(manifest: Manifest, summary: BenchSummary | None) -> list[Fact]:
+    config = _config(manifest)
     src = "manifest.json config"
     rate = config.get("rate")
     mode = "open loop" if rate else "closed loop" if config else None
@@ -158,40 +171,45 @@ def _load_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[Fact]
             Fact("load.rate", "--rate", setting("rate"), "load", src),
             Fact("load.burstiness", "--burstiness", setting("burstiness") if rate else None,
                  "load", src),
-            Fact("model.name", "model", manifest.get("model") or summary.get("model"), "model",
-                 "manifest.json model")]
+            Fact("model.name", "model", _text(manifest.model) or
+                 (_text(summary.model) if summary else None), "model", "manifest.json model")]
 
 
-def _run_facts(manifest: dict[str, Any], summary: dict[str, Any]) -> list[Fact]:
-    config = manifest.get("config") or {}
-    versions = manifest.get("versions") or {}
-    server = summary.get("server") or {}
+def _text(value: str | None | UnsetType) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _run_facts(manifest: Manifest, summary: BenchSummary | None) -> list[Fact]:
+    config = _config(manifest)
+    versions = manifest.versions if isinstance(manifest.versions, dict) else {}
+    server = summary.server if summary is not None else UNSET
     return [Fact("run.num_requests", "requests", config.get("num_requests"), "run",
                  "manifest.json config"),
             Fact("run.duration_s", "--duration", config.get("duration_s"), "run",
                  "manifest.json config"),
             Fact("run.warmup", "--warmup", config.get("warmup"), "run", "manifest.json config"),
             Fact("run.latscope", "latscope version", versions.get("latscope")
-                 or manifest.get("latscope_version"), "run", "manifest.json"),
+                 or _text(manifest.latscope_version), "run", "manifest.json"),
             Fact("cache.prefix_hit_rate", "prefix-cache hit rate",
-                 server.get("prefix_cache_hit_rate"), "cache",
+                 server.prefix_cache_hit_rate if isinstance(server, ServerFacts) else None,
+                 "cache",
                  "summary.json server.prefix_cache_hit_rate (/metrics over the run)")]
 
 
-def _hardware_facts(run_dir: Path, manifest: dict[str, Any], root: Path | None) -> list[Fact]:
-    host = manifest.get("host") or {}
+def _hardware_facts(run_dir: Path, manifest: Manifest, root: Path | None) -> list[Fact]:
+    host = manifest.host if isinstance(manifest.host, HostInfo) else None
     gpus, source = _gpu_names(run_dir, root)
     return [Fact("hardware.gpu", "GPU", ", ".join(gpus) if gpus else None, "hardware", source),
-            Fact("hardware.cpus", "host CPUs", host.get("cpus"), "hardware",
+            Fact("hardware.cpus", "host CPUs", host.cpus if host else None, "hardware",
                  "manifest.json host"),
-            Fact("hardware.hostname", "host", host.get("hostname"), "hardware",
+            Fact("hardware.hostname", "host", host.hostname if host else None, "hardware",
                  "manifest.json host")]
 
 
 def _gpu_names(run_dir: Path, root: Path | None) -> tuple[list[str], str]:
     """The server's GPUs by name: the run's own telemetry, else the doctor facts around it."""
-    telemetry = _optional_json(run_dir / "telemetry" / "telemetry.json") or {}
-    names = [d.get("name") for d in telemetry.get("devices") or [] if d.get("name")]
+    telemetry = read_summary(run_dir / "telemetry" / "telemetry.json")
+    names = [d.name for d in (telemetry.devices or [] if telemetry else []) if d.name]
     if names:
         return sorted(names), "telemetry/telemetry.json devices"
     for where in (run_dir, root):
@@ -265,9 +283,7 @@ def read_server_state(run_dir: Path) -> ServerState:
                        "scrapes)")
 
 
-def layers_of(decomposition: dict[str, Any] | None) -> list[Layer]:
+def layers_of(decomposition: DecompositionFile | None) -> list[Layer]:
     """The decomposition's rows (``decomposition.json``), as the comparison reads them."""
-    rows = (decomposition or {}).get("components") or []
-    return [Layer(str(c.get("key")), str(c.get("label") or c.get("key")), c.get("parent"),
-                  c.get("mean_ms") if isinstance(c.get("mean_ms"), (int, float)) else None,
-                  str(c.get("source") or "")) for c in rows if isinstance(c, dict)]
+    rows = decomposition.components if decomposition is not None else []
+    return [Layer(c.key, c.label or c.key, c.parent, c.mean_ms, c.source) for c in rows]

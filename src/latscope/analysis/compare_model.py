@@ -11,6 +11,9 @@ from typing import Any
 
 import msgspec
 
+from latscope.trace.files import as_json, from_json
+from latscope.trace.results import Comparison as TraceDiff
+
 SCHEMA_VERSION = 1
 VERDICTS = ("regression", "improvement", "no change", "inconclusive")
 EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED = 0, 1, 2
@@ -140,18 +143,26 @@ class Comparison(_Struct, kw_only=True):
     curves: list[Curve]
     sweep: SweepSection | None = None
     diagnose: DiagnoseSection | None = None
-    trace: dict[str, Any] | None = None  # latscope.trace.compare.compare_results (ms units)
+    # latscope.trace.compare.compare_results: ns in memory, ms in compare.json (as trace.json)
+    trace: TraceDiff | None = None
     notes: list[str]
     findings: list[dict[str, Any]]  # Finding.to_dict of the comparison's findings
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = msgspec.to_builtins(self)
+        if self.trace is not None:
+            data["trace"] = as_json(self.trace)
         return data
 
 
 def load_comparison(data: Any) -> Comparison:
     """compare.json's dict as the typed model; a ValueError names what does not fit."""
+    trace = data.get("trace") if isinstance(data, dict) else None
     try:
-        return msgspec.convert(data, Comparison)
+        comparison = msgspec.convert({**data, "trace": None} if trace is not None else data,
+                                     Comparison)
+        if trace is not None:
+            comparison.trace = from_json(trace, TraceDiff)
     except msgspec.ValidationError as exc:
         raise ValueError(f"not a comparison latscope wrote ({exc})") from None
+    return comparison

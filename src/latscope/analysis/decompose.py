@@ -29,16 +29,24 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
-import numpy as np
 import orjson
 
+from latscope.analysis.clientside import (
+    ClientFold,
+    Folds,
+    RowFile,
+    client_stats,
+    per_request_server_timings,
+)
 from latscope.analysis.join import SOURCE as SPAN_SOURCE
-from latscope.analysis.join import PerRequestSplit, join_spans
+from latscope.analysis.join import PerRequestSplit, SpanJoin, span_timings
 from latscope.model import MetricSnapshot, RequestRecord
-from latscope.rundir import write_json
+from latscope.rundir import iter_records, write_json
 from latscope.server.metrics import HistogramDelta, gauge_series, has_vllm_series, histogram_delta
 from latscope.server.scrape import read_snapshots
-from latscope.stats import e2e_ms, latency_origin, ttft_ms
+
+__all__ = ["Component", "Decomposition", "decompose", "decompose_run",
+           "per_request_server_timings"]
 
 H_TTFT = "vllm:time_to_first_token_seconds"
 H_QUEUE = "vllm:request_queue_time_seconds"
@@ -101,15 +109,6 @@ class Decomposition:
         return data
 
 
-def _client_stats(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"mean_ms": None, "count": 0}
-    arr = np.asarray(values, dtype=float)
-    p50, p99 = np.percentile(arr, [50, 99])
-    return {"mean_ms": float(arr.mean()), "p50_ms": float(p50), "p99_ms": float(p99),
-            "count": int(arr.size)}
-
-
 def _hist_stats(h: HistogramDelta | None) -> dict[str, Any] | None:
     if h is None or h.count <= 0:
         return None
@@ -123,25 +122,6 @@ def _hist_stats(h: HistogramDelta | None) -> dict[str, Any] | None:
     return out
 
 
-def per_request_server_timings(record: RequestRecord) -> dict[str, float] | None:
-    """vLLM's per-request fields (``--enable-per-request-metrics``), in ms, if the record has them.
-
-    Beware vLLM's naming: its ``time_to_first_token_ms`` is scheduled -> first token, i.e. the
-    *prefill* interval, not TTFT from arrival (vllm/entrypoints/generate/base/serving.py,
-    ``build_per_request_timing_metrics``); ``generation_time_ms`` is first -> last token.
-    """
-    server = record.server or {}
-    metrics = server.get("metrics")
-    m: dict[str, Any] = metrics if isinstance(metrics, dict) else server
-    out = {}
-    for ours, theirs in (("queue", "queue_time_ms"), ("prefill", "time_to_first_token_ms"),
-                         ("decode", "generation_time_ms")):
-        value = m.get(theirs)
-        if isinstance(value, (int, float)):
-            out[ours] = float(value)
-    return out or None
-
-
 def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
                 ) -> dict[str, Any] | None:
     s = split.stats.get(name) if split is not None else None
@@ -153,17 +133,16 @@ def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
 
 @dataclass(slots=True)
 class _Window:
-    """What one run's decomposition is computed from: the client's records and the server's
-    figures over the same window, each source selected once."""
+    """What one run's decomposition is computed from: the client's figures and the server's
+    over the same window, each source selected once."""
 
-    records: list[RequestRecord]  # ok, measured (and the late warm-ups the server counted)
-    late_warmups: list[RequestRecord]  # warm-ups that finished in the window, not counted above
+    client: ClientFold  # ok, measured (and the late warm-ups the server counted)
+    late_warmups: int  # warm-ups that finished in the window, not counted above
     snaps: list[MetricSnapshot]
     first: MetricSnapshot | None
     last: MetricSnapshot | None
     vllm: bool  # the server exposes vllm:* series
     hist: dict[str, HistogramDelta | None]
-    per_req: list[dict[str, float]]
     spans: PerRequestSplit | None  # the joined spans, when they cover enough of the run
     notes: list[str]
 
@@ -172,9 +151,9 @@ class _Window:
         timings (when every request has them), then the histogram delta."""
         if (stats := _span_stats(self.spans, f"{part}_ms")) is not None:
             return stats, SPAN_SOURCE
-        values = [t[part] for t in self.per_req if part in t]
-        if values and len(values) == len(self.records):
-            return _client_stats(values), _PER_REQUEST
+        values = self.client.per_req.get(part)
+        if values and len(values) == self.client.count:
+            return client_stats(values), _PER_REQUEST
         return _hist_stats(self.hist[hname]), f"{hname} (histogram delta over the run)"
 
 
@@ -211,11 +190,27 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
 
     ``client_loop_lag_ms`` is the run's mean event-loop lag (the client's receive delay
     estimate), ``network_rtt_ms`` a round trip measured on the same path; either may be None.
-    ``split``: the run's records joined with the server's spans (``join_spans``), if any."""
-    w = _select_window(list(records), sorted(snapshots or [], key=lambda s: s.t_ns), split)
-    client = _client_figures(w.records)
+    ``split``: the run's records joined with the server's spans (``join_spans``), if any.
+    The records are read once, one at a time (``records`` may be a file's stream)."""
+    snaps = sorted(snapshots or [], key=lambda s: s.t_ns)
+    folds = Folds(*_window_ends(snaps))
+    for record in records:
+        folds.add(record)
+    return _decompose(folds, snaps, client_loop_lag_ms, network_rtt_ms, split)
+
+
+def _window_ends(snaps: list[MetricSnapshot]) -> tuple[MetricSnapshot | None,
+                                                         MetricSnapshot | None]:
+    """The server's window: its first and last scrape (one scrape: since the server's start)."""
+    return (snaps[0] if len(snaps) >= 2 else None), (snaps[-1] if snaps else None)
+
+
+def _decompose(folds: Folds, snaps: list[MetricSnapshot], client_loop_lag_ms: float | None,
+               network_rtt_ms: float | None, split: PerRequestSplit | None) -> Decomposition:
+    w = _select_window(folds, snaps, split)
+    client = w.client.figures()
     rows = _Rows()
-    origin = "+".join(sorted({latency_origin(r.open_loop) for r in w.records})) or "sent"
+    origin = "+".join(sorted(w.client.origins)) or "sent"
     s_ttft = _ttft_rows(rows, w, client, origin, client_loop_lag_ms, network_rtt_ms)
     _e2e_rows(rows, w, client, origin)
     e2e_hist = w.hist[H_E2E]
@@ -227,18 +222,16 @@ def decompose(records: Iterable[RequestRecord], snapshots: list[MetricSnapshot] 
     e2e_parts = [c for c in rows.rows if c.parent == "e2e" and c.key != "e2e.server"]
     return Decomposition(rows.rows, _dominant(leaves), _dominant(e2e_parts),
                          (w.last.t_ns - w.first.t_ns) / 1e9 if w.first and w.last else None,
-                         _server_source(w), len(w.records), server_count, w.notes,
+                         _server_source(w), w.client.count, server_count, w.notes,
                          gauges=_peak_gauges(w.snaps) if w.vllm else {},
                          split=split if split is not None and split.joined else None)
 
 
-def _select_window(records: list[RequestRecord], snaps: list[MetricSnapshot],
+def _select_window(folds: Folds, snaps: list[MetricSnapshot],
                    split: PerRequestSplit | None) -> _Window:
-    recs = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
     notes: list[str] = []
-    first = snaps[0] if len(snaps) >= 2 else None
-    last = snaps[-1] if snaps else None
-    late_warmups = _warmups_in_window(records, first, last)
+    first, last = _window_ends(snaps)
+    client, late = folds.measured, folds.late
     if len(snaps) == 1:
         notes.append("one /metrics snapshot only: server figures cover everything since server "
                      "start")
@@ -247,37 +240,26 @@ def _select_window(records: list[RequestRecord], snaps: list[MetricSnapshot],
         notes.append("the server exposes no vllm:* series (stats disabled?): client view only")
     hist = {name: (histogram_delta(first, last, name) if vllm and last is not None else None)
             for name in (H_TTFT, H_QUEUE, H_PREFILL, H_DECODE, H_E2E)}
-    per_req = [t for r in recs if (t := per_request_server_timings(r))]
     spans = split if split is not None and split.joined and \
         split.coverage >= SPAN_COVERAGE else None
-    if late_warmups and vllm and spans is None and len(per_req) < len(recs):
+    late_warmups = late.count
+    if late.count and vllm and spans is None and client.per_req_records < client.count:
         # The server rows come from histogram deltas over the window, which count every
         # request that finished in it, the late warm-ups too: count them on the client's side
         # as well, or the two sides hold different requests (a 0.6 s step at c=8 once read a
         # server TTFT 156 ms above the client's, its queue share refused as impossible).
-        recs = recs + late_warmups
-        notes.append(f"{len(late_warmups)} warm-up requests still running when the window "
+        client.extend(late)
+        notes.append(f"{late.count} warm-up requests still running when the window "
                      "opened finished inside it: the server's histograms count them, so the "
                      "client's figures here count them too")
-        per_req = [t for r in recs if (t := per_request_server_timings(r))]
-        late_warmups = []
+        late_warmups = 0
     if split is not None and split.joined and spans is None:
         notes.append(f"only {split.joined} of {split.completed} requests were joined with a "
                      f"server span: server rows come from the next source")
     elif spans is not None and spans.joined < spans.completed:
         notes.append(f"server rows from spans cover {spans.joined} of {spans.completed} "
                      "requests")
-    return _Window(recs, late_warmups, snaps, first, last, vllm, hist, per_req, spans, notes)
-
-
-def _client_figures(recs: list[RequestRecord]) -> dict[str, dict[str, Any]]:
-    return {
-        "ttft": _client_stats([v for r in recs if (v := ttft_ms(r)) is not None]),
-        "lag": _client_stats([_origin_to_send_ms(r) for r in recs]),
-        "e2e": _client_stats([v for r in recs if (v := e2e_ms(r)) is not None]),
-        "decode": _client_stats([(r.end_ns - r.first_token_ns) / 1e6 for r in recs
-                                 if r.end_ns is not None and r.first_token_ns is not None]),
-    }
+    return _Window(client, late_warmups, snaps, first, last, vllm, hist, spans, notes)
 
 
 def _ttft_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origin: str,
@@ -355,32 +337,22 @@ def _e2e_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origin
 
 
 def _note_count_mismatch(w: _Window, server_count: float | None) -> None:
-    expected = len(w.records) + len(w.late_warmups)  # the warm-ups that finished in the window
+    expected = w.client.count + w.late_warmups  # the warm-ups that finished in the window
     mismatch = server_count is not None and abs(server_count - expected) > max(1, 0.02 * expected)
-    if w.records and mismatch:
-        warm = f" and {len(w.late_warmups)} warm-ups" if w.late_warmups else ""
+    if w.client.count and mismatch:
+        warm = f" and {w.late_warmups} warm-ups" if w.late_warmups else ""
         w.notes.append(f"the server finished {server_count:g} requests in the window, the client "
-                       f"{len(w.records)}{warm}: other traffic, warm-up or aborted requests are "
+                       f"{w.client.count}{warm}: other traffic, warm-up or aborted requests are "
                        "mixed in")
 
 
 def _server_source(w: _Window) -> str:
-    source = ("per-request" if w.per_req and not w.vllm else
-              "histograms+per-request" if w.per_req else "histograms" if w.vllm else "none")
+    per_req = w.client.per_req_records
+    source = ("per-request" if per_req and not w.vllm else
+              "histograms+per-request" if per_req else "histograms" if w.vllm else "none")
     if w.spans is not None:
         source = "spans" if source == "none" else f"spans+{source}"
     return source
-
-
-def _warmups_in_window(records: list[RequestRecord], first: MetricSnapshot | None,
-                       last: MetricSnapshot | None) -> list[RequestRecord]:
-    """Warm-up requests that finished inside the server's window. A closed loop's warm-up
-    flows into its measured requests (``load.runner``): the first scrape is taken when the
-    first measured request is sent, while up to ``concurrency - 1`` warm-ups still run."""
-    if first is None or last is None:
-        return []
-    return [r for r in records if r.warmup and r.ok and r.first_token_ns is not None
-            and r.end_ns is not None and first.t_ns < r.end_ns <= last.t_ns]
 
 
 def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
@@ -393,15 +365,6 @@ def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
         points = gauge_series(snaps, name, combine=combine)
         out[key] = max((v for _, v in points), default=None)
     return out
-
-
-def _origin_to_send_ms(r: RequestRecord) -> float:
-    """How long after its latency origin the request was sent: client TTFT minus the time from
-    the send to the first chunk (0 where TTFT is timed from the send itself)."""
-    ttft = ttft_ms(r)
-    if ttft is None or r.first_token_ns is None or not r.sent_ns:
-        return 0.0
-    return max(0.0, ttft - (r.first_token_ns - r.sent_ns) / 1e6)
 
 
 def _client_part(lag: dict[str, Any], loop_lag_ms: float | None) -> dict[str, Any] | None:
@@ -432,19 +395,35 @@ def _dominant(components: list[Component]) -> str | None:
 
 
 def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Decomposition:
-    """Decompose a run directory; writes ``decomposition.json`` and ``server_timeseries.json``.
+    """Decompose a run directory; writes ``decomposition.json``, ``server_timeseries.json`` and,
+    where the server's spans came, ``per_request.json``.
 
-    The client's receive delay estimate is the run's mean event-loop lag from ``summary.json``."""
-    from latscope.rundir import read_run
+    Its records are read once, a line at a time, their token times never decoded, and joined
+    with the spans as they come: what it holds grows by a few floats a request, not by the
+    records (``ClientFold``, ``SpanJoin``). The client's receive delay estimate is the run's
+    mean event-loop lag from ``summary.json``."""
+    from latscope.rundir import read_meta
+    from latscope.server.otlp_record import iter_spans
     from latscope.server.timeseries import server_timeseries
 
     run_dir = Path(run_dir)
-    _, records, summary = read_run(run_dir)  # one reader of requests.jsonl for every verb
-    snapshots = read_snapshots(run_dir)
+    _, summary = read_meta(run_dir)
+    snapshots = sorted(read_snapshots(run_dir), key=lambda s: s.t_ns)
     loop_lag = ((summary.get("client") or {}).get("loop_lag_ms") or {}).get("mean")
-    split, span_notes = _join_run_spans(run_dir, records)
-    result = decompose(records, snapshots, client_loop_lag_ms=loop_lag,
-                       network_rtt_ms=network_rtt_ms, split=split)
+    folds = Folds(*_window_ends(snapshots))
+    timings = span_timings(iter_spans(run_dir))
+    rows = RowFile(run_dir / "per_request.json") if timings else None
+    join = SpanJoin(timings, keep_rows=False, on_row=rows.add) if rows else None
+    try:
+        for record in iter_records(run_dir, token_times=False):
+            folds.add(record)
+            if join is not None:
+                join.add(record)
+        split, span_notes = _joined(run_dir, folds.traced, join, rows)
+    finally:
+        if rows is not None:
+            rows.close()
+    result = _decompose(folds, snapshots, loop_lag, network_rtt_ms, split)
     result.notes += span_notes
     scrape_json = run_dir / "metrics" / "scrape.json"
     if scrape_json.is_file():
@@ -456,17 +435,15 @@ def decompose_run(run_dir: Path, *, network_rtt_ms: float | None = None) -> Deco
     return result
 
 
-def _join_run_spans(run_dir: Path, records: list[RequestRecord]
-                    ) -> tuple[PerRequestSplit | None, list[str]]:
-    """The run's records joined with ``spans.jsonl`` (written to ``per_request.json``), and a
+def _joined(run_dir: Path, traced: bool, join: SpanJoin | None, rows: RowFile | None
+            ) -> tuple[PerRequestSplit | None, list[str]]:
+    """The run's records joined with its spans (their rows in ``per_request.json``), and a
     note when the requests were traced but no span came back."""
-    from latscope.server.otlp_record import STATUS_FILE, read_spans
+    from latscope.server.otlp_record import STATUS_FILE
 
-    traced = any(r.trace_id for r in records)
-    spans = read_spans(run_dir)
-    split = join_spans(records, spans) if traced and spans else None
-    if split is not None and split.joined:
-        write_json(run_dir / "per_request.json", split.to_dict())
+    split = join.result() if join is not None and traced else None
+    if split is not None and split.joined and rows is not None:
+        rows.finish(split)
         return split, []
     if traced and (run_dir / STATUS_FILE).is_file():
         return None, ["requests carried a traceparent but the server sent no request spans "

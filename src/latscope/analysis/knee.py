@@ -15,10 +15,18 @@ from __future__ import annotations
 import math
 import operator
 import re
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
+import msgspec
 import numpy as np
+
+# A load as the sweep measured it: a concurrency stays an int (64, not 64.0, in sweep.json).
+Number = int | float
+# A step's flat metrics (``analysis.sweep.flatten_summary``): each a number, or None where the
+# run did not measure it; an SLO term or an objective names one by its key.
+Metrics = Mapping[str, float | None]
 
 # A later step that adds at most this share of throughput counts as "saturated".
 SATURATION_GAIN = 0.10
@@ -37,31 +45,22 @@ class CurvePoint:
     they only feed the noise check of the confidence.
     """
 
-    load: float
+    load: Number
     throughput: float
     latency: float
     throughput_se: float = 0.0
     latency_se: float = 0.0
 
 
-@dataclass(slots=True)
-class Knee:
-    load: float
+class Knee(msgspec.Struct, kw_only=True):
+    load: Number
     index: int  # index into the points as given (sorted by load)
     method: str
     score: float  # Kneedle difference at the knee, 0..1: 0 = a straight line, no knee
     stability: float  # share of refits (leave-one-out, noise resamples) that land on this load
     measured_past: bool  # a higher load was measured and showed the saturation
     confidence: str  # "high" | "medium" | "low"
-    reasons: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Knee:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+    reasons: list[str] = []
 
 
 def kneedle_index(throughput: Sequence[float], latency: Sequence[float]) -> int | None:
@@ -197,11 +196,11 @@ _SLO_TERM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*([0-9.eE+-]+)\s*$"
 
 @dataclass(frozen=True, slots=True)
 class SloTerm:
-    metric: str  # a key of a step's metrics dict, e.g. "ttft_p99_ms"
+    metric: str  # a key of a step's metrics, e.g. "ttft_p99_ms"
     op: str
     limit: float
 
-    def holds(self, metrics: dict[str, Any]) -> bool:
+    def holds(self, metrics: Metrics) -> bool:
         value = metrics.get(self.metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return False  # not measured cannot count as met
@@ -219,12 +218,12 @@ def parse_slo(text: str | None) -> list[SloTerm]:
     return [SloTerm(t.step_key, t.op, t.limit) for t in parse(text)]
 
 
-def meets_slo(metrics: dict[str, Any], slo: Sequence[SloTerm]) -> bool:
+def meets_slo(metrics: Metrics, slo: Sequence[SloTerm]) -> bool:
     return all(term.holds(metrics) for term in slo)
 
 
-def highest_load_meeting(steps: Sequence[tuple[float, dict[str, Any]]],
-                         slo: Sequence[SloTerm]) -> tuple[float | None, bool]:
+def highest_load_meeting(steps: Sequence[tuple[Number, Metrics]],
+                         slo: Sequence[SloTerm]) -> tuple[Number | None, bool]:
     """Highest measured load whose metrics meet every SLO term, and whether every lower load did.
 
     The second value is False when some lower load failed the SLO (a non-monotone curve, usually

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from latscope.analysis.join import SPAN_FIELDS
 from latscope.analysis.traffic import Split
+from latscope.server.otlp_decode import Span
 from latscope.stats import distribution
 
 SOURCE = "per-request spans (OTLP)"
@@ -40,17 +41,17 @@ class SpanWindow:
                      float(ttft["count"]), float(queue.get("count") or 0) or None)
 
 
-def span_window(spans: Iterable[dict[str, Any]], start_wall: float | None = None,
+def span_window(spans: Iterable[Span], start_wall: float | None = None,
                 end_wall: float | None = None) -> SpanWindow | None:
     """The request spans that ended inside ``[start_wall, end_wall]`` (unix seconds; None:
     unbounded), read; None when there is none."""
     rows: list[dict[str, float]] = []
     outside = 0
     for span in spans:
-        attrs = span.get("attributes") or {}
+        attrs = span.attributes
         if "gen_ai.latency.time_to_first_token" not in attrs:
             continue  # vLLM's start-up spans carry no request timings
-        end = (span.get("end_unix_ns") or 0) / 1e9
+        end = (span.end_unix_ns or 0) / 1e9
         if (start_wall is not None and end < start_wall) or \
                 (end_wall is not None and end > end_wall):
             outside += 1

@@ -13,13 +13,18 @@ fixed grid. A list of loads is measured as given, with the same early stops. The
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import msgspec
+from msgspec import UnsetType
 
 from latscope.analysis.knee import (
     SATURATION_GAIN,
     CurvePoint,
     Knee,
+    Metrics,
+    Number,
     SloTerm,
     find_knee,
     highest_load_meeting,
@@ -27,69 +32,75 @@ from latscope.analysis.knee import (
     operating_point,
 )
 from latscope.errors import ConfigError
+from latscope.runfiles import BenchSummary, Rates
 
 # The latency the knee is read on: p50 E2E covers queueing, prefill and decode of a request.
 KNEE_LATENCY = "e2e_p50_ms"
 THROUGHPUT = "requests_per_s"
 
 
-@dataclass(slots=True)
-class Step:
+class Step(msgspec.Struct):
     """One measured load: flat metrics (see ``flatten_summary``), where the run lives, and the
     per-step latency decomposition (mean ms per component) when it could be computed."""
 
-    load: float
-    metrics: dict[str, Any]
+    load: Number
+    metrics: dict[str, Number | None]
     run_dir: str = ""
-    decomposition: dict[str, float] = field(default_factory=dict)
+    decomposition: dict[str, float] = {}
     stop_reason: str = ""  # why the sweep stopped after this step ("" if it did not)
-    phase: str = "grow"  # grow | refine | list
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Step:
-        return cls(**data)
+    phase: str = "grow"  # grow | refine | list | remeasure
 
 
-def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """``latscope.stats.summarize`` output to flat keys an SLO can name, e.g. ``ttft_p99_ms``."""
-    flat: dict[str, Any] = {}
-    for metric in ("ttft", "itl", "tpot", "e2e"):
-        dist = summary.get(f"{metric}_ms") or {}
+def flatten_summary(summary: BenchSummary) -> dict[str, Number | None]:
+    """A run's summary as flat keys an SLO can name, e.g. ``ttft_p99_ms``: every value a number
+    (or None where the run did not measure it)."""
+    flat: dict[str, Number | None] = {}
+    for metric, dist in (("ttft", summary.ttft_ms), ("itl", summary.itl_ms),
+                         ("tpot", summary.tpot_ms), ("e2e", summary.e2e_ms)):
         for stat, value in dist.items():
             if stat != "count":
                 flat[f"{metric}_{stat}_ms"] = value
-    thr = summary.get("throughput") or {}
     # the steady window's rates under their plain names; the overall ones (the drain counted)
     # as overall_*; the window's wording is not a metric
-    flat.update({k: v for k, v in thr.items() if not isinstance(v, (str, dict))})
-    flat.update({f"overall_{k}": v for k, v in (thr.get("overall") or {}).items()
-                 if not isinstance(v, (str, dict))})
-    req = summary.get("requests") or {}
-    total = req.get("total") or 0
-    flat["requests_total"] = total
-    flat["requests_failed"] = req.get("failed", 0)
-    flat["error_rate"] = (req.get("failed", 0) / total) if total else None
-    flat["duration_s"] = summary.get("duration_s")
+    thr = summary.throughput
+    flat.update(_rates(thr))
+    if isinstance(thr.overall, Rates):
+        flat.update({f"overall_{k}": v for k, v in _rates(thr.overall).items()})
+    req = summary.requests
+    flat["requests_total"] = req.total
+    flat["requests_failed"] = req.failed
+    flat["error_rate"] = (req.failed / req.total) if req.total else None
+    flat["duration_s"] = summary.duration_s
     return flat
 
 
-def noise_estimates(summary: dict[str, Any], metrics: dict[str, Any]) -> dict[str, float]:
+def _rates(rates: Rates) -> dict[str, Number | None]:
+    """A throughput's numbers (its window's wording is no metric; a key it lacks is left out)."""
+    out: dict[str, Number | None] = {
+        "requests_per_s": rates.requests_per_s, "output_tokens_per_s": rates.output_tokens_per_s,
+        "total_tokens_per_s": rates.total_tokens_per_s}
+    if not isinstance(rates.window_s, UnsetType):
+        out["window_s"] = rates.window_s
+    if isinstance(rates.window_requests, int):
+        out["window_requests"] = rates.window_requests
+    return out
+
+
+def noise_estimates(summary: BenchSummary, metrics: Metrics) -> dict[str, float]:
     """Standard errors of the knee's two numbers, from the spread of E2E within the step.
 
     Median: 1.2533 * std / sqrt(n) (large-sample normal approximation). Throughput: by Little's
     law X = N / mean(E2E), so its relative error is that of the mean E2E, std / (mean * sqrt(n)).
     Approximations, used only to perturb the curve when judging the knee's stability.
     """
-    e2e = summary.get("e2e_ms") or {}
+    e2e = summary.e2e_ms
     n, std, mean = e2e.get("count") or 0, e2e.get("std"), e2e.get("mean")
     if n < 2 or not std or not mean:
         return {}
     out = {"e2e_p50_ms_se": 1.2533 * std / math.sqrt(n)}
-    if metrics.get(THROUGHPUT):
-        out["requests_per_s_se"] = metrics[THROUGHPUT] * std / (mean * math.sqrt(n))
+    throughput = metrics.get(THROUGHPUT)
+    if throughput:
+        out["requests_per_s_se"] = throughput * std / (mean * math.sqrt(n))
     return out
 
 
@@ -230,31 +241,14 @@ def _refine(take: Callable[[float, str], Step], steps: list[Step], count: int, i
         on_step(steps)
 
 
-@dataclass(slots=True)
-class SweepAnalysis:
-    knee: Knee | None
-    slo_load: float | None
-    slo_monotone: bool
-    recommended: float | None
-    predicted: dict[str, float] | None  # interpolated throughput/latency at the recommendation
-    grows_at_knee: dict[str, float]  # decomposition component -> ms added from knee to next step
+class SweepAnalysis(msgspec.Struct, kw_only=True):
+    knee: Knee | None = None
+    slo_load: Number | None = None
+    slo_monotone: bool = True
+    recommended: Number | None = None
+    predicted: dict[str, float] | None = None  # interpolated throughput/latency at it
+    grows_at_knee: dict[str, float] = {}  # decomposition component -> ms added past the knee
     latency: str = KNEE_LATENCY  # the latency metric the knee was read on
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["knee"] = self.knee.to_dict() if self.knee else None
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> SweepAnalysis:
-        """The analysis as recorded in sweep.json (with the sweep's SLO); none: nothing marked."""
-        data = data or {}
-        knee = data.get("knee")
-        return cls(knee=Knee.from_dict(knee) if knee else None,
-                   slo_load=data.get("slo_load"), slo_monotone=data.get("slo_monotone", True),
-                   recommended=data.get("recommended"), predicted=data.get("predicted"),
-                   grows_at_knee=data.get("grows_at_knee") or {},
-                   latency=data.get("latency", KNEE_LATENCY))
 
 
 def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0.10,
@@ -271,8 +265,10 @@ def analyse(steps: Sequence[Step], slo: Sequence[SloTerm], *, backoff: float = 0
         recommended = slo_load
     if recommended is not None and (at := interpolate(pts, recommended)):
         predicted = {THROUGHPUT: at[0], latency: at[1]}
-    return SweepAnalysis(knee, slo_load, monotone, recommended, predicted,
-                         _growth_past(steps, knee.load) if knee else {}, latency)
+    return SweepAnalysis(knee=knee, slo_load=slo_load, slo_monotone=monotone,
+                         recommended=recommended, predicted=predicted,
+                         grows_at_knee=_growth_past(steps, knee.load) if knee else {},
+                         latency=latency)
 
 
 def _growth_past(steps: Sequence[Step], knee_load: float) -> dict[str, float]:

@@ -17,14 +17,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Protocol, Sequence
 
+import msgspec
 import numpy as np
 import orjson
 
-from latscope.analysis.knee import SloTerm, meets_slo, parse_slo
+from latscope.analysis.knee import Metrics, Number, SloTerm, meets_slo, parse_slo
 from latscope.analysis.search import (
     STRATEGIES,
     Config,
@@ -36,14 +36,37 @@ from latscope.analysis.search import (
     pareto_front,
 )
 from latscope.errors import ConfigError, LatscopeError
+from latscope.results import to_json_builtins
 
 STATE_FILE = "tune.json"
-STATE_VERSION = 1
+# 2: a trial's decomposition and per-trial sweep are fields of their own, not keys of its
+# metrics (which hold numbers only); a 1 is read and moved so (``_trial_v1``).
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 # launch(config, trial_dir[, env=...]) -> context manager yielding (base_url, model_name); ``env``
 # (extra server environment: the trial's CUDA_/HIP_VISIBLE_DEVICES) is passed only when set
 Launch = Callable[..., ContextManager[tuple[str, str]]]
-# measure(base_url, model_name, run_dir) -> flat metrics (see analysis.sweep.flatten_summary)
-Measure = Callable[[str, str, Path], dict[str, Any]]
+
+
+class LoadValue(msgspec.Struct):
+    """One load of a trial's own sweep and the objective measured there."""
+
+    load: Number
+    value: float | None
+
+
+class TrialRun(msgspec.Struct, kw_only=True):
+    """What one trial measured: the flat metrics it is scored on (``analysis.sweep``'s keys and
+    the ``load`` measured), the mean ms of each decomposition leaf, and with a sweep per trial
+    the objective at each load."""
+
+    metrics: dict[str, Number | None]
+    decomposition: dict[str, float] = {}
+    sweep: list[LoadValue] = []
+
+
+# measure(base_url, model_name, run_dir) -> what the trial measured
+Measure = Callable[[str, str, Path], TrialRun]
 
 
 class TrialPool(Protocol):
@@ -56,8 +79,7 @@ class TrialPool(Protocol):
     def run(self, tuner: Tuner, configs: list[Config], purpose: str) -> list[Trial]: ...
 
 
-@dataclass(slots=True)
-class TuneSpec:
+class TuneSpec(msgspec.Struct, kw_only=True):
     """What defines a tune; stored in the state so ``--resume DIR`` needs no flags again."""
 
     params: list[Param]
@@ -72,32 +94,68 @@ class TuneSpec:
     min_gain: float = 0.03
     max_error_rate: float = 0.05
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["params"] = [{"name": p.name, "values": list(p.values)} for p in self.params]
-        return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TuneSpec:
-        data = dict(data)
-        data["params"] = [Param(p["name"], tuple(p["values"])) for p in data["params"]]
-        return cls(**data)
-
-
-@dataclass(slots=True)
-class Trial:
+class Trial(msgspec.Struct):
     config: Config
     status: str = "running"  # running | done | failed | interrupted
     purpose: str = "search"  # search | validate-baseline | validate-candidate
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Number | None] = {}
+    decomposition: dict[str, float] = {}
+    sweep: list[LoadValue] = []
     feasible: bool = False
-    value: float = -math.inf
+    value: float = -math.inf  # written "-inf" (JSON has no infinity)
     run_dir: str = ""
     error: str = ""
     started: float = 0.0  # wall-clock seconds
     finished: float = 0.0
     devices: str = ""  # GPUs the trial's server saw (CUDA_/HIP_VISIBLE_DEVICES); "" = not set
     node: str = ""  # where it ran, when not on this host (a Ray node)
+
+
+class PairedChange(msgspec.Struct, kw_only=True):
+    """``paired_change``'s answer: the pairs' ratios, the medians, the change and its interval
+    (None with fewer than two pairs), and the verdict."""
+
+    n: int
+    ratios: list[float]
+    baseline_median: float | None
+    candidate_median: float | None
+    higher_is_better: bool
+    confidence: float
+    change: float | None = None
+    ci: list[float] | None = None
+    verdict: str = ""
+
+
+class Validation(msgspec.Struct, kw_only=True):
+    baseline: Config
+    candidate: Config
+    repeats: int
+    order: str  # "ABBA"
+    metrics: dict[str, PairedChange]  # the objective's and the latency's
+
+
+class TuneResult(msgspec.Struct, kw_only=True):
+    """The search's answer: the best configuration, the baseline, the Pareto front over the
+    search trials and the restarts it took."""
+
+    best: Config
+    best_feasible: bool
+    best_value: float | None
+    baseline: Config
+    strategy: str
+    restarts: int
+    grid_size: int
+    failed: int
+    pareto: list[Config]
+
+
+class TuneFile(msgspec.Struct, kw_only=True):
+    version: int = STATE_VERSION
+    spec: TuneSpec
+    trials: list[Trial]
+    validation: Validation | None = None
+    result: TuneResult | None = None
 
 
 class TuneState:
@@ -107,8 +165,8 @@ class TuneState:
         self.out_dir = out_dir
         self.spec = spec
         self.trials: list[Trial] = []
-        self.validation: dict[str, Any] | None = None
-        self.result: dict[str, Any] | None = None
+        self.validation: Validation | None = None
+        self.result: TuneResult | None = None
 
     @property
     def path(self) -> Path:
@@ -123,19 +181,28 @@ class TuneState:
             raise ConfigError(f"{out_dir}: no {STATE_FILE} here, nothing to resume") from None
         except orjson.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not a tune state file ({exc})") from None
-        if data.get("version") != STATE_VERSION:
-            raise ConfigError(f"{path}: state version {data.get('version')} is not {STATE_VERSION}")
-        state = cls(out_dir, TuneSpec.from_dict(data["spec"]))
-        state.trials = [Trial(**_with_inf(t)) for t in data["trials"]]
-        state.validation = data.get("validation")
-        state.result = data.get("result")
+        version = data.get("version") if isinstance(data, dict) else None
+        if version not in READABLE_VERSIONS:
+            raise ConfigError(f"{path}: state version {version} is not one of "
+                              f"{READABLE_VERSIONS}")
+        if version == 1:
+            data["trials"] = [_trial_v1(t) for t in data.get("trials") or []]
+        try:
+            stored = msgspec.convert(data, TuneFile, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{path}: not a tune state file ({exc})") from None
+        state = cls(out_dir, stored.spec)
+        state.trials, state.validation, state.result = (stored.trials, stored.validation,
+                                                        stored.result)
         return state
 
     def save(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        data = {"version": STATE_VERSION, "spec": self.spec.to_dict(),
-                "trials": [_json_safe(asdict(t)) for t in self.trials],
-                "validation": self.validation, "result": self.result}
+        data = to_json_builtins(TuneFile(spec=self.spec, trials=self.trials,
+                                         validation=self.validation, result=self.result))
+        for trial in data["trials"]:
+            if math.isinf(trial["value"]):  # JSON has no infinity: its name instead
+                trial["value"] = "-inf" if trial["value"] < 0 else "inf"
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
         os.replace(tmp, self.path)  # a reader (or a resume after a crash) never sees half a file
@@ -149,20 +216,22 @@ class TuneState:
         return [t for t in self.trials if t.purpose == "search" and t.status in ("done", "failed")]
 
 
-def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
-    value = data.get("value")
-    if isinstance(value, float) and math.isinf(value):
-        data["value"] = "-inf" if value < 0 else "inf"
-    return data
+def _trial_v1(trial: Any) -> Any:
+    """A version-1 trial as version 2 holds it: its decomposition and sweep, which version 1
+    kept among the metrics, moved out of them (a sweep entry's value was under the
+    objective's name)."""
+    if not isinstance(trial, dict) or not isinstance(trial.get("metrics"), dict):
+        return trial
+    metrics = dict(trial["metrics"])
+    moved = {key: metrics.pop(key) for key in ("decomposition", "sweep") if key in metrics}
+    if isinstance(moved.get("sweep"), list):
+        moved["sweep"] = [{"load": e.get("load"),
+                           "value": next((v for k, v in e.items() if k != "load"), None)}
+                          for e in moved["sweep"] if isinstance(e, dict)]
+    return {**trial, "metrics": metrics, **moved}
 
 
-def _with_inf(data: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(data.get("value"), str):
-        data = {**data, "value": float(data["value"])}
-    return data
-
-
-def score(metrics: dict[str, Any], slo: Sequence[SloTerm], objective: str,
+def score(metrics: Metrics, slo: Sequence[SloTerm], objective: str,
           max_error_rate: float) -> Outcome:
     """Feasible: throughput. Infeasible: minus the summed relative violation of each term."""
     violation = 0.0
@@ -202,7 +271,7 @@ class Tuner:
         index = len(self.state.trials)
         label = "-".join(f"{k}={v}" for k, v in config.items())
         trial_dir = self.state.out_dir / "trials" / f"{index:03d}-{purpose}-{label}"
-        trial = Trial(dict(config), purpose=purpose, devices=devices, started=time.time(),
+        trial = Trial(config=dict(config), purpose=purpose, devices=devices, started=time.time(),
                       run_dir=str(trial_dir.relative_to(self.state.out_dir)))
         self.state.trials.append(trial)
         self.state.save()
@@ -212,15 +281,16 @@ class Tuner:
     def trial_dir(self, trial: Trial) -> Path:
         return self.state.out_dir / trial.run_dir
 
-    def finish_trial(self, trial: Trial, metrics: dict[str, Any] | None, error: str = "",
+    def finish_trial(self, trial: Trial, run: TrialRun | None, error: str = "",
                      node: str = "") -> None:
-        """Scores a trial that ran (``metrics``) or records why it failed (``error``)."""
+        """Scores a trial that ran (``run``) or records why it failed (``error``)."""
         trial.finished, trial.node = time.time(), node
-        if metrics is None:
+        if run is None:
             trial.status, trial.error = "failed", error
         else:
-            trial.metrics = metrics
-            outcome = score(metrics, self.slo, self.state.spec.objective,
+            trial.metrics, trial.decomposition, trial.sweep = (run.metrics, run.decomposition,
+                                                               run.sweep)
+            outcome = score(run.metrics, self.slo, self.state.spec.objective,
                             self.state.spec.max_error_rate)
             trial.status, trial.feasible, trial.value = "done", outcome.feasible, outcome.value
         self.state.save()
@@ -237,14 +307,14 @@ class Tuner:
         trial_dir = self.trial_dir(trial)
         try:
             with self.launch(config, trial_dir) as (url, model):
-                metrics = self.measure(url, model, trial_dir / "run")
+                measured = self.measure(url, model, trial_dir / "run")
         except LatscopeError as exc:  # the server did not start, or the run failed: record it
             self.finish_trial(trial, None, str(exc).splitlines()[0])
         except BaseException:
             self.interrupt_trial(trial)
             raise
         else:
-            self.finish_trial(trial, metrics)
+            self.finish_trial(trial, measured)
         return trial
 
     def run_trials(self, configs: Sequence[Config], purpose: str = "search") -> list[Trial]:
@@ -272,7 +342,7 @@ class Tuner:
         self.state.save()
         return result
 
-    def validate(self, baseline: Config, candidate: Config, repeats: int) -> dict[str, Any]:
+    def validate(self, baseline: Config, candidate: Config, repeats: int) -> Validation:
         """A B B A ... ``repeats`` pairs; trials already on disk from an earlier run are reused."""
         done = [t for t in self.state.trials if t.purpose.startswith("validate") and t.status == "done"]
         runs = {"validate-baseline": [t for t in done if t.purpose == "validate-baseline"],
@@ -291,14 +361,14 @@ class Tuner:
             base = [t.metrics.get(key) for t in runs["validate-baseline"][:repeats]]
             cand = [t.metrics.get(key) for t in runs["validate-candidate"][:repeats]]
             metrics[key] = paired_change(base, cand, higher_better=higher_better)
-        self.state.validation = {"baseline": baseline, "candidate": candidate, "repeats": repeats,
-                                 "order": "ABBA", "metrics": metrics}
+        self.state.validation = Validation(baseline=baseline, candidate=candidate,
+                                           repeats=repeats, order="ABBA", metrics=metrics)
         self.state.save()
         return self.state.validation
 
 
 def paired_change(baseline: Sequence[float | None], candidate: Sequence[float | None], *,
-                  higher_better: bool, confidence: float = 0.95) -> dict[str, Any]:
+                  higher_better: bool, confidence: float = 0.95) -> PairedChange:
     """Relative change candidate/baseline - 1 over pairs, with a t interval on the log ratios.
 
     Log ratios make the interval symmetric for gains and losses and independent of the scale;
@@ -311,13 +381,14 @@ def paired_change(baseline: Sequence[float | None], candidate: Sequence[float | 
     pairs = [(b, c) for b, c in zip(baseline, candidate)
              if b is not None and c is not None and b > 0 and c > 0]
     ratios = np.array([c / b for b, c in pairs])
-    out: dict[str, Any] = {"n": len(pairs), "ratios": ratios.tolist(),
-                           "baseline_median": float(np.median([b for b, _ in pairs])) if pairs else None,
-                           "candidate_median": float(np.median([c for _, c in pairs])) if pairs else None,
-                           "higher_is_better": higher_better, "confidence": confidence}
+    out = PairedChange(
+        n=len(pairs), ratios=ratios.tolist(),
+        baseline_median=float(np.median([b for b, _ in pairs])) if pairs else None,
+        candidate_median=float(np.median([c for _, c in pairs])) if pairs else None,
+        higher_is_better=higher_better, confidence=confidence)
     if len(pairs) < 2:
-        out.update(change=float(ratios[0] - 1) if pairs else None, ci=None,
-                   verdict="not enough pairs for an interval (need >= 2)")
+        out.change = float(ratios[0] - 1) if pairs else None
+        out.verdict = "not enough pairs for an interval (need >= 2)"
         return out
     logs = np.log(ratios)
     mean, sem = float(logs.mean()), float(logs.std(ddof=1) / math.sqrt(len(logs)))
@@ -325,24 +396,25 @@ def paired_change(baseline: Sequence[float | None], candidate: Sequence[float | 
     lo, hi = math.expm1(mean - half), math.expm1(mean + half)
     good_side = lo > 0 if higher_better else hi < 0
     bad_side = hi < 0 if higher_better else lo > 0
-    verdict = "better" if good_side else "worse" if bad_side else "no significant difference"
-    out.update(change=math.expm1(mean), ci=[lo, hi], verdict=verdict)
+    out.verdict = "better" if good_side else "worse" if bad_side else "no significant difference"
+    out.change, out.ci = math.expm1(mean), [lo, hi]
     return out
 
 
-def summarize_result(state: TuneState, result: SearchResult) -> dict[str, Any]:
+def summarize_result(state: TuneState, result: SearchResult) -> TuneResult:
     """Best configuration, baseline, Pareto front over search trials and the restarts used."""
     spec = state.spec
     trials = state.search_trials()
     done = [t for t in trials if t.status == "done"]
     pts = [(float(t.metrics.get(spec.objective) or math.nan), float(t.metrics.get(spec.latency) or math.nan))
            for t in done]
-    return {"best": result.best, "best_feasible": result.best_outcome.feasible,
-            "best_value": result.best_outcome.value if math.isfinite(result.best_outcome.value) else None,
-            "baseline": result.order[0], "strategy": result.strategy,
-            "restarts": result.evaluated, "grid_size": result.grid_size,
-            "failed": sum(t.status == "failed" for t in trials),
-            "pareto": [done[i].config for i in pareto_front(pts)]}
+    best = result.best_outcome
+    return TuneResult(best=result.best, best_feasible=best.feasible,
+                      best_value=best.value if math.isfinite(best.value) else None,
+                      baseline=result.order[0], strategy=result.strategy,
+                      restarts=result.evaluated, grid_size=result.grid_size,
+                      failed=sum(t.status == "failed" for t in trials),
+                      pareto=[done[i].config for i in pareto_front(pts)])
 
 
 def flag_args(config: Config) -> list[str]:

@@ -74,7 +74,8 @@ def _read_side(runs: list[Path], root: Path | None, options: CompareOptions) -> 
         _add_client_fact(info)
         _add_host_fact(info)
         infos.append(info)
-        slo = options.slo or (info.manifest.get("config") or {}).get("slo")
+        config = info.manifest.config if isinstance(info.manifest.config, dict) else {}
+        slo = options.slo or config.get("slo")
         sample = read_sample(path, slo if isinstance(slo, (str, dict)) else None, seed=i)
         _add_size_facts(info, sample)
         samples.append(sample)
@@ -97,16 +98,12 @@ def _add_size_facts(info: LoadRunInfo, sample: RunSample) -> None:
 def _add_client_fact(info: LoadRunInfo) -> None:
     """Whether latscope's own timing was reliable in the run (``campaign.observe``'s one
     judgement, from its summary and decomposition)."""
-    from latscope.analysis.decompose import Component, Decomposition
     from latscope.campaign.observe import client_reliability
 
-    decomposition = None
-    if info.decomposition:
-        comps = [Component(**c) for c in info.decomposition.get("components") or []]
-        decomposition = Decomposition(comps, None, None, None, "", 0, None)
-    if not info.summary:
+    if info.summary is None:
         return
-    judged = client_reliability(info.summary, decomposition)
+    split = info.decomposition.decomposition() if info.decomposition is not None else None
+    judged = client_reliability(info.summary, split)
     info.facts["client.reliable"] = Fact(
         "client.reliable", "latscope's own timing reliable", judged.reliable, "client",
         judged.why or "summary.json client, decomposition.json")
@@ -128,7 +125,7 @@ def _add_host_fact(info: LoadRunInfo) -> None:
     from latscope.model import Severity
 
     usage = read_cpu_usage(info.path)
-    if not usage or not usage.get("server_pids"):
+    if usage is None or not usage.server_pids:
         # the server's process not found on this host (a remote one, or not visible): its
         # own CPU would read as another process's; latscope's own wait for a CPU
         # (client.contended) still says whether the client's host was contended

@@ -23,10 +23,14 @@ from latscope.analysis.compare_model import (
     SweepSection,
 )
 from latscope.analysis.compare_stats import DRAWS
+from latscope.analysis.knee import Metrics
+from latscope.analysis.sweepfile import SweepFile, SweepMeta, read_sweep
 from latscope.errors import ConfigError
 from latscope.findings.compare_findings import diagnose_findings, knee_finding, trace_finding
 from latscope.model import Finding, Severity
 from latscope.rundir import RunDir
+from latscope.trace.results import Comparison as TraceDiff
+from latscope.trace.results import TraceAnalysis
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class KindPart:
     new_root: Path | None = None
     sweep: SweepSection | None = None
     diagnose: DiagnoseSection | None = None
-    trace: dict[str, Any] | None = None
+    trace: TraceDiff | None = None
     facts: tuple[list[dict[str, Fact]], list[dict[str, Fact]]] | None = None  # no load runs
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -71,9 +75,11 @@ CAPACITY_GAP = 0.05  # the most throughput moved by more than this: the capacity
 
 
 def sweep_part(base: list[RunDir], new: list[RunDir], options: CompareOptions) -> KindPart:
-    sweeps = [[_steps(r) for r in side] for side in (base, new)]
-    knees = (_knee(base[0]), _knee(new[0]))
-    section, at = _sweep_section(sweeps[0][0], sweeps[1][0], knees, _kind(base[0]),
+    docs = [[_sweep(r) for r in side] for side in (base, new)]
+    sweeps = [[_steps(r, doc) for r, doc in zip(side, side_docs)]
+              for side, side_docs in zip((base, new), docs)]
+    knees = (_knee(docs[0][0]), _knee(docs[1][0]))
+    section, at = _sweep_section(sweeps[0][0], sweeps[1][0], knees, _kind(docs[0][0]),
                                  options.load)
     part = KindPart(_runs_at(sweeps[0], at), _runs_at(sweeps[1], at), sweep=section)
     part.findings += knee_finding(section.sentence, _fell(section))
@@ -100,7 +106,7 @@ def trace_part(base: list[RunDir], new: list[RunDir], options: CompareOptions) -
     a, b = _trace_result(base[0], required=True), _trace_result(new[0], required=True)
     assert a is not None and b is not None
     comparison, sentence, worse = _trace_compare(a, b)
-    facts = ([_trace_facts(comparison["a"])], [_trace_facts(comparison["b"])])
+    facts = [_trace_facts(comparison.a.name)], [_trace_facts(comparison.b.name)]
     # comparing one GPU's profile with another's is what trace --compare is for
     part = KindPart([], [], trace=comparison, facts=facts, listed_groups=frozenset({"hardware"}))
     part.findings += trace_finding(sentence, worse)
@@ -109,30 +115,31 @@ def trace_part(base: list[RunDir], new: list[RunDir], options: CompareOptions) -
 
 # --- sweeps -----------------------------------------------------------------------------------
 
-def _kind(run: RunDir) -> str:
-    doc = run.read("sweep.json") or {}
-    return "rate" if (doc.get("meta") or {}).get("mode") == "rate" else "concurrency"
-
-
-def _steps(run: RunDir) -> list[tuple[float, dict[str, Any], Path | None]]:
-    """(load, metrics, step directory) of each step of a sweep.json, in load order."""
-    doc = run.read("sweep.json")
-    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+def _sweep(run: RunDir) -> SweepFile:
+    """A sweep's or diagnose's sweep.json, typed."""
+    path = run.file("sweep.json")
+    doc = read_sweep(path) if path.is_file() else None
+    if doc is None or not doc.steps:
         raise ConfigError(f"{run.path}: no sweep.json with steps (the run stopped before its "
                           "first step?)")
-    out = []
-    for step in doc["steps"]:
-        if not isinstance(step, dict) or not isinstance(step.get("load"), (int, float)):
-            raise ConfigError(f"{run.path / 'sweep.json'}: a step without a load")
-        out.append((float(step["load"]), step.get("metrics") or {},
-                    _step_dir(run.path, str(step.get("run_dir") or ""))))
+    return doc
+
+
+def _kind(doc: SweepFile) -> str:
+    return "rate" if isinstance(doc.meta, SweepMeta) and doc.meta.mode == "rate" \
+        else "concurrency"
+
+
+def _steps(run: RunDir, doc: SweepFile) -> list[tuple[float, Metrics, Path | None]]:
+    """(load, metrics, step directory) of each step of a sweep.json, in load order."""
+    out = [(float(step.load), step.metrics, _step_dir(run.path, step.run_dir))
+           for step in doc.steps]
     return sorted(out, key=lambda s: s[0])
 
 
-def _knee(run: RunDir) -> float | None:
-    analysis = (run.read("sweep.json") or {}).get("analysis") or {}
-    load = (analysis.get("knee") or {}).get("load")
-    return float(load) if isinstance(load, (int, float)) else None
+def _knee(doc: SweepFile) -> float | None:
+    knee = doc.analysis.knee
+    return float(knee.load) if knee is not None else None
 
 
 def _step_dir(root: Path, recorded: str) -> Path | None:
@@ -165,9 +172,8 @@ def _sweep_section(base: list[Any], new: list[Any], knees: tuple[float | None, f
     return section, at
 
 
-def _point(metrics: dict[str, Any] | None) -> dict[str, float | None]:
-    return {k: (v if isinstance(v := (metrics or {}).get(k), (int, float)) else None)
-            for k in _POINT_KEYS}
+def _point(metrics: Metrics | None) -> dict[str, float | None]:
+    return {k: (metrics or {}).get(k) for k in _POINT_KEYS}
 
 
 def _load_words(kind: str, load: float | None) -> str:
@@ -230,40 +236,48 @@ def _change(f: Finding, change: str, base_title: str = "") -> FindingChange:
 
 # --- traces -----------------------------------------------------------------------------------
 
-def _trace_result(run: RunDir, *, required: bool) -> dict[str, Any] | None:
+def _trace_result(run: RunDir, *, required: bool) -> TraceAnalysis | None:
+    """The (first) trace's analysis a trace or diagnose run stored, typed."""
+    import msgspec
+
+    from latscope.trace.files import from_json
+
     doc = run.read("trace.json")
     if isinstance(doc, dict) and isinstance(doc.get("traces"), list) and doc["traces"]:
         doc = doc["traces"][0]
     if isinstance(doc, dict) and isinstance(doc.get("devices"), list):
-        from latscope.trace.analyze import from_json_units
-
-        return from_json_units(doc)
+        try:
+            return from_json(doc, TraceAnalysis)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{run.path / 'trace.json'}: not a trace analysis latscope "
+                              f"wrote ({exc})") from None
     if required:
         raise ConfigError(f"{run.path}: no analysed trace in trace.json")
     return None
 
 
-def _trace_compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, Any], str,
-                                                                   bool | None]:
-    from latscope.trace.analyze import to_json_units
+def _trace_compare(a: TraceAnalysis, b: TraceAnalysis) -> tuple[TraceDiff, str, bool | None]:
+    """The diff, its sentence, and whether the GPU got busier."""
     from latscope.trace.compare import compare_results
 
-    result = to_json_units(compare_results(a, b))
-    rows = {r["key"]: r for r in result["breakdown"]}
-    busy, idle = rows.get("busy", {}), rows.get("idle", {})
-    if not busy.get("a_ms"):
-        return result, "", None
-    change = busy["b_ms"] / busy["a_ms"] - 1
-    mover = max(result["families"], key=lambda r: abs(r.get("delta_ms") or 0), default=None)
-    sentence = (f"GPU busy {busy['a_ms']:.4g} -> {busy['b_ms']:.4g} ms ({change * 100:+.0f}%), "
-                f"idle {idle.get('a_ms', 0):.4g} -> {idle.get('b_ms', 0):.4g} ms")
-    if mover is not None and mover.get("delta_ms"):
-        sentence += f"; most moved: {mover['key']} {mover['delta_ms']:+.4g} ms"
-    return result, sentence, change > 0
+    diff = compare_results(a, b)
+    rows = {r.key: r for r in diff.breakdown}
+    busy, idle = rows.get("busy"), rows.get("idle")
+    if busy is None or not busy.a_ns:
+        return diff, "", None
+    change = busy.b_ns / busy.a_ns - 1
+    mover = max(diff.families, key=lambda r: abs(r.delta_ns), default=None)
+    idle_a, idle_b = (idle.a_ns, idle.b_ns) if idle is not None else (0, 0)
+    sentence = (f"GPU busy {busy.a_ns / 1e6:.4g} -> {busy.b_ns / 1e6:.4g} ms "
+                f"({change * 100:+.0f}%), idle {idle_a / 1e6:.4g} -> {idle_b / 1e6:.4g} ms")
+    if mover is not None and mover.delta_ns:
+        sentence += f"; most moved: {mover.key} {mover.delta_ns / 1e6:+.4g} ms"
+    return diff, sentence, change > 0
 
 
-def _trace_facts(device: dict[str, Any]) -> dict[str, Fact]:
-    return {"hardware.gpu": Fact("hardware.gpu", "GPU", device.get("name") or None, "hardware",
+def _trace_facts(gpu_name: str | None) -> dict[str, Fact]:
+    """The profiled GPU as a fact (its name as the trace's device recorded it)."""
+    return {"hardware.gpu": Fact("hardware.gpu", "GPU", gpu_name or None, "hardware",
                                  "trace.json devices")}
 
 

@@ -53,9 +53,9 @@ def _measured(state: Diagnosis, load: float, levels: Levels) -> Measured:
     """One sweep step's facts, each read once by the observation that measured it."""
     obs = state.observations[load]
     step = next((s for s in state.steps if s.load == load), None)
-    throughput = (obs.summary.get("throughput") or {})
+    throughput = obs.summary.throughput
     metrics = step.metrics if step is not None else {}
-    rps = metrics.get("requests_per_s") if step is not None else throughput.get("requests_per_s")
+    rps = metrics.get("requests_per_s") if step is not None else throughput.requests_per_s
     cfg = obs.result.config
     workload = getattr(cfg, "workload", None)
     shares = bool(getattr(workload, "prefix_len", 0) or getattr(workload, "dataset", None)) \
@@ -67,8 +67,8 @@ def _measured(state: Diagnosis, load: float, levels: Levels) -> Measured:
         client=obs.client,
         prompts=PromptReuse(obs.prefix_cache_hit_rate, shares, getattr(cfg, "seed", None)),
         throughput=Throughput(rps or 0.0, metrics.get("output_tokens_per_s")
-                              if step is not None else throughput.get("output_tokens_per_s"),
-                              throughput.get("total_tokens_per_s")),
+                              if step is not None else throughput.output_tokens_per_s,
+                              throughput.total_tokens_per_s),
         itl_p50_ms=metrics.get("itl_p50_ms"), source=f"/metrics at {label}")
 
 
@@ -107,7 +107,7 @@ def _doctor(state: Diagnosis) -> DoctorFacts | None:
 
 
 def _trace(state: Diagnosis) -> TraceFacts | None:
-    if not state.trace:
+    if state.trace is None:
         return None
     load = state.levels.get("knee") or state.levels.get("light")
     return TraceFacts(state.trace, profiled=state.opts.profile, load=load)

@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from msgspec import UnsetType
+
 from latscope.campaign.state import Diagnosis, level_label
 from latscope.report.model import (
     SCHEMA_VERSION,
+    CollectiveKind,
     ComponentRow,
     CrossRank,
     DecompositionView,
@@ -31,7 +34,15 @@ from latscope.report.model import (
     TraceSection,
     section,
 )
-from latscope.telemetry.facts import telemetry_section
+from latscope.telemetry.series import telemetry_section
+from latscope.trace.files import StoredTrace
+from latscope.trace.results import (
+    CollectiveSkew,
+    CrossRankView,
+    RankWait,
+    SlowestRank,
+)
+from latscope.trace.results import RankRef as TraceRankRef
 
 
 def build_report(state: Diagnosis) -> dict[str, Any]:
@@ -88,7 +99,7 @@ def report_model(state: Diagnosis) -> Report:
         decompositions=_decomposition_section(state),
         timeseries=_timeseries_section(state),
         trace=_trace_section(state.trace),
-        cross_rank=cross_rank_section((state.trace or {}).get("cross_rank")),
+        cross_rank=cross_rank_section(state.trace.cross_rank if state.trace else None),
         telemetry=telemetry_section([o.run_dir for _, o in sorted(state.observations.items())]),
         experiments=list(state.experiments),
         proposals=list(state.proposals),
@@ -109,13 +120,14 @@ def _sweep_section(state: Diagnosis) -> Sweep | None:
             output_tok_s=m.get("output_tokens_per_s"),
             ttft_p50_ms=m.get("ttft_p50_ms"), ttft_p99_ms=m.get("ttft_p99_ms"),
             e2e_p50_ms=m.get("e2e_p50_ms"), e2e_p99_ms=m.get("e2e_p99_ms"),
-            itl_p50_ms=m.get("itl_p50_ms"), errors=m.get("requests_failed"),
+            itl_p50_ms=m.get("itl_p50_ms"),
+            errors=None if (failed := m.get("requests_failed")) is None else int(failed),
             prefix_cache_hit_rate=m.get("prefix_cache_hit_rate"), warm=True, run_dir=s.run_dir))
     a = state.analysis
-    knee = a.knee.to_dict() if a and a.knee else None
+    knee = a.knee if a else None
     cut = next((s.stop_reason for s in state.steps if s.stop_reason), "")
     return Sweep(load_kind="concurrency", points=points,
-                 knee=Knee(knee["load"], knee.get("confidence")) if knee else None,
+                 knee=Knee(knee.load, knee.confidence) if knee else None,
                  recommended=(Recommended(a.recommended, "10% left of the knee")
                               if a and a.recommended is not None else None),
                  cut=cut)
@@ -163,53 +175,64 @@ def _last(points: list[tuple[Any, float]]) -> float | None:
     return points[-1][1] if points else None
 
 
-def _trace_section(trace: dict[str, Any] | None) -> TraceSection | None:
-    """The first device's breakdown, kernel categories and top kernels (``trace.analyze``'s
-    result after ``to_json_units``: every ``*_ns`` is ``*_ms``)."""
-    if not trace or not trace.get("devices"):
+def _trace_section(trace: StoredTrace | None) -> TraceSection | None:
+    """The first device's breakdown, kernel categories and top kernels, in ms."""
+    if trace is None or not trace.devices:
         return None
-    dev = trace["devices"][0]
-    b = dev.get("breakdown") or {}
-    kernels = dev.get("kernels") or {}
-    shares = {k: b.get(f"{k}_share") for k in ("compute", "exposed_comm", "exposed_copy", "idle")}
-    cats = [KernelCategory(c.get("category"), c.get("union_ms"), c.get("share_of_busy"))
-            for c in kernels.get("categories", [])]
-    top = [TopKernel(k.get("name"), k.get("total_ms"), k.get("count"), k.get("share_of_busy"),
-                     k.get("category"))
-           for k in kernels.get("top", [])[:15]]
-    return TraceSection((trace.get("source") or {}).get("path"), dev.get("device"),
-                        b.get("window_ms"), shares, cats, top)
+    dev = trace.devices[0]
+    b = dev.breakdown
+    shares: dict[str, float | None] = {"compute": b.compute_share,
+                                       "exposed_comm": b.exposed_comm_share,
+                                       "exposed_copy": b.exposed_copy_share,
+                                       "idle": b.idle_share}
+    cats = [KernelCategory(c.category, _ms(c.union_ns), c.share_of_busy)
+            for c in dev.kernels.categories]
+    top = [TopKernel(k.name, _ms(k.total_ns), k.count, k.share_of_busy, k.category)
+           for k in dev.kernels.top[:15]]
+    return TraceSection(trace.source.path, dev.device, _ms(b.window_ns), shares, cats, top)
 
 
-def cross_rank_section(view: dict[str, Any] | None) -> CrossRank | None:
-    """The cross-rank view of a profile with one trace per rank (``trace.parallel.cross_rank``
-    after ``to_json_units``), one row per rank: busy/idle, communication and its exposed part,
-    collective time and the wait in it for other ranks, by collective kind; the slowest rank,
-    the straggler and the skew. Lookups only: every number was computed by the trace package."""
-    if not view or not view.get("ranks"):
+def cross_rank_section(view: CrossRankView | UnsetType | None) -> CrossRank | None:
+    """The cross-rank view of a profile with one trace per rank (``trace.parallel.cross_rank``),
+    one row per rank: busy/idle, communication and its exposed part, collective time and the
+    wait in it for other ranks, by collective kind; the slowest rank, the straggler and the
+    skew. Lookups only: every number was computed by the trace package."""
+    if not isinstance(view, CrossRankView) or not view.ranks:
         return None
-    coll = view.get("collectives") or {}
-    waits = {(r["path"], r["device"]): r for r in coll.get("per_rank") or []}
+    coll = view.collectives if isinstance(view.collectives, CollectiveSkew) else None
+    waits = {(r.path, r.device): r for r in _per_rank(coll)}
     rows = []
-    for r in view["ranks"]:
-        w = waits.get((r["path"], r["device"])) or {}
+    for r in view.ranks:
+        w = waits.get((r.path, r.device))
         rows.append(RankRow(
-            rank=r.get("rank"), file=Path(r["path"]).name, device=r["device"],
-            window_ms=r.get("window_ms"), busy_ms=r.get("busy_ms"),
-            idle_share=r.get("idle_share"), comm_share=r.get("comm_share"),
-            exposed_comm_share=r.get("exposed_comm_share"),
-            collective_ms=w.get("collective_ms"), wait_ms=w.get("wait_ms"),
-            wait_share=w.get("wait_share"), kinds=w.get("by_kind") or []))
+            rank=r.rank, file=Path(r.path).name, device=r.device,
+            window_ms=_ms(r.window_ns), busy_ms=_ms(r.busy_ns), idle_share=r.idle_share,
+            comm_share=r.comm_share, exposed_comm_share=r.exposed_comm_share,
+            collective_ms=_ms(w.collective_ns) if w else None,
+            wait_ms=_ms(w.wait_ns) if w else None, wait_share=w.wait_share if w else None,
+            kinds=[CollectiveKind(k.kind, k.count, _ms(k.total_ns), _ms(k.wait_ns))
+                   for k in (w.by_kind if w else [])]))
+    slowest = view.slowest_rank if isinstance(view.slowest_rank, SlowestRank) else None
+    straggler = coll.straggler if coll and isinstance(coll.straggler, TraceRankRef) else None
     return CrossRank(
-        ranks=rows, slowest=_rank_ref(view.get("slowest_rank")),
-        slowest_busy_ms=(view.get("slowest_rank") or {}).get("compute_busy_ms"),
-        straggler=_rank_ref(coll.get("straggler")), matched=coll.get("matched", 0),
-        skew_p50_ms=coll.get("skew_p50_ms"), skew_p99_ms=coll.get("skew_p99_ms"),
-        skew_max_ms=coll.get("skew_max_ms"),
-        notes=coll.get("notes") or [],
-        errors=[f"{Path(w['path']).name}: {w['error']}" for w in view.get("workers") or []
-                if w.get("error")])
+        ranks=rows, slowest=_rank_ref(slowest),
+        slowest_busy_ms=_ms(slowest.compute_busy_ns) if slowest else None,
+        straggler=_rank_ref(straggler), matched=coll.matched if coll else 0,
+        skew_p50_ms=_ms(coll.skew_p50_ns) if coll else None,
+        skew_p99_ms=_ms(coll.skew_p99_ns) if coll else None,
+        skew_max_ms=_ms(coll.skew_max_ns) if coll else None,
+        notes=coll.notes if coll else [],
+        errors=[f"{Path(w.path).name}: {w.error}" for w in view.workers if w.error])
 
 
-def _rank_ref(r: dict[str, Any] | None) -> RankRef | None:
-    return None if not r else RankRef(r.get("rank"), Path(r["path"]).name, r.get("device"))
+def _per_rank(coll: CollectiveSkew | None) -> list[RankWait]:
+    return coll.per_rank if coll is not None and isinstance(coll.per_rank, list) else []
+
+
+def _ms(ns: float | UnsetType) -> float | None:
+    """A trace duration (ns) in the report's ms; None where the view has none."""
+    return ns / 1e6 if isinstance(ns, (int, float)) else None
+
+
+def _rank_ref(r: SlowestRank | TraceRankRef | None) -> RankRef | None:
+    return None if r is None else RankRef(r.rank, Path(r.path).name, r.device)

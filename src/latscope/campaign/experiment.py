@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
+from latscope.analysis.tune import PairedChange
 from latscope.campaign.observe import observe, with_load
 from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Running, ServerControl
 from latscope.errors import LatscopeError
 from latscope.findings.abtest import arms_caveat
 from latscope.load import BenchConfig
+from latscope.results import ABResult, Guard
 
 Progress = Callable[[str], None]
 
@@ -47,22 +49,45 @@ class Experiment:
     # runs kept although the client's timing was unreliable in them: the interval then holds
     # the client's stalls beside the server's latency, and the note says so
     unreliable: list[str] = field(default_factory=list)
-    result: dict[str, Any] = field(default_factory=dict)
+    result: PairedChange | None = None  # the A/B's paired change, once measured
     status: str = "ok"  # ok | failed: why | cut: why
 
-    def to_dict(self) -> dict[str, Any]:
+    def ab_result(self) -> ABResult:
+        """The A/B as the report holds it (``results.ABResult``): its values, the change with
+        its 95% interval, the verdict, each guard's, and a note saying what to make of it."""
         a, b = self.a_values, self.b_values
-        change = self.result.get("change")
-        ci = self.result.get("ci")
-        helped = self.result.get("verdict") == "better"
+        result = self.result
+        change = result.change if result is not None else None
+        ci = result.ci if result is not None else None
+        verdict = result.verdict if result is not None else None
+        helped = verdict == "better"
+        out = ABResult(
+            finding_id=self.proposal.finding_id, change=self.proposal.describe(),
+            metric=self.proposal.metric, load=self.load, arms=self.arms, a_values=list(a),
+            b_values=list(b), a_mean=sum(a) / len(a) if a else None,
+            b_mean=sum(b) / len(b) if b else None,
+            change_pct=change * 100 if change is not None else None,
+            ci95_pct=[ci[0] * 100, ci[1] * 100] if ci else None, helped=helped,
+            verdict=verdict if result is not None else self.status, warmup_excluded=True,
+            prefix_cache_hit_rate=self.hit_rates, run_dirs=self.run_dirs, reruns=self.reruns,
+            client_unreliable_runs=self.unreliable, note=self._note(verdict, helped))
+        if self.proposal.guard:
+            # renderers say "helped, at a cost" when the guard got worse with 95% confidence
+            out.guard = self._guard(self.proposal.guard)
+        if self.proposal.more_guards:
+            out.guards = [out.guard] if isinstance(out.guard, Guard) else []
+            out.guards += [self._guard(m) for m in self.proposal.more_guards]
+        return out
+
+    def _note(self, verdict: str | None, helped: bool) -> str:
         note = self.proposal.note
         if self.status != "ok":
             note = (note + " " if note else "") + self.status
         elif not helped:
             note = (note + " " if note else "") + (
                 "did not measurably help: the 95% interval includes no change"
-                if self.result.get("verdict") == "no significant difference"
-                else f"did not help: {self.result.get('verdict')}")
+                if verdict == "no significant difference"
+                else f"did not help: {verdict}")
         caveat = arms_caveat(self.hit_rates)
         if caveat:
             note = (note + "; " if note else "") + caveat
@@ -75,36 +100,20 @@ class Experiment:
                 f"the client's own timing was unreliable in {len(self.unreliable)} of "
                 f"{len(self.arms)} runs ({', '.join(self.unreliable)}): the interval holds the "
                 f"client's stalls as well as the server's latency")
-        out = {"finding_id": self.proposal.finding_id, "change": self.proposal.describe(),
-                "metric": self.proposal.metric, "load": self.load, "arms": self.arms,
-                "a_values": a, "b_values": b,
-                "a_mean": sum(a) / len(a) if a else None, "b_mean": sum(b) / len(b) if b else None,
-                "change_pct": change * 100 if change is not None else None,
-                "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
-                "helped": helped, "verdict": self.result.get("verdict", self.status),
-                "warmup_excluded": True, "prefix_cache_hit_rate": self.hit_rates,
-                "run_dirs": self.run_dirs, "reruns": self.reruns,
-                "client_unreliable_runs": self.unreliable, "note": note.strip()}
-        if self.proposal.guard:
-            # renderers say "helped, at a cost" when the guard got worse with 95% confidence
-            out["guard"] = self._guard(self.proposal.guard)
-        if self.proposal.more_guards:
-            out["guards"] = [out["guard"]] if "guard" in out else []
-            out["guards"] += [self._guard(m) for m in self.proposal.more_guards]
-        return out
+        return note.strip()
 
-    def _guard(self, metric: str) -> dict[str, Any]:
+    def _guard(self, metric: str) -> Guard:
         from latscope.analysis.tune import paired_change
 
         values = self.guard_values if metric == self.proposal.guard else \
             self.more_guard_values.get(metric, {"A": [], "B": []})
         a, b = values["A"], values["B"]
         result = paired_change(a, b, higher_better=higher_is_better(metric))
-        ci = result.get("ci")
-        return {"metric": metric, "a_values": a, "b_values": b,
-                "change_pct": result["change"] * 100 if result.get("change") is not None
-                else None, "ci95_pct": [ci[0] * 100, ci[1] * 100] if ci else None,
-                "verdict": result.get("verdict")}
+        ci = result.ci
+        return Guard(metric=metric, a_values=list(a), b_values=list(b),
+                     change_pct=result.change * 100 if result.change is not None else None,
+                     ci95_pct=[ci[0] * 100, ci[1] * 100] if ci else None,
+                     verdict=result.verdict)
 
 
 # --- running the A/B ---------------------------------------------------------------------------
@@ -212,14 +221,14 @@ def metric_of(obs: Any, metric: str) -> float | None:
     ``short_`` or ``long_`` prefix, over its short or long requests only (``size_class``);
     ``throughput_rps`` (measured requests over first send to last end) or ``steady_rps``."""
     if metric == "throughput_rps":
-        return (obs.summary.get("throughput") or {}).get("requests_per_s")
+        return obs.summary.throughput.requests_per_s
     if metric == "steady_rps":
         return steady_rps(obs.records)
     size, _, rest = metric.partition("_")
     if size in ("short", "long"):
         return _class_metric(obs.records, size, rest)
     name, _, stat = metric.removesuffix("_ms").rpartition("_")
-    return ((obs.summary.get(f"{name}_ms") or {}).get(stat))
+    return obs.summary.distribution(name).get(stat)
 
 
 def steady_rps(records: list[Any]) -> float | None:

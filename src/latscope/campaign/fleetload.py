@@ -124,6 +124,7 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
     """The client's mean TTFT through the balancer beside the replicas' own mean TTFT over the
     run (their histograms between the scrapes that bracket it, weighted by requests)."""
     from latscope.campaign.observe import client_reliability
+    from latscope.runfiles import summary_of
     from latscope.stats import lag_in_latency_ms, ttft_ms
 
     done = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
@@ -139,7 +140,7 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
     if count <= 0:
         return None
     lags = [lag for r in done if (lag := lag_in_latency_ms(r)) is not None]
-    client = client_reliability(summary, None)
+    client = client_reliability(summary_of(summary), None)
     return RouterFacts(source=f"latscope's client through {balancer}",
                        front_ttft_s=float(np.mean(ttfts)) / 1000, front_count=len(ttfts),
                        replica_ttft_s=total / count, replica_count=count,

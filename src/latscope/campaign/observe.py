@@ -10,12 +10,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from latscope.analysis.decompose import Decomposition, decompose_run
+from latscope.env.hostload import HostCpu
 from latscope.load import BenchConfig, BenchResult
 from latscope.model import Finding, MetricSnapshot, RequestRecord
 from latscope.reliability import ClientReliability, judge_client
+from latscope.runfiles import BenchSummary, summary_of
 from latscope.server.metrics import counter_delta
 from latscope.server.scrape import MetricsScraper, read_snapshots
-from latscope.telemetry.facts import telemetry_facts
+from latscope.telemetry.facts import TelemetryFacts, telemetry_facts
 
 
 @dataclass
@@ -33,13 +35,14 @@ class Observation:
     extra: dict[str, Any] = field(default_factory=dict)  # telemetry, cpu: facts of the run
 
     @property
-    def telemetry(self) -> dict[str, Any]:
-        return self.extra.get("telemetry") or {}
+    def telemetry(self) -> TelemetryFacts | None:
+        telemetry: TelemetryFacts | None = self.extra.get("telemetry")
+        return telemetry
 
     @property
-    def cpu(self) -> dict[str, Any] | None:
+    def cpu(self) -> HostCpu | None:
         """The host's CPUs over the run (``env.hostload``'s host/cpu.json), if recorded."""
-        cpu: dict[str, Any] | None = self.extra.get("cpu")
+        cpu: HostCpu | None = self.extra.get("cpu")
         return cpu
 
     @property
@@ -47,8 +50,13 @@ class Observation:
         return self.result.run_dir
 
     @property
-    def summary(self) -> dict[str, Any]:
-        return self.result.summary
+    def summary(self) -> BenchSummary:
+        """The run's summary.json, typed (read from the run's result once)."""
+        typed = self.extra.get("summary")
+        if not isinstance(typed, BenchSummary):
+            typed = summary_of(self.result.summary, str(self.run_dir / "summary.json"))
+            self.extra["summary"] = typed
+        return typed
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -105,7 +113,7 @@ def observation_of(result: BenchResult, *, scraped: bool, network_rtt_ms: float 
     from latscope.findings.conclude import findings_at
     from latscope.findings.inputs import Measured, PromptReuse, ServerLimits
 
-    client = client_reliability(result.summary, decomposition)
+    client = client_reliability(summary_of(result.summary), decomposition)
     telemetry = telemetry_facts(result.run_dir)
     cpu = read_cpu_usage(result.run_dir)
     hit_rate = prefix_cache_hit_rate(snapshots)
@@ -172,7 +180,7 @@ def _traced(config: BenchConfig, collector: Any, observers: Sequence[Any],
     return (dataclasses.replace(config, trace_requests=True), [*observers, recorder], expect)
 
 
-def client_reliability(summary: dict[str, Any], decomposition: Decomposition | None
+def client_reliability(summary: BenchSummary, decomposition: Decomposition | None
                        ) -> ClientReliability:
     """Whether the client's own timing can be trusted in this run (``latscope.reliability``'s
     one table of thresholds), with the share of TTFT its own delay took where the run's

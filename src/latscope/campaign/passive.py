@@ -3,8 +3,8 @@ snapshots alone, everything else optional. Pure: the same inputs give the same a
 (``diagnose --passive``, ``watch``), replayed (``diagnose --replay``) or rebuilt from Prometheus
 range queries (``diagnose --prometheus``: exact step times, no per-scrape latency).
 
-    conclude_window(snapshots, label=..., log=ServerLog, spans=[...], telemetry={...},
-                    host_cpu={...}, doctor=DoctorReport, net=NetReport, ...) -> PassiveConclusion
+    conclude_window(snapshots, label=..., log=ServerLog, spans=[Span], telemetry=TelemetryFacts,
+                    host_cpu=HostCpu, doctor=DoctorReport, net=NetReport, ...) -> PassiveConclusion
 
 It only gathers: the window's facts (``analysis.traffic``) and the rest as the typed inputs of
 the one seam, ``findings.conclude.conclude`` (kind "passive"), which calls the window's rules
@@ -15,9 +15,8 @@ measured without load (``findings.window_verdict``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from latscope.analysis.spanwindow import SpanWindow, span_window
 from latscope.analysis.traffic import WindowFacts, window_facts
@@ -32,6 +31,12 @@ from latscope.findings.inputs import (
 from latscope.findings.server import effective_max_num_seqs
 from latscope.model import Finding, MetricSnapshot
 from latscope.results import Verdict
+
+if TYPE_CHECKING:
+    from latscope.env.hostload import HostCpu
+    from latscope.server.otlp_decode import Span
+    from latscope.telemetry.facts import TelemetryFacts
+    from latscope.trace.files import StoredTrace
 
 __all__ = ["PassiveConclusion", "conclude_window"]
 
@@ -50,10 +55,10 @@ class PassiveConclusion:
 
 
 def conclude_window(snapshots: Sequence[MetricSnapshot], *, label: str | None = None,
-                    log: Any = None, spans: Sequence[dict[str, Any]] | None = None,
-                    telemetry: Mapping[str, Any] | None = None,
-                    host_cpu: Mapping[str, Any] | None = None, doctor: Any = None,
-                    net: Any = None, trace: Mapping[str, Any] | None = None,
+                    log: Any = None, spans: Sequence[Span] | None = None,
+                    telemetry: TelemetryFacts | None = None,
+                    host_cpu: HostCpu | None = None, doctor: Any = None,
+                    net: Any = None, trace: StoredTrace | None = None,
                     profiled: bool = False, same_host: bool | None = None,
                     max_num_seqs: int | None = None, max_num_seqs_source: str = "",
                     max_num_batched_tokens: int | None = None,
@@ -62,8 +67,8 @@ def conclude_window(snapshots: Sequence[MetricSnapshot], *, label: str | None = 
     """Diagnose one server's window from its scrapes (``findings.conclude``, kind "passive").
 
     ``log``: the parsed server log of the window (``server.logs.ServerLog``); ``spans``: OTLP
-    spans (``server.otlp_record.read_spans``' dicts); ``telemetry``: ``telemetry.facts.
-    telemetry_facts``; ``host_cpu``: ``env.hostload`` of the window; ``doctor``: its report
+    spans (``server.otlp_record.read_spans``); ``telemetry``: ``telemetry.facts.
+    telemetry_facts``; ``host_cpu``: ``env.hostload.read_cpu_usage`` of the window; ``doctor``: its report
     (``findings`` and ``facts``) or ``findings.inputs.DoctorFacts``; ``net``: anything with
     ``findings``; ``trace``: a stored trace analysis (``trace.json``), ``profiled`` when it is
     of the window's traffic; the limits, when known elsewhere (the doctor's command line and the

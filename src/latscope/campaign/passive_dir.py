@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from latscope.campaign.passive import PassiveConclusion, conclude_window
 from latscope.campaign.state import StageRecord
 from latscope.model import Finding
 from latscope.rundir import RunDir
+
+if TYPE_CHECKING:
+    from latscope.telemetry.facts import TelemetryFacts
+    from latscope.trace.files import StoredTrace
 
 
 @dataclasses.dataclass
@@ -57,6 +61,7 @@ def conclude_dir(run: RunDir, *, stages: Sequence[StageRecord] | None = None,
 
 def read_inputs(run: RunDir) -> dict[str, Any]:
     """``conclude_window``'s arguments from the run directory's files."""
+    from latscope.env.hostload import read_cpu_usage
     from latscope.server.logs import server_log_from_dict
     from latscope.server.otlp_record import read_spans
     from latscope.server.scrape import read_snapshots
@@ -69,28 +74,35 @@ def read_inputs(run: RunDir) -> dict[str, Any]:
         "label": (run.manifest.get("passive") or {}).get("label"),
         "log": server_log_from_dict(log_json["parsed"]) if log_json.get("parsed") else None,
         "spans": read_spans(run.path) or None,
-        "telemetry": telemetry if telemetry.get("status") == "ok" else None,
-        "host_cpu": run.read("host/cpu.json"),
+        "telemetry": telemetry if telemetry.ok else None,
+        "host_cpu": read_cpu_usage(run.path),
         "doctor": _stored(run.read("doctor.json")),
         "net": _stored(run.read("net.json")),
-        "trace": run.read("trace.json"),
+        "trace": _trace(run),
         "profiled": "--profile" in (run.manifest.get("command") or ""),
         "same_host": (run.manifest.get("target") or {}).get("same_host"),
         "gpu_util": _gpu_util(run, telemetry),
     }
 
 
-def _gpu_util(run: RunDir, telemetry: dict[str, Any]) -> list[tuple[float, float]]:
+def _trace(run: RunDir) -> StoredTrace | None:
+    from latscope.trace.files import read_stored
+
+    data = run.read("trace.json")
+    return read_stored(data, str(run.file("trace.json"))) if data else None
+
+
+def _gpu_util(run: RunDir, telemetry: TelemetryFacts) -> list[tuple[float, float]]:
     """The server's GPUs' busiest reading at each sample time."""
     from latscope.telemetry.sampler import read_telemetry
 
-    if telemetry.get("status") != "ok":
+    if not telemetry.ok:
         return []
-    gpus = set(telemetry.get("gpus") or [])
+    gpus = set(telemetry.gpus)
     busiest: dict[float, float] = {}
     for s in read_telemetry(run.path)[1]:
-        if s.get("gpu") in gpus and s.get("util_pct") is not None:
-            busiest[s["wall_time"]] = max(busiest.get(s["wall_time"], 0.0), s["util_pct"])
+        if s.gpu in gpus and s.util_pct is not None:
+            busiest[s.wall_time] = max(busiest.get(s.wall_time, 0.0), float(s.util_pct))
     return sorted(busiest.items())
 
 

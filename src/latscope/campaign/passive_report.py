@@ -41,12 +41,14 @@ def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[Sta
     with a verdict saying why there is none."""
     from latscope import __version__
     from latscope.campaign.document import _trace_section, cross_rank_section
-    from latscope.telemetry.facts import telemetry_section
+    from latscope.telemetry.series import telemetry_section
+    from latscope.trace.files import read_stored
 
     verdict = c.verdict if c is not None else section(
         {"text": f"No verdict: {broken}", "kind": "none", "finding_id": None,
          "healthy": False}, Verdict)
-    trace = run.read("trace.json")
+    stored = run.read("trace.json")
+    trace = read_stored(stored, str(run.file("trace.json"))) if stored else None
     window: dict[str, Any] = {}
     if c is not None:
         window["window"] = window_section(c, run.manifest.get("passive") or {}, scrape)
@@ -59,7 +61,7 @@ def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[Sta
         findings=[section(f.to_dict(), FindingEntry) for f in (c.ranked if c else [])],
         stages=[section(dataclasses.asdict(s), Stage) for s in stages], client=None,
         sweep=None, decompositions=[], timeseries=None, trace=_trace_section(trace),
-        cross_rank=cross_rank_section((trace or {}).get("cross_rank")),
+        cross_rank=cross_rank_section(trace.cross_rank if trace is not None else None),
         telemetry=telemetry_section([run.path]), experiments=[], proposals=[],
         notes=list(c.notes) if c is not None else list(notes),
         elapsed_s=round(elapsed_s, 1), run_dir=str(run.path), **window).to_dict()

@@ -28,7 +28,7 @@ from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Change, Running, ServerControl
 from latscope.gateway.fits import gateway_fits
 from latscope.gateway.tags import policy_from_argv, policy_from_log
-from latscope.results import ABResult, section
+from latscope.results import ABResult
 
 PRIORITY_FLAGS = ("--scheduling-policy", "priority")
 METRIC, GUARDS = "short_ttft_mean_ms", ("long_e2e_mean_ms", "steady_rps")
@@ -70,32 +70,30 @@ def priority_fits(queue_share: float, sizes: Sequence[float], *, controlled: boo
 def prove_priority(queue_share: float, sizes: Sequence[float], *, finding_id: str,
                    control: ServerControl | None, running: Running | None, base: Any,
                    load: int, out_dir: Path, pairs: int, run_shape: Any = None,
-                   progress: Progress = lambda _: None) -> dict[str, Any]:
-    """The priority A/B as an experiment dict (``Experiment.to_dict()`` plus ``outcome``,
-    ``server_policy`` per arm and ``proposal``), or, where it does not fit or cannot be
-    measured, a dict with ``measured: False`` and the reason. ``run_shape`` (a
+                   progress: Progress = lambda _: None) -> ABResult | PriorityFit:
+    """The priority A/B (its ``ABResult`` with ``measured``, ``server_policy`` per arm,
+    ``outcome`` and ``proposal``), or, where it does not fit or cannot be measured, the fit that
+    says why (``PriorityFit``: whether to propose it, and the reason). ``run_shape`` (a
     ``gateway.fits.RunShape``) sizes the runs to the aging horizon."""
     controlled = control is not None and running is not None and control.kind != "remote"
     current_policy = _policy_of(running, control)
     fit = priority_fits(queue_share, sizes, controlled=controlled, server_policy=current_policy)
     if not fit.measure:
-        return {"finding_id": finding_id, "change": describe_fix(), "measured": False,
-                "propose": fit.propose, "why": fit.reason, "evidence": fit.evidence}
+        return fit
     assert control is not None and running is not None
     proposal = priority_proposal(finding_id, fit.reason, run_shape)
     progress(f"    proving {finding_id}: {proposal.describe()} at c={load}")
     exp = run_experiment(proposal, control, running, base, load, out_dir, pairs=pairs,
-                         progress=progress).to_dict()
-    exp["measured"] = True
-    exp["server_policy"] = {"A": current_policy or "unknown",
-                            "B": _b_policy(out_dir) or "unknown"}
-    if exp["server_policy"]["B"] != "priority":  # the A/B did not test what it says
-        exp.update(helped=False, verdict="failed: the B server did not run "
-                   "--scheduling-policy priority", note=(exp.get("note") or "") + " B's log "
-                   "does not show --scheduling-policy priority")
-    exp["outcome"] = section(exp, ABResult).words()
-    if exp["outcome"].startswith("helped"):
-        exp["proposal"] = describe_fix()
+                         progress=progress).ab_result()
+    exp.measured = True
+    exp.server_policy = {"A": current_policy or "unknown", "B": _b_policy(out_dir) or "unknown"}
+    if exp.server_policy["B"] != "priority":  # the A/B did not test what it says
+        exp.helped, exp.verdict = False, ("failed: the B server did not run "
+                                          "--scheduling-policy priority")
+        exp.note = (exp.note or "") + " B's log does not show --scheduling-policy priority"
+    exp.outcome = exp.words()
+    if exp.outcome.startswith("helped"):
+        exp.proposal = describe_fix()
     return exp
 
 

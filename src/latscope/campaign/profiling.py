@@ -145,7 +145,7 @@ def profile_requests(state: Diagnosis, load: int) -> int:
     ``load`` for the profile, one wave that drains after it; at least 4 waves' worth when the
     throughput is unknown."""
     obs = state.observations.get(float(load))
-    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None) or 0.0
+    rps = (obs.summary.throughput.requests_per_s if obs else None) or 0.0
     steady = int(rps * (PROFILE_LOAD_S + MARGIN_S)) if rps > 0 else 2 * load
     return 2 * load + max(steady, load, 4)
 

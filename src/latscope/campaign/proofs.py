@@ -14,7 +14,7 @@ from latscope.campaign.servers import Running, ServerControl
 from latscope.campaign.state import Budget, Diagnosis, load_of
 from latscope.findings.abtest import LoadSplit, experiment_text, proof_load
 from latscope.model import Finding, Severity
-from latscope.results import ABResult, section
+from latscope.results import ABResult
 from latscope.results import Proposal as ProposalEntry
 
 MIN_PAIRS = 2
@@ -59,13 +59,12 @@ def prove(state: Diagnosis, control: ServerControl | None, running: Running | No
         exp = run_experiment(p, control, running, base, at,
                              state.run.path / "prove" / f.id.replace(".", "_"),
                              pairs=pairs, progress=state.progress)
-        done.append(f"{f.id}: {experiment_text(_record(state, exp.to_dict()))}")
+        done.append(f"{f.id}: {experiment_text(_record(state, exp.ab_result()))}")
     return "; ".join(done)
 
 
-def _record(state: Diagnosis, exp: dict[str, Any]) -> ABResult:
-    """An A/B's result, typed, into the state and onto disk as it ends (Ctrl-C keeps it)."""
-    result = section(exp, ABResult)
+def _record(state: Diagnosis, result: ABResult) -> ABResult:
+    """An A/B's result into the state and onto disk as it ends (Ctrl-C keeps it)."""
     state.experiments.append(result)
     state.run.write("experiments.json", [e.to_dict() for e in state.experiments])
     return result
@@ -107,7 +106,7 @@ def gateway(state: Diagnosis, control: ServerControl | None, running: Running | 
     exp = run_experiment(proposal, control, current, base, at,
                          state.run.path / "prove" / "gateway", pairs=pairs,
                          progress=state.progress)
-    return f"{f.id}: {experiment_text(_record(state, exp.to_dict()))}"
+    return f"{f.id}: {experiment_text(_record(state, exp.ab_result()))}"
 
 
 def _queueing_that_fits(state: Diagnosis) -> tuple[Any, Finding, int] | str:
@@ -130,7 +129,7 @@ def _pairs_that_fit(state: Diagnosis, proposal: Any, control: ServerControl,
 
     left = budget.left()
     obs = state.observations.get(float(load))
-    rps = ((obs.summary.get("throughput") or {}).get("requests_per_s") if obs else None)
+    rps = obs.summary.throughput.requests_per_s if obs else None
     if not rps:
         return state.opts.pairs if left >= 20 else 0
     run_s = sum(run_shape(proposal, load)) / rps + RUN_SETUP_S
@@ -187,8 +186,9 @@ def _size_runs_for_aging(proposal: Any, obs: Any, load: int) -> None:
     from latscope.campaign.experiment import requests_per_run
     from latscope.gateway.fits import gateway_run_shape
 
-    throughput = (obs.summary.get("throughput") or {}) if obs else {}
-    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    throughput = obs.summary.throughput if obs else None
+    rps = throughput.requests_per_s if throughput else None
+    tok_s = throughput.total_tokens_per_s if throughput else None
     sizes = _sizes_for_shape(obs) if obs else []
     if not (rps and tok_s and sizes):
         return
@@ -283,8 +283,9 @@ def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Ru
 
     obs = state.observations.get(float(load))
     sizes = _measured_sizes(obs) if obs else []
-    throughput = (obs.summary.get("throughput") or {}) if obs else {}
-    rps, tok_s = throughput.get("requests_per_s"), throughput.get("total_tokens_per_s")
+    throughput = obs.summary.throughput if obs else None
+    rps = throughput.requests_per_s if throughput else None
+    tok_s = throughput.total_tokens_per_s if throughput else None
     shape = gateway_run_shape(_sizes_for_shape(obs), rps, tok_s,
                               min_requests=requests_per_run(load),
                               min_warmup=load) if sizes and rps and tok_s else None
@@ -297,9 +298,9 @@ def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Ru
                          control=control if pairs >= MIN_PAIRS else None, running=running,
                          base=base, load=load, out_dir=state.run.path / "prove" / "priority",
                          pairs=pairs, run_shape=shape, progress=state.progress)
-    if exp.get("measured"):
+    if isinstance(exp, ABResult):
         _record(state, exp)
-    elif exp.get("propose"):
+    elif exp.propose:
         state.proposals.append(ProposalEntry(
-            finding_id=finding.id, change=exp["change"], why=exp["why"],
-            note="not measured: " + exp["why"], command=describe_fix()))
+            finding_id=finding.id, change=describe_fix(), why=exp.reason,
+            note="not measured: " + exp.reason, command=describe_fix()))

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from latscope.analysis.sweep import Step, analyse
+from latscope.analysis.sweep import analyse
 from latscope.campaign.conclude import conclude
 from latscope.campaign.document import build_report, unmodelled_report
 from latscope.campaign.observe import Observation, observation_of
@@ -38,6 +38,7 @@ from latscope.errors import ConfigError
 from latscope.model import Finding
 from latscope.results import ABResult, Proposal, section
 from latscope.rundir import READABLE_SCHEMAS, RunDir, read_json
+from latscope.runfiles import Manifest, manifest_of
 
 KNOWN_SCHEMAS = READABLE_SCHEMAS
 
@@ -57,7 +58,7 @@ def replay(run_dir: str | Path, output_dir: str | Path | None = None) -> dict[st
     out = Path(output_dir) if output_dir else src / "replay"
     _copy(src, out)
     run = RunDir.open(out)
-    if manifest.get("passive"):  # diagnose --passive, watch: a window, not a sweep
+    if manifest.passive:  # diagnose --passive, watch: a window, not a sweep
         from latscope.campaign.passive_dir import replay_passive
 
         return replay_passive(run, replayed_from=str(src))
@@ -79,16 +80,15 @@ def replay(run_dir: str | Path, output_dir: str | Path | None = None) -> dict[st
     return report
 
 
-def _manifest(src: Path) -> dict[str, Any]:
+def _manifest(src: Path) -> Manifest:
     path = src / "manifest.json"
     if not path.is_file():
         raise ConfigError(f"{src}: no manifest.json: not a latscope run directory")
-    manifest = read_json(path)
-    if manifest.get("kind") not in ("diagnose", "watch"):
-        raise ConfigError(f"{src}: a {manifest.get('kind')!r} run, not a diagnose run (nor a "
-                          "watch)")
-    if manifest.get("schema_version") not in KNOWN_SCHEMAS:
-        raise ConfigError(f"{src}: schema_version {manifest.get('schema_version')!r} is newer "
+    manifest = manifest_of(read_json(path), str(path))
+    if manifest.kind not in ("diagnose", "watch"):
+        raise ConfigError(f"{src}: a {manifest.kind!r} run, not a diagnose run (nor a watch)")
+    if manifest.schema_version not in KNOWN_SCHEMAS:
+        raise ConfigError(f"{src}: schema_version {manifest.schema_version!r} is newer "
                           f"than this latscope knows ({KNOWN_SCHEMAS[-1]}): upgrade latscope")
     return manifest
 
@@ -102,9 +102,9 @@ def _copy(src: Path, out: Path) -> None:
     shutil.copytree(src, out, ignore=ignore)
 
 
-def _options(manifest: dict[str, Any]) -> DiagnoseOptions:
+def _options(manifest: Manifest) -> DiagnoseOptions:
     """The options that change what is concluded (the SLO), from the recorded command line."""
-    argv = manifest.get("argv") or shlex.split(manifest.get("command") or "")
+    argv = shlex.split(manifest.command or "")
     slo = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--slo"), None)
     return DiagnoseOptions(slo=slo, profile="--profile" in argv, argv=None)
 
@@ -155,10 +155,10 @@ def _restore_net(state: Diagnosis, out: Path) -> None:
 
 def _restore_sweep(state: Diagnosis, out: Path) -> None:
     from latscope.analysis.knee import parse_slo
+    from latscope.analysis.sweepfile import read_sweep
 
-    stored = _read(out, "sweep.json", {}).get("steps") or []
-    for data in stored:
-        old = Step.from_dict(data)
+    stored = read_sweep(out / "sweep.json").steps if (out / "sweep.json").is_file() else []
+    for old in stored:
         step_dir = out / "sweep" / Path(old.run_dir).name
         if not (step_dir / "requests.jsonl").is_file():
             continue
@@ -178,9 +178,9 @@ def _observation(step_dir: Path, rtt_ms: float | None) -> Observation:
     step's own records with today's code (the rest of the summary, such as the client's loop
     lag, only the live run knew)."""
     from latscope.load.runner import BenchResult, rebuild_summary
-    from latscope.rundir import read_run
+    from latscope.rundir import read_meta
 
-    manifest, _, summary = read_run(step_dir)
+    manifest, summary = read_meta(step_dir)
     rebuilt = rebuild_summary(step_dir)
     summary = {**rebuilt, **summary, "throughput": rebuilt.get("throughput") or
                summary.get("throughput") or {}}
@@ -213,6 +213,8 @@ def _restore_log(state: Diagnosis, out: Path) -> None:
 
 
 def _restore_trace(state: Diagnosis, out: Path) -> None:
+    from latscope.trace.files import read_stored
+
     data = _read(out, "trace.json", None)
     if data:  # one trace, or every rank's with the cross-rank view (campaign.traces)
-        state.trace = data
+        state.trace = read_stored(data, str(out / "trace.json"))

@@ -9,12 +9,14 @@ import time
 from typing import Any
 
 from latscope.analysis.sweep import Step, StopRules, analyse, run_sweep
+from latscope.analysis.sweepfile import SweepFile, write_sweep
 from latscope.campaign.observe import observe, with_load
 from latscope.campaign.profiling import take_profile
 from latscope.campaign.servers import Running
 from latscope.campaign.state import Budget, Diagnosis, pick_levels
 from latscope.campaign.sweep import step_of
 from latscope.model import Severity
+from latscope.runfiles import LoadShape, WorkersChosen
 
 SWEEP_SHARE = 0.6
 
@@ -116,8 +118,8 @@ def sweep(state: Diagnosis, base: Any, budget: Budget) -> str:
 
     def on_step(steps: list[Step]) -> None:
         state.analysis = analyse(steps, _slo(opts.slo))
-        state.run.write("sweep.json", {"steps": [s.to_dict() for s in steps],
-                                       "analysis": state.analysis.to_dict()})
+        write_sweep(state.run.file("sweep.json"),
+                    SweepFile(steps=list(steps), analysis=state.analysis))
 
     rules = StopRules(max_load=opts.max_load)
     loads = [float(c) for c in opts.loads] if opts.loads else None
@@ -162,8 +164,9 @@ def remeasure_unreliable(state: Diagnosis, measure: Any, fits: Any, spare_cores:
         obs = state.observations.get(load)
         if obs is None or obs.client.reliable:
             continue
-        used = int(((obs.summary.get("load") or {}).get("workers_chosen") or {})
-                   .get("count") or 1)
+        load_shape = obs.summary.load
+        chosen = load_shape.workers_chosen if isinstance(load_shape, LoadShape) else None
+        used = chosen.count if isinstance(chosen, WorkersChosen) else 1
         more = min(spare_cores, max(2, 2 * used))
         why = obs.client.why or "unreliable"
         if more <= used:
@@ -227,8 +230,10 @@ def trace(state: Diagnosis, base: Any, running: Running | None, budget: Budget) 
         return f"cut: time budget ({budget.left():.0f} s left, a profile needs about 15 s)"
     paths = list(state.opts.trace) if state.opts.trace else take_profile(state, base, running,
                                                                           budget)
+    from latscope.trace.files import as_json
+
     state.trace, notes = analyse_traces(paths)
     state.notes += notes
-    state.run.write("trace.json", state.trace)
+    state.run.write("trace.json", as_json(state.trace))
     where = paths[0] if len(paths) == 1 else f"{len(paths)} rank traces ({paths[0]}, ...)"
     return f"{where}: {len(trace_findings_of(state.trace))} findings"

@@ -19,6 +19,7 @@ from latscope.rundir import RunDir
 if TYPE_CHECKING:
     from latscope.analysis.sweep import Step
     from latscope.campaign.observe import Observation
+    from latscope.trace.files import StoredTrace
 
 Progress = Callable[[str], None]
 
@@ -86,7 +87,7 @@ class Diagnosis:
     log: Any = None  # the parsed server log (latscope.server.logs.ServerLog)
     # the log's findings as a run stored them, for a replay of a run that kept no parsed log
     log_findings: list[Finding] = field(default_factory=list)
-    trace: dict[str, Any] | None = None
+    trace: StoredTrace | None = None  # the profile's analysis (trace.json)
     experiments: list[ABResult] = field(default_factory=list)
     proposals: list[Proposal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -18,6 +18,7 @@ from latscope.analysis.sweep import (
     noise_estimates,
     run_sweep,
 )
+from latscope.analysis.sweepfile import SweepFile, SweepMeta
 from latscope.model import Finding
 
 # Leaves of the latency decomposition compared across steps ("what grows at the knee").
@@ -59,8 +60,9 @@ def step_seed(seed: int, mode: str, load: float) -> int:
 def step_of(load: float, obs: Any) -> Step:
     """A sweep ``Step`` from one ``Observation``: flat metrics, noise, prefix-cache hit rate and
     the mean ms of each decomposition leaf."""
-    metrics = flatten_summary(obs.summary)
-    metrics.update(noise_estimates(obs.summary, metrics))
+    summary = obs.summary
+    metrics = flatten_summary(summary)
+    metrics.update(noise_estimates(summary, metrics))
     metrics["prefix_cache_hit_rate"] = obs.prefix_cache_hit_rate
     leaves = {c.key: c.mean_ms for c in (obs.decomposition.components if obs.decomposition
                                           else []) if c.mean_ms is not None}
@@ -72,18 +74,20 @@ class SweepResult:
     steps: list[Step]
     analysis: SweepAnalysis
     findings: list[Finding]
-    document: dict[str, Any]
+    document: SweepFile  # sweep.json
 
 
 def sweep(base: Any, mode: str, loads: Sequence[float] | None, out: Path, *,
           slo: Sequence[SloTerm], rules: StopRules, start: float = 1, factor: float = 2.0,
           refine: int = 2, backoff: float = 0.10, latency: str = "e2e_p50_ms",
           warmup: int | None = None, scrape_interval_s: float = 1.0,
-          per_step_requests: Callable[[float], int] | None = None, meta: dict | None = None,
+          per_step_requests: Callable[[float], int] | None = None,
+          meta: SweepMeta | None = None,
           on_step: Callable[[Step], None] = lambda step: None) -> SweepResult:
     """Measure the sweep; ``out/sweep.json`` is rewritten after every step (Ctrl-C keeps it)."""
+    from latscope.analysis.sweepfile import write_sweep
     from latscope.findings.sweep import sweep_findings
-    from latscope.report.sweep import sweep_document, write_json
+    from latscope.report.sweep import sweep_document
 
     integer = mode == "concurrency"
     unit = "concurrency" if integer else "request rate"
@@ -98,8 +102,8 @@ def sweep(base: Any, mode: str, loads: Sequence[float] | None, out: Path, *,
     def document(steps: list[Step]) -> SweepResult:
         analysis = analyse(steps, slo, backoff=backoff, integer=integer, latency=latency)
         findings = sweep_findings(steps, analysis, slo, unit, str(out / "sweep.json"))
-        doc = sweep_document(steps, analysis, findings, meta or {})
-        write_json(out / "sweep.json", doc)
+        doc = sweep_document(steps, analysis, findings, meta)
+        write_sweep(out / "sweep.json", doc)
         return SweepResult(list(steps), analysis, findings, doc)
 
     def after(steps: list[Step]) -> None:
@@ -109,3 +113,4 @@ def sweep(base: Any, mode: str, loads: Sequence[float] | None, out: Path, *,
     steps = run_sweep(measure, loads, start=start, factor=factor, refine=refine, integer=integer,
                       rules=rules, on_step=after)
     return document(steps)
+

@@ -6,33 +6,12 @@ results so far survive a later bad file. Printing is the caller's (``report.trac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from latscope.findings.rank import sort_findings
 from latscope.findings.trace import trace_findings
-from latscope.model import Finding
 from latscope.rundir import RunDir
 from latscope.trace.analyze import AnalysisOptions
-
-
-@dataclass(slots=True)
-class TraceResult:
-    path: str
-    result: dict[str, Any]  # analyze_trace's result (ns units)
-    findings: list[Finding]
-
-
-@dataclass(slots=True)
-class TraceRun:
-    traces: list[TraceResult] = field(default_factory=list)
-    cross_rank: dict[str, Any] | None = None  # trace.parallel.cross_rank's view (2+ traces)
-    rank_findings: list[Finding] = field(default_factory=list)
-    comparison: dict[str, Any] | None = None  # compare_results of --compare A B
-    output: dict[str, Any] = field(default_factory=lambda: {"traces": []})  # trace.json
-    findings: list[Finding] = field(default_factory=list)  # every finding, for findings.json
-    # The first trace that could not be analysed; the traces before it are kept (and saved).
-    error: Exception | None = None
+from latscope.trace.files import TraceResult, TraceRun, as_json
+from latscope.trace.parallel import RankAnalysis
 
 
 def explain_traces(run: RunDir, files: list[str], options: AnalysisOptions, *, jobs: int = 1,
@@ -41,7 +20,6 @@ def explain_traces(run: RunDir, files: list[str], options: AnalysisOptions, *, j
     """Analyse ``files`` (then ``compare``'s two traces) into ``run``'s ``trace.json`` and
     ``findings.json``. A trace that fails stops the work: its error is returned in ``error``
     and the run finished as failed (what was analysed before it stays on disk)."""
-    from latscope.trace.analyze import to_json_units
     from latscope.trace.parallel import analyze_files
 
     out = TraceRun()
@@ -49,7 +27,7 @@ def explain_traces(run: RunDir, files: list[str], options: AnalysisOptions, *, j
                              ray_address=ray_address) if files else []
     for analysis in analyses:
         if analysis.error is not None:
-            if out.output["traces"]:  # the good traces' results are on disk
+            if out.traces:  # the good traces' results are on disk
                 _save(run, out, f"failed: {analysis.error}")
             else:
                 run.finish(f"failed: {analysis.error}")
@@ -57,9 +35,7 @@ def explain_traces(run: RunDir, files: list[str], options: AnalysisOptions, *, j
             return out
         assert analysis.result is not None  # an analysis without an error has its result
         findings = trace_findings(analysis.result)
-        out.traces.append(TraceResult(analysis.path, analysis.result, findings))
-        out.output["traces"].append({**to_json_units(analysis.result),
-                                     "findings": [f.to_dict() for f in sort_findings(findings)]})
+        out.traces.append(TraceResult(analysis.path, analysis.result, sort_findings(findings)))
         out.findings += findings
         _save(run, out)  # results so far survive a later bad file
     if len(out.traces) > 1:
@@ -69,32 +45,27 @@ def explain_traces(run: RunDir, files: list[str], options: AnalysisOptions, *, j
     return out
 
 
-def _cross_rank(run: RunDir, out: TraceRun, analyses: list[Any]) -> None:
+def _cross_rank(run: RunDir, out: TraceRun, analyses: list[RankAnalysis]) -> None:
     from latscope.findings.crossrank import crossrank_findings
-    from latscope.trace.analyze import to_json_units
     from latscope.trace.parallel import cross_rank
 
-    view = cross_rank(analyses)
-    out.cross_rank = view
-    out.output["summary"] = to_json_units(view["ranks"])
-    out.output["cross_rank"] = to_json_units(view)
-    out.rank_findings = crossrank_findings(view)
+    out.cross_rank = cross_rank(analyses)
+    out.rank_findings = crossrank_findings(out.cross_rank)
     out.findings += out.rank_findings
     _save(run, out)
 
 
 def _compare(out: TraceRun, paths: list[str], options: AnalysisOptions) -> None:
-    from latscope.trace.analyze import analyze_trace, to_json_units
+    from latscope.trace.analyze import analyze_trace
     from latscope.trace.compare import compare_results
     from latscope.trace.readers import read_trace
 
     a, b = (analyze_trace(read_trace(p), options) for p in paths)
     out.comparison = compare_results(a, b)
-    out.output["compare"] = to_json_units(out.comparison)
 
 
 def _save(run: RunDir, out: TraceRun, status: str | None = None) -> None:
-    run.write("trace.json", out.output)
+    run.write("trace.json", as_json(out.file()))
     run.write_findings(out.findings)
     if status:
         run.finish(status)

@@ -4,36 +4,38 @@
 ``trace.json`` is the first rank's analysis, as for one trace (what the report's GPU section and
 the capacity verdict read); with several ranks it also holds ``other_ranks`` (each rank's
 analysis) and ``cross_rank`` (``latscope.trace.parallel.cross_rank``: per-rank busy/idle and
-communication, the slowest rank, collective skew and each rank's wait). Numbers in ``*_ms``.
+communication, the slowest rank, collective skew and each rank's wait): a ``StoredTrace``
+(``trace.files``), ns in memory, ms in the file.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from latscope.trace.files import StoredTrace
 
 
-def analyse_traces(paths: list[str]) -> tuple[dict[str, Any], list[str]]:
+def analyse_traces(paths: list[str]) -> tuple[StoredTrace, list[str]]:
     """The stored analysis of ``paths`` and notes (a rank whose file could not be read)."""
-    from latscope.trace.analyze import AnalysisOptions, analyze_trace, to_json_units
+    from latscope.trace.analyze import AnalysisOptions, analyze_trace
     from latscope.trace.parallel import analyze_files, cross_rank
     from latscope.trace.readers import read_trace
 
     if len(paths) == 1:
-        return to_json_units(analyze_trace(read_trace(paths[0]))), []
+        one = analyze_trace(read_trace(paths[0]))
+        return StoredTrace(source=one.source, devices=one.devices), []
     # a process per trace where there are cores to spare (memory: one trace per job); in this
     # process otherwise, one trace at a time
     jobs = min(len(paths), max(1, (os.cpu_count() or 2) // 2))
     analyses = analyze_files(paths, AnalysisOptions(), jobs=jobs)
-    good = [a for a in analyses if a.result is not None]
+    good = [a.result for a in analyses if a.result is not None]
     notes = [f"{a.path}: not analysed ({a.error})" for a in analyses if a.error is not None]
     if not good:
         raise analyses[0].error  # type: ignore[misc]  # every rank failed: the first reason
-    stored = to_json_units(good[0].result)
-    stored["other_ranks"] = [to_json_units(a.result) for a in good[1:]]
-    stored["cross_rank"] = to_json_units(cross_rank(analyses))
-    return stored, notes
+    first = good[0]
+    return StoredTrace(source=first.source, devices=first.devices, other_ranks=good[1:],
+                       cross_rank=cross_rank(analyses)), notes
 
 
-def rank_count(stored: dict[str, Any] | None) -> int:
-    return 1 + len((stored or {}).get("other_ranks") or []) if stored else 0
+def rank_count(stored: StoredTrace | None) -> int:
+    return len(stored.ranks()) if stored is not None else 0

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 
 from latscope.analysis.knee import SloTerm, meets_slo
 from latscope.analysis.search import Config
-from latscope.analysis.tune import Launch, Measure, flag_args
+from latscope.analysis.tune import Launch, LoadValue, Measure, TrialRun, flag_args
 from latscope.errors import ConfigError
 
 
@@ -69,11 +69,12 @@ def fixed_measure(base: Any, mode: str, load: float, *, warmup: int | None,
     """Every trial runs the same bench workload (``base``: a BenchConfig) at one load."""
     from latscope.campaign.sweep import bench_step
 
-    def measure(url: str, model: str, run_dir: Path) -> dict[str, Any]:
+    def measure(url: str, model: str, run_dir: Path) -> TrialRun:
         import dataclasses
         cfg = dataclasses.replace(base, url=url, model=model or base.model)
         step = bench_step(cfg, load, mode, run_dir, warmup=warmup, scrape_interval_s=scrape_interval_s)
-        return {**step.metrics, "load": load, "decomposition": step.decomposition}
+        return TrialRun(metrics={**step.metrics, "load": load},
+                        decomposition=step.decomposition)
 
     return measure
 
@@ -87,7 +88,7 @@ def sweep_measure(base: Any, mode: str, loads: Sequence[float] | None, slo: Sequ
     from latscope.analysis.sweep import run_sweep
     from latscope.campaign.sweep import bench_step
 
-    def measure(url: str, model: str, run_dir: Path) -> dict[str, Any]:
+    def measure(url: str, model: str, run_dir: Path) -> TrialRun:
         import dataclasses
         cfg = dataclasses.replace(base, url=url, model=model or base.model)
         steps = run_sweep(lambda load, phase: bench_step(cfg, load, mode, run_dir / f"{mode}-{load:g}",
@@ -95,7 +96,8 @@ def sweep_measure(base: Any, mode: str, loads: Sequence[float] | None, slo: Sequ
                           loads, integer=mode == "concurrency", rules=rules)
         ok = [s for s in steps if meets_slo(s.metrics, slo)]
         pick = max(ok, key=lambda s: s.metrics.get(objective) or 0.0) if ok else steps[0]
-        return {**pick.metrics, "load": pick.load, "decomposition": pick.decomposition,
-                "sweep": [{"load": s.load, objective: s.metrics.get(objective)} for s in steps]}
+        return TrialRun(metrics={**pick.metrics, "load": pick.load},
+                        decomposition=pick.decomposition,
+                        sweep=[LoadValue(s.load, s.metrics.get(objective)) for s in steps])
 
     return measure

@@ -217,10 +217,10 @@ def _gpu_now(observers: list[Any]) -> dict[str, Any] | None:
     sampler = next((o for o in observers if isinstance(o, TelemetrySampler)), None)
     if sampler is None or not sampler.samples:
         return None
-    latest = sampler.samples[-1]["t_ns"]
-    now = [s for s in sampler.samples if s["t_ns"] == latest]
-    util = [s["util_pct"] for s in now if s.get("util_pct") is not None]
-    mem = [100 * s["mem_used_bytes"] / s["mem_total_bytes"] for s in now
-           if s.get("mem_total_bytes") and s.get("mem_used_bytes") is not None]
+    latest = sampler.samples[-1].t_ns
+    now = [s for s in sampler.samples if s.t_ns == latest]
+    util = [s.util_pct for s in now if s.util_pct is not None]
+    mem = [100 * s.mem_used_bytes / s.mem_total_bytes for s in now
+           if s.mem_total_bytes and s.mem_used_bytes is not None]
     return {"gpus": len(now), "util_pct": max(util) if util else None,
             "mem_used_pct": max(mem) if mem else None}

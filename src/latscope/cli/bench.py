@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     from latscope.load.runner import RunInterrupted, run_failure
     from latscope.report.bench import print_bench
     from latscope.rundir import default_run_dir
+    from latscope.runfiles import summary_of
 
     console = Console()
     if args.replica and not args.url:
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"stopped by {exc}: finished requests, the in-flight ones as cancelled and "
                   f"the summary are in {config.output_dir}", file=sys.stderr)
             return 128 + exc.signum
-    print_bench(result.summary, console)
+    print_bench(summary_of(result.summary), console)
     console.print(f"run directory: {result.run_dir}")
     if args.replica and observers:
         _print_fleet(result, args.replica)

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     from latscope.analysis.knee import parse_slo
     from latscope.analysis.sweep import StopRules
+    from latscope.analysis.sweepfile import SweepMeta
     from latscope.campaign.sweep import sweep
     from latscope.cli.common import bench_base_config, parse_loads
     from latscope.errors import ConfigError
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from latscope.report.findings import print_findings
     from latscope.report.sweep import decomposition_table, sweep_table
     from latscope.report.text import make_console
+    from latscope.results import to_json_builtins
     from latscope.rundir import RunDir
 
     console = make_console(stderr=args.json)
@@ -125,10 +127,9 @@ def run(args: argparse.Namespace) -> int:
             target = stack.enter_context(LocalTarget(log_dir=out))
             url, model = target.url, target.model_name
         base = bench_base_config(args, url, model)
-        meta = {"url": redact_url_password(url) if url else url, "mode": mode,
-                "loads": loads or "auto", "slo": args.slo,
-                "latency_cap": args.latency_cap, "backoff": args.backoff,
-                "bench": base.public_dict()}
+        meta = SweepMeta(url=redact_url_password(url) if url else url, mode=mode,
+                         loads=loads or "auto", slo=args.slo, latency_cap=args.latency_cap,
+                         backoff=args.backoff, bench=base.public_dict())
 
         def on_step(step):
             console.print(f"  {unit} {step.load:g}: {step.metrics.get('requests_per_s') or 0:.2f}"
@@ -146,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir.write_findings(findings)
     run_dir.finish("ok")
     if args.json:
-        sys.stdout.write(orjson.dumps(result.document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(to_json_builtins(result.document),
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     console.print(sweep_table(steps, analysis, unit))
     if (decomposition := decomposition_table(steps, unit)) is not None:

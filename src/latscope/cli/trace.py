@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from latscope.report.text import make_console
     from latscope.report.tracerun import print_trace_run
     from latscope.trace.analyze import AnalysisOptions
+    from latscope.trace.files import as_json as as_json_units
 
     if not args.files and not args.compare:
         raise ConfigError("give at least one trace FILE, or --compare A B")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     print_trace_run(done, console, top_n=args.top, quiet=args.quiet, as_json=args.json)
     if done.error is not None:
         raise done.error
-    finish_run(run, "trace.json", done.output, done.findings, as_json=args.json)
+    finish_run(run, "trace.json", as_json_units(done.file()), done.findings, as_json=args.json)
     if not args.json:
         console.print(f"[dim]run directory: {run.path} (trace.json, findings.json)[/dim]")
     return 0

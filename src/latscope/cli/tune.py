@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from latscope.cli.common import add_api_key_argument
+
+if TYPE_CHECKING:
+    from latscope.analysis.search import Config
+    from latscope.analysis.tune import TuneResult, TuneState
 
 HELP = "search server flags (max-num-seqs, max-num-batched-tokens, ...) with few restarts"
 
@@ -246,17 +250,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     res = state.result
     assert res is not None  # the search ran to its end: its result is recorded
-    console.print(trials_table(state.trials, spec.objective, spec.latency, res["best"]))
+    console.print(trials_table(state.trials, spec.objective, spec.latency, res.best))
     n_val = sum(t.purpose != "search" for t in state.trials)
-    console.print(f"restarts for the search: {res['restarts']} ({res['strategy']}); full grid: "
-                  f"{res['grid_size']}; validation runs: {n_val}; servers started this session: "
+    console.print(f"restarts for the search: {res.restarts} ({res.strategy}); full grid: "
+                  f"{res.grid_size}; validation runs: {n_val}; servers started this session: "
                   f"{tuner.restarts_this_session}")
     console.print(f"pareto front ({spec.objective} vs {spec.latency}): "
-                  + "; ".join(_cfg(c) for c in res["pareto"]))
-    verdict = "meets the SLO" if res["best_feasible"] else "[red]no configuration met the SLO[/red]"
-    value = f"{res['best_value']:.4g}" if res["best_value"] is not None else "-"
-    console.print(f"[bold]best: {_cfg(res['best'])}[/bold] ({spec.objective} {value}; {verdict}); "
-                  f"baseline: {_cfg(res['baseline'])}")
+                  + "; ".join(_cfg(c) for c in res.pareto))
+    verdict = "meets the SLO" if res.best_feasible else "[red]no configuration met the SLO[/red]"
+    value = f"{res.best_value:.4g}" if res.best_value is not None else "-"
+    console.print(f"[bold]best: {_cfg(res.best)}[/bold] ({spec.objective} {value}; {verdict}); "
+                  f"baseline: {_cfg(res.baseline)}")
     console.print(_single_run_note(state, res))
     if validation:
         for line in validation_lines(validation):
@@ -265,15 +269,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cfg(config: dict[str, Any]) -> str:
+def _cfg(config: Config) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
 
 
-def _single_run_note(state: Any, res: dict[str, Any]) -> str:
+def _single_run_note(state: TuneState, res: TuneResult) -> str:
     """How sure the search's pick is without --validate: one run per configuration."""
     spec = state.spec
     by_cfg = {tuple(t.config.items()): t for t in state.search_trials() if t.status == "done"}
-    best, base = by_cfg.get(tuple(res["best"].items())), by_cfg.get(tuple(res["baseline"].items()))
+    best, base = by_cfg.get(tuple(res.best.items())), by_cfg.get(tuple(res.baseline.items()))
     if best is None or base is None or best is base:
         return "the baseline stayed best: no move beat it by more than --min-gain"
     b, a = best.metrics.get(spec.objective), base.metrics.get(spec.objective)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import msgspec
 import orjson
 
 from latscope import __version__
@@ -51,6 +52,18 @@ HOST_GLOBS = ("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor",
               "/sys/devices/system/node/node*/cpulist", "/proc/[0-9]*/stat")
 PCI_FILES = ("vendor", "device", "class", "numa_node", "local_cpulist", "current_link_speed",
              "max_link_speed", "current_link_width", "max_link_width")
+
+
+class BundleManifest(msgspec.Struct, kw_only=True):
+    """A bundle's ``collect.json``: what it captured, when, and for which server process
+    (``doctor --root`` reads the process's pid from it)."""
+
+    pid: int | None = None
+    url: str | None = None  # its password redacted
+    hostname: str = ""
+    time: float | None = None  # UNIX seconds
+    latscope: str = ""  # the collecting latscope's version
+    tools: list[str] = []  # the tools whose output it holds (TOOL_COMMANDS' keys)
 
 
 @dataclass(slots=True)
@@ -112,10 +125,11 @@ def collect(out: Path, url: str | None = None, pid: int | None = None,
         w.add(f"/{META_DIR}/environ", environ_bytes(redact_env(dict(os.environ))))
         if log:
             _add_log(w, Path(log))
-        manifest = {"pid": pid, "url": url and redact_url_password(url),
-                    "hostname": socket.gethostname(), "time": time.time(),
-                    "latscope": __version__, "tools": result.tools}
-        w.add(f"/{META_DIR}/collect.json", orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+        manifest = BundleManifest(pid=pid, url=url and redact_url_password(url),
+                                  hostname=socket.gethostname(), time=time.time(),
+                                  latscope=__version__, tools=result.tools)
+        w.add(f"/{META_DIR}/collect.json", orjson.dumps(msgspec.to_builtins(manifest),
+                                                         option=orjson.OPT_INDENT_2))
         result.files = w.count
     return result
 

@@ -10,9 +10,11 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+import msgspec
 import orjson
 
 from latscope.env import gpu
+from latscope.env.collect import BundleManifest
 from latscope.env.facts import Facts, ServerFacts
 from latscope.env.host import gather_sys_facts
 from latscope.env.serverfacts import gather_server_facts, is_local, settings_from_cmdline
@@ -26,7 +28,7 @@ def gather_facts(view: HostView, url: str | None, pid: int | None, log: str | No
     manifest = _manifest(view)
     facts = Facts(host=view)
     facts.pid, facts.pid_source = _resolve_pid(view, url, pid, manifest)
-    _read_process(facts, manifest)
+    _read_process(facts)
     facts.gpu = gpu.gather_gpu_facts(view, None if view.live else _captured_versions(view))
     facts.sys = gather_sys_facts(view, facts.pid, facts.gpu.vendor)
     log = log or _captured_log(view)
@@ -37,14 +39,17 @@ def gather_facts(view: HostView, url: str | None, pid: int | None, log: str | No
     return facts
 
 
-def _manifest(view: HostView) -> dict[str, Any]:
-    if view.live:
-        return {}
-    raw = view.read_bytes(f"/{META_DIR}/collect.json")
+def _manifest(view: HostView) -> BundleManifest:
+    """The bundle's collect.json (an empty one for the live host or a bundle without it)."""
+    raw = None if view.live else view.read_bytes(f"/{META_DIR}/collect.json")
+    if not raw:
+        return BundleManifest()
     try:
-        return orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"--root {view.root}: {META_DIR}/collect.json is not JSON") from exc
+        return msgspec.json.decode(raw, type=BundleManifest)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"--root {view.label}: {META_DIR}/collect.json: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"--root {view.label}: {META_DIR}/collect.json is not JSON") from exc
 
 
 def _captured_versions(view: HostView) -> dict[str, str]:
@@ -58,13 +63,13 @@ def _captured_log(view: HostView) -> str | None:
 
 
 def _resolve_pid(view: HostView, url: str | None, pid: int | None,
-                 manifest: dict[str, Any]) -> tuple[int | None, str]:
+                 manifest: BundleManifest) -> tuple[int | None, str]:
     if pid is not None:
         if not view.path(f"/proc/{pid}").is_dir():
             raise ConfigError(f"--pid {pid}: no such process" + ("" if view.live else " in --root"))
         return pid, "--pid"
-    if manifest.get("pid") is not None:
-        return int(manifest["pid"]), f"{META_DIR}/collect.json"
+    if manifest.pid is not None:
+        return manifest.pid, f"{META_DIR}/collect.json"
     port = url_port(url) if url else None
     if view.live and url and is_local(url) and port:
         found = find_listening_pid(view, port)
@@ -73,7 +78,7 @@ def _resolve_pid(view: HostView, url: str | None, pid: int | None,
     return None, ""
 
 
-def _read_process(facts: Facts, manifest: dict[str, Any]) -> None:
+def _read_process(facts: Facts) -> None:
     view, pid = facts.host, facts.pid
     env = view.environ(pid) if pid is not None else None
     if env is not None:

@@ -17,10 +17,44 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from latscope.errors import ConfigError
+
 CPU_FILE = "host/cpu.json"
 # Others below this many cores are noise (shells, agents, idle servers polling).
 MIN_REPORTED_CORES = 0.05
 KTHREADD = 2  # the parent of every kernel thread on Linux
+
+
+class OtherProcess(msgspec.Struct, kw_only=True):
+    """A process neither latscope's nor the server's, and the cores it used over the run;
+    ``on_server_cpus``: the share of its CPUs that are the server's (the top ten have it)."""
+
+    pid: int
+    comm: str
+    cores: float
+    on_server_cpus: float | UnsetType = UNSET
+
+
+class CoresUsed(msgspec.Struct):
+    latscope: float
+    server: float
+    others: float
+
+
+class HostCpu(msgspec.Struct, kw_only=True):
+    """``host/cpu.json``: cores used over the measured window by latscope, the server's process
+    tree and everybody else; or, without /proc, only why it is empty (``skipped``)."""
+
+    skipped: str | UnsetType = UNSET
+    window_s: float | UnsetType = UNSET
+    cores: int | UnsetType = UNSET  # this host's (its affinity)
+    server_cpus: int | None | UnsetType = UNSET  # the CPUs the server may run on
+    cores_used: CoresUsed | UnsetType = UNSET
+    server_pids: list[int] | UnsetType = UNSET
+    others: list[OtherProcess] = []
 
 
 @dataclass(frozen=True)
@@ -80,14 +114,14 @@ def descendants(procs: dict[int, ProcTimes], roots: set[int]) -> set[int]:
 
 
 def cpu_usage(before: dict[int, ProcTimes], after: dict[int, ProcTimes], seconds: float, *,
-              own_pid: int, server_pids: set[int], cores: int) -> dict[str, Any]:
+              own_pid: int, server_pids: set[int], cores: int) -> HostCpu:
     """Cores used over the window by latscope (this process and its children), the server's
     process tree and each other process (a process started during the window counts from 0)."""
     server = descendants(after, server_pids)  # first: a server latscope started is its child
     own = descendants(after, {own_pid}) - server
     kernel = descendants(after, {KTHREADD})  # kworkers & co: the workload's own I/O, mostly
     groups: dict[str, float] = {"latscope": 0.0, "server": 0.0, "others": 0.0}
-    others: list[dict[str, Any]] = []
+    others: list[OtherProcess] = []
     for pid, now in after.items():
         then = before.get(pid)
         # kernel threads rename themselves (kworker/1:1-events -> ...-events_power_efficient):
@@ -98,15 +132,16 @@ def cpu_usage(before: dict[int, ProcTimes], after: dict[int, ProcTimes], seconds
         part = "latscope" if pid in own else "server" if pid in server else "others"
         groups[part] += used / seconds
         if part == "others" and used / seconds >= MIN_REPORTED_CORES:
-            others.append({"pid": pid, "comm": now.comm, "cores": round(used / seconds, 3)})
-    others.sort(key=lambda o: -o["cores"])
+            others.append(OtherProcess(pid=pid, comm=now.comm, cores=round(used / seconds, 3)))
+    others.sort(key=lambda o: -o.cores)
     server_cpus = _affinity(min(server_pids)) if server_pids else None
     for o in others[:10]:
-        o["on_server_cpus"] = _overlap(_affinity(o["pid"]), server_cpus)
-    return {"window_s": round(seconds, 3), "cores": cores,
-            "server_cpus": len(server_cpus) if server_cpus else None,
-            "cores_used": {k: round(v, 3) for k, v in groups.items()},
-            "server_pids": sorted(server_pids), "others": others[:10]}
+        o.on_server_cpus = _overlap(_affinity(o.pid), server_cpus)
+    return HostCpu(window_s=round(seconds, 3), cores=cores,
+                   server_cpus=len(server_cpus) if server_cpus else None,
+                   cores_used=CoresUsed(*(round(groups[k], 3)
+                                          for k in ("latscope", "server", "others"))),
+                   server_pids=sorted(server_pids), others=others[:10])
 
 
 def _affinity(pid: int) -> set[int] | None:
@@ -129,7 +164,7 @@ class HostLoadSampler:
 
     def __init__(self, server_pids: set[int] | None = None) -> None:
         self.server_pids = set(server_pids or ())
-        self.result: dict[str, Any] | None = None
+        self.result: HostCpu | None = None
         self._before: dict[int, ProcTimes] = {}
         self._t0 = 0.0
 
@@ -141,7 +176,7 @@ class HostLoadSampler:
         from latscope.rundir import write_json
 
         if not self._before:
-            self.result = {"skipped": "no /proc on this host: CPU use by process not read"}
+            self.result = HostCpu(skipped="no /proc on this host: CPU use by process not read")
         else:
             after = read_procs()
             self.result = cpu_usage(self._before, after, time.monotonic() - self._t0,
@@ -150,11 +185,18 @@ class HostLoadSampler:
                                     if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         path = ctx.run_dir / CPU_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, self.result)
+        write_json(path, msgspec.to_builtins(self.result))
 
 
-def read_cpu_usage(run_dir: Path) -> dict[str, Any] | None:
+def read_cpu_usage(run_dir: Path) -> HostCpu | None:
+    """A run's ``host/cpu.json``; None where the run recorded none; a ``ConfigError`` in one
+    line for one that is not what latscope writes."""
     from latscope.rundir import read_json
 
     path = Path(run_dir) / CPU_FILE
-    return read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return msgspec.convert(read_json(path), HostCpu, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: not a CPU record latscope wrote ({exc})") from None

@@ -59,7 +59,7 @@ def side_value(facts: Sequence[dict[str, Fact]], key: str) -> Any:
     return _Mixed(values)
 
 
-class _Mixed(tuple):
+class _Mixed(tuple[Any, ...]):
     def __str__(self) -> str:
         return "differs between runs: " + ", ".join(map(_text, dict.fromkeys(self)))
 
@@ -79,7 +79,7 @@ def _same(key: str, a: Any, b: Any) -> bool:
     if key == "cache.prefix_hit_rate" and isinstance(a, (int, float)) \
             and isinstance(b, (int, float)):
         return abs(a - b) <= HIT_RATE_GAP
-    return a == b
+    return bool(a == b)
 
 
 def _text(value: Any) -> str:

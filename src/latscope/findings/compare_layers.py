@@ -91,7 +91,7 @@ def state_rows(base: Sequence[ServerState], new: Sequence[ServerState]) -> list[
 
 
 def _state_of(side: Sequence[ServerState], key: str) -> float | None:
-    values = [v for s in side if (v := getattr(s, key)) is not None]
+    values: list[float] = [v for s in side if (v := getattr(s, key)) is not None]
     if not values:
         return None
     return sum(values) / len(values) if key == "prefix_hit_rate" else max(values)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from latscope.findings.abtest import with_proof
 from latscope.findings.capacity import GpuBusy, Point, capacity_finding
@@ -27,7 +26,12 @@ from latscope.findings.limits import limit_readings
 from latscope.findings.rank import merge, rank
 from latscope.findings.server import findings_from_log, findings_from_metrics
 from latscope.findings.servermetrics import resent_prompts
-from latscope.findings.telemetry import capacity_hint, idle_time, telemetry_findings
+from latscope.findings.telemetry import (
+    CapacityHint,
+    capacity_hint,
+    idle_time,
+    telemetry_findings,
+)
 from latscope.findings.trace import trace_findings_of
 from latscope.findings.trade import budget_trade
 from latscope.findings.traffic import traffic_findings
@@ -89,11 +93,11 @@ def findings_at(m: Measured, same_host: bool | None = None,
             list(m.snapshots), source=m.source or f"/metrics at {m.label}",
             max_num_seqs=limits.max_num_seqs, max_num_seqs_source=limits.max_num_seqs_source,
             max_num_batched_tokens=limits.max_num_batched_tokens)
-    contention = contention_finding(dict(m.cpu) if m.cpu else None, m.label or "this run")
+    contention = contention_finding(m.cpu, m.label or "this run")
     if contention is not None:
         out.append(contention)
     if m.telemetry is not None:
-        out += telemetry_findings(dict(m.telemetry))
+        out += telemetry_findings(m.telemetry)
     if m.prompts is not None:
         out += resent_prompts(m.prompts.hit_rate, m.prompts.drawn_to_share,
                               m.prompts.seed or 0, m.source or f"/metrics at {m.label}")
@@ -156,7 +160,7 @@ def _trace(inputs: ConclusionInputs) -> list[Finding]:
     the knee's load (the trace file's name says nothing to a reader of the verdict)."""
     if inputs.trace is None:
         return []
-    found = trace_findings_of(dict(inputs.trace.analysis))
+    found = trace_findings_of(inputs.trace.analysis)
     load = inputs.trace.load
     if not inputs.trace.profiled or load is None:
         return found
@@ -218,22 +222,20 @@ def _gpu_busy(inputs: ConclusionInputs) -> GpuBusy | None:
     profile and NVML agreed over the same seconds (47% and 47%; docs/telemetry.md)."""
     telemetry = _telemetry_busy(inputs)
     trace = inputs.trace
-    devices = (trace.analysis.get("devices") or []) if trace is not None else []
-    b = (devices[0].get("breakdown") or {}) if devices else {}
-    if telemetry is not None or trace is None or b.get("idle_share") is None:
+    if telemetry is not None or trace is None or not trace.analysis.devices:
         return telemetry
     load = trace.load if trace.load is not None else inputs.levels.light
     where = inputs.levels.label(load) if load is not None else "the profiled load"
-    source = (trace.analysis.get("source") or {}).get("path") or "trace.json"
-    return GpuBusy(1.0 - float(b["idle_share"]), where, source)
+    source = trace.analysis.source.path or "trace.json"
+    return GpuBusy(1.0 - trace.analysis.devices[0].breakdown.idle_share, where, source)
 
 
-def _telemetry_at_verdict_load(inputs: ConclusionInputs) -> tuple[dict[str, Any], str] | None:
+def _telemetry_at_verdict_load(inputs: ConclusionInputs) -> tuple[CapacityHint, str] | None:
     load = inputs.levels.verdict_load()
     m = inputs.at(load)
-    if m is None or load is None:
+    if m is None or load is None or m.telemetry is None:
         return None
-    hint = capacity_hint(dict(m.telemetry or {}))
+    hint = capacity_hint(m.telemetry)
     return (hint, inputs.levels.label(load)) if hint else None
 
 
@@ -242,7 +244,7 @@ def _telemetry_busy(inputs: ConclusionInputs) -> GpuBusy | None:
     if found is None:
         return None
     hint, where = found
-    return GpuBusy(hint["gpu_busy_pct"] / 100.0, where, hint["source"], kind="telemetry")
+    return GpuBusy(hint.gpu_busy_pct / 100.0, where, hint.source, kind="telemetry")
 
 
 def _telemetry_idle(inputs: ConclusionInputs) -> list[Finding]:
@@ -308,7 +310,7 @@ def _client(inputs: ConclusionInputs) -> ClientSection:
     if not rows:
         return ClientSection()
     worst, load = min(rows, key=lambda r: (r[0].reliable, -(r[0].loop_lag_p99_ms or 0)))
-    return ClientSection(**worst.to_dict(), load=load, same_host=inputs.same_host)
+    return worst.section(load, inputs.same_host)
 
 
 def _checks_read(inputs: ConclusionInputs) -> list[str]:

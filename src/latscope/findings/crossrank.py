@@ -13,17 +13,26 @@ time on a rank is its wait for the others plus the transfer itself. The view spl
 
 Both are symptoms (where the time goes): a cause another layer found takes their share
 (``causes.toml``: another process on a GPU, NCCL peer-to-peer disabled). Input numbers are in ns
-(``from_json_units`` of the stored view); every share is checked to lie in 0..1.
+(the typed ``CrossRankView``); every share is checked to lie in 0..1.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from msgspec import UNSET, UnsetType
 
 from latscope.findings import reference
 from latscope.findings.impact import make_impact
 from latscope.model import Evidence, Finding, Severity
+from latscope.trace.results import (
+    CollectiveSkew,
+    CrossRankView,
+    RankRef,
+    RankSummary,
+    RankWait,
+    SlowestRank,
+)
 
 # Shares of a rank's GPU window: from REPORT on a finding is written (information), from WARNING
 # on it is one to act on (as trace.exposed_communication: 10 % of every step is worth a look).
@@ -33,62 +42,70 @@ HTA_REF = "https://hta.readthedocs.io/en/latest/source/features/comm_comp_overla
 NCCL_REF = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 
 
-def crossrank_findings(view: dict[str, Any] | None) -> list[Finding]:
-    view = view or {}
-    coll = view.get("collectives") or {}
-    if coll.get("matched", 0) < MIN_MATCHED or len(coll.get("per_rank") or []) < 2:
+def crossrank_findings(view: CrossRankView | None) -> list[Finding]:
+    coll = view.collectives if view is not None else UNSET
+    if not isinstance(coll, CollectiveSkew) or coll.matched < MIN_MATCHED or \
+            not isinstance(coll.per_rank, list) or len(coll.per_rank) < 2 or \
+            not isinstance(coll.straggler, RankRef):
         return []
-    rows = {(r["path"], r["device"]): r for r in view.get("ranks") or []}
-    out = [_straggler(coll, rows, view.get("slowest_rank")), _collective_share(coll, rows)]
+    assert view is not None  # it has collectives
+    rows = {(r.path, r.device): r for r in view.ranks}
+    slowest = view.slowest_rank if isinstance(view.slowest_rank, SlowestRank) else None
+    out = [_straggler(coll, coll.per_rank, coll.straggler, rows, slowest),
+           _collective_share(coll, coll.per_rank, rows)]
     return [f for f in out if f is not None]
 
 
-def rank_name(r: dict[str, Any]) -> str:
+def rank_name(r: RankRef | RankWait | SlowestRank) -> str:
     """``rank 1 (dp0_pp0_tp1_dcp0_ep0_rank1.17...pt.trace.json.gz device 1)``."""
-    rank = f"rank {r['rank']}" if r.get("rank") is not None else "a rank"
-    return f"{rank} ({Path(r['path']).name} device {r['device']})"
+    rank = f"rank {r.rank}" if r.rank is not None else "a rank"
+    return f"{rank} ({Path(r.path).name} device {r.device})"
 
 
 def _ms(ns: float) -> float:
     return round(ns / 1e6, 3)
 
 
-def _gpu_symptom(share: float) -> dict[str, Any]:
-    """What both cross-rank findings are: a GPU symptom (diagnose joins it to its cause), a
-    warning from ``WARNING_SHARE`` of the GPU window."""
-    severity = Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
-    return {"severity": severity, "layer": "gpu", "role": "symptom"}
+def _severity(share: float) -> Severity:
+    """Both cross-rank findings are GPU symptoms (diagnose joins them to their cause), warnings
+    from ``WARNING_SHARE`` of the GPU window."""
+    return Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
 
 
-def _straggler(coll: dict[str, Any], rows: dict[tuple[str, int], dict[str, Any]],
-               slowest: dict[str, Any] | None) -> Finding | None:
-    ranks = coll["per_rank"]
-    late = coll["straggler"]
-    mine = next(r for r in ranks if (r["path"], r["device"]) == (late["path"], late["device"]))
-    peers = [r for r in ranks if r is not mine and r.get("wait_share") is not None]
-    if mine.get("wait_share") is None or not peers:
+def _skew_ms(value: float | UnsetType) -> float:
+    """A skew percentile of matched collectives, ms (they are there once any matched)."""
+    return _ms(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _straggler(coll: CollectiveSkew, ranks: list[RankWait], late: RankRef,
+               rows: dict[tuple[str, int], RankSummary],
+               slowest: SlowestRank | None) -> Finding | None:
+    mine = next(r for r in ranks if (r.path, r.device) == (late.path, late.device))
+    mine_share = mine.wait_share
+    peers = [(r, r.wait_share) for r in ranks if r is not mine and r.wait_share is not None]
+    if mine_share is None or not peers:
         return None
-    lost = {id(r): r["wait_share"] - mine["wait_share"] for r in peers}
-    peer = max(peers, key=lambda r: lost[id(r)])
-    share = lost[id(peer)]
+    peer, peer_share = max(peers, key=lambda p: p[1])
+    share = peer_share - mine_share
     if share < REPORT_SHARE:
         return None
-    evidence = [Evidence(f"wait inside collectives, {rank_name(r)}", _ms(r["wait_ns"]), "ms",
-                         f"{coll['matched']} collectives matched across ranks")
+    evidence = [Evidence(f"wait inside collectives, {rank_name(r)}", _ms(r.wait_ns), "ms",
+                         f"{coll.matched} collectives matched across ranks")
                 for r in ranks]
     evidence += [
-        Evidence(f"wait share of the window, {rank_name(r)}", round(r["wait_share"], 4), "",
-                 "cross-rank view") for r in ranks]
+        Evidence(f"wait share of the window, {rank_name(r)}", round(r.wait_share, 4), "",
+                 "cross-rank view") for r in ranks if r.wait_share is not None]
     evidence += [Evidence("collective skew (max - min duration) p50 / p99",
-                          f"{_ms(coll['skew_p50_ns'])} / {_ms(coll['skew_p99_ns'])}", "ms",
+                          f"{_skew_ms(coll.skew_p50_ns)} / {_skew_ms(coll.skew_p99_ns)}", "ms",
                           "cross-rank view")]
-    if slowest:
-        row = rows.get((slowest["path"], slowest["device"])) or {}
+    if slowest is not None:
+        row = rows.get((slowest.path, slowest.device))
+        window = row.window_ns if row is not None else 0
         evidence.append(Evidence(f"GPU busy outside exposed communication, {rank_name(slowest)}",
-                                 _ms(slowest["compute_busy_ns"]), "ms",
-                                 f"the most of any rank; window {_ms(row.get('window_ns', 0))} ms"))
+                                 _ms(slowest.compute_busy_ns), "ms",
+                                 f"the most of any rank; window {_ms(window)} ms"))
     return Finding(
-        id="trace.rank_straggler", **_gpu_symptom(share),
+        id="trace.rank_straggler", severity=_severity(share), layer="gpu", role="symptom",
         title=(f"{rank_name(late)} is the slowest rank: {rank_name(peer)} waits for it inside "
                f"collectives {share:.0%} of its GPU window"),
         evidence=evidence,
@@ -99,27 +116,25 @@ def _straggler(coll: dict[str, Any], rows: dict[tuple[str, int], dict[str, Any]]
              "(nvidia-smi), a lower clock or power limit, a busy or remote NUMA node for its "
              "worker; then re-profile and compare the ranks' waits."),
         reference=reference("trace.rank_straggler", HTA_REF),
-        impact=make_impact("gpu_window", share, value_ms=_ms(peer["wait_ns"] - mine["wait_ns"]),
+        impact=make_impact("gpu_window", share, value_ms=_ms(peer.wait_ns - mine.wait_ns),
                            measured_at=rank_name(peer)))
 
 
-def _collective_share(coll: dict[str, Any],
-                      rows: dict[tuple[str, int], dict[str, Any]]) -> Finding | None:
+def _collective_share(coll: CollectiveSkew, ranks: list[RankWait],
+                      rows: dict[tuple[str, int], RankSummary]) -> Finding | None:
     own, exposed, evidence = [], [], []
-    for r in coll["per_rank"]:
-        row = rows.get((r["path"], r["device"])) or {}
-        window = row.get("window_ns") or 0
-        if not window:
+    for r in ranks:
+        row = rows.get((r.path, r.device))
+        if row is None or not row.window_ns:
             continue
-        own.append((r["collective_ns"] - r["wait_ns"]) / window)
-        exposed.append(row.get("exposed_comm_share") or 0.0)
-        kinds = ", ".join(f"{k['kind']} {k['count']}x {_ms(k['total_ns'])} ms"
-                          for k in r.get("by_kind") or [])
+        own.append((r.collective_ns - r.wait_ns) / row.window_ns)
+        exposed.append(row.exposed_comm_share)
+        kinds = ", ".join(f"{k.kind} {k.count}x {_ms(k.total_ns)} ms" for k in r.by_kind)
         evidence += [
-            Evidence(f"collectives, {rank_name(r)}", _ms(r["collective_ns"]), "ms",
-                     f"{kinds}; {_ms(r['wait_ns'])} ms of it waiting for other ranks"),
+            Evidence(f"collectives, {rank_name(r)}", _ms(r.collective_ns), "ms",
+                     f"{kinds}; {_ms(r.wait_ns)} ms of it waiting for other ranks"),
             Evidence(f"communication share of the window, {rank_name(r)}",
-                     round(row.get("comm_share") or 0.0, 4), "",
+                     round(row.comm_share, 4), "",
                      f"exposed (not overlapped with compute) {exposed[-1]:.4f}")]
     if not own:
         return None
@@ -127,11 +142,11 @@ def _collective_share(coll: dict[str, Any],
     share = min(sum(own) / len(own), sum(exposed) / len(exposed))
     if share < REPORT_SHARE:
         return None
-    ms = sum(r["collective_ns"] - r["wait_ns"] for r in coll["per_rank"]) / len(own)
+    ms = sum(r.collective_ns - r.wait_ns for r in ranks) / len(own)
     return Finding(
-        id="trace.collective_share", **_gpu_symptom(share),
+        id="trace.collective_share", severity=_severity(share), layer="gpu", role="symptom",
         title=(f"collectives take {share:.0%} of every rank's GPU window beyond waiting for "
-               f"other ranks (skew p50 {_ms(coll['skew_p50_ns'])} ms)"),
+               f"other ranks (skew p50 {_skew_ms(coll.skew_p50_ns)} ms)"),
         evidence=evidence,
         why=("The time a collective takes once every rank has arrived is the interconnect and "
              "the collective algorithm (NVLink/XGMI peer-to-peer, vLLM's custom all-reduce, "

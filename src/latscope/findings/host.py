@@ -6,8 +6,7 @@ by the server's process tree and by each other process over the measured window)
 
 from __future__ import annotations
 
-from typing import Any
-
+from latscope.env.hostload import CoresUsed, HostCpu
 from latscope.model import Evidence, Finding, Severity
 
 REF = "docs/findings.md#host.cpu_contention"
@@ -17,33 +16,34 @@ WARNING_SHARE = 0.2
 CRITICAL_SHARE = 0.5
 
 
-def contention_finding(usage: dict[str, Any] | None, measured_at: str) -> Finding | None:
+def contention_finding(usage: HostCpu | None, measured_at: str) -> Finding | None:
     """``host.cpu_contention`` when processes that are neither latscope nor the server used a
     notable share of the CPUs the server may run on; None when nothing was read."""
-    if not usage or usage.get("skipped") or not usage.get("cores"):
+    if usage is None or usage.skipped or not usage.cores:
         return None
-    server_cpus = usage.get("server_cpus") or usage["cores"]
-    others = usage.get("others") or []
-    on_server = sum(o["cores"] * o.get("on_server_cpus", 1.0) for o in others)
+    server_cpus = usage.server_cpus or usage.cores
+    others = usage.others
+    on_server = sum(o.cores * (o.on_server_cpus if isinstance(o.on_server_cpus, float) else 1.0)
+                    for o in others)
     share = min(1.0, on_server / server_cpus)
     source = f"/proc/*/stat at the start and end of the run at {measured_at}"
-    used = usage.get("cores_used") or {}
+    used = usage.cores_used if isinstance(usage.cores_used, CoresUsed) else None
     evidence = [
         Evidence("CPUs the server may run on", server_cpus, "cores",
-                 "sched_getaffinity of the server" if usage.get("server_cpus") else
+                 "sched_getaffinity of the server" if usage.server_cpus else
                  "this host (the server's own affinity unknown)"),
         Evidence("used by other processes on them", round(on_server, 2), "cores", source),
-        Evidence("used by the server's processes", used.get("server"), "cores", source),
-        Evidence("used by latscope", used.get("latscope"), "cores", source),
-    ] + [Evidence(f"pid {o['pid']} ({o['comm']})", o["cores"], "cores", source)
-         for o in others[:3]]
+        Evidence("used by the server's processes", used.server if used else None, "cores",
+                 source),
+        Evidence("used by latscope", used.latscope if used else None, "cores", source),
+    ] + [Evidence(f"pid {o.pid} ({o.comm})", o.cores, "cores", source) for o in others[:3]]
     severity = (Severity.CRITICAL if share >= CRITICAL_SHARE else
                 Severity.WARNING if share >= WARNING_SHARE else Severity.OK)
     if severity == Severity.OK:
         return Finding("host.cpu_contention", Severity.OK,
                        "no other process busy on the server's CPUs during the run", evidence,
                        layer="host", reference=REF)
-    top = ", ".join(f"pid {o['pid']} {o['comm']} {o['cores']:.2f}" for o in others[:3])
+    top = ", ".join(f"pid {o.pid} {o.comm} {o.cores:.2f}" for o in others[:3])
     return Finding(
         id="host.cpu_contention", severity=severity, layer="host",
         title=(f"Other processes used {on_server:.1f} of the server's {server_cpus} CPUs "

@@ -8,9 +8,8 @@ no file and calls every rule itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from latscope.model import Finding, MetricSnapshot
 from latscope.reliability import ClientReliability
@@ -20,8 +19,11 @@ if TYPE_CHECKING:
     from latscope.analysis.decompose import Decomposition
     from latscope.analysis.spanwindow import SpanWindow
     from latscope.analysis.traffic import WindowFacts
+    from latscope.env.hostload import HostCpu
     from latscope.fleet.model import FleetFacts
     from latscope.server.logs import ServerLog
+    from latscope.telemetry.facts import TelemetryFacts
+    from latscope.trace.files import StoredTrace
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +52,8 @@ class Measured:
     load: float | None = None
     decomposition: Decomposition | None = None
     snapshots: tuple[MetricSnapshot, ...] = ()
-    cpu: Mapping[str, Any] | None = None  # env.hostload's host/cpu.json of the run
-    telemetry: Mapping[str, Any] | None = None  # telemetry.facts.telemetry_facts of the run
+    cpu: HostCpu | None = None  # the host's CPUs over the run (env.hostload)
+    telemetry: TelemetryFacts | None = None  # the GPUs over the run (telemetry.facts)
     client: ClientReliability | None = None
     prompts: PromptReuse | None = None
     throughput: Throughput = field(default_factory=Throughput)
@@ -122,7 +124,7 @@ class TraceFacts:
     the cross-rank view), the load it was taken at, and whether diagnose took it (``--profile``)
     rather than being handed a file."""
 
-    analysis: Mapping[str, Any]
+    analysis: StoredTrace
     profiled: bool = False
     load: float | None = None
 

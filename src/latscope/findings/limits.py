@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from latscope.findings.server import BUDGET_USED, KV_SATURATED, budget_use
+from latscope.model import MetricSnapshot
 from latscope.server.metrics import gauge_series
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def limit_readings(m: Measured, limits: ServerLimits, gpu: GpuBusy | None) -> li
     return [_batch(snaps, limits), _kv(snaps), _budget(snaps, limits), _gpu(gpu)]
 
 
-def _batch(snaps: list, limits: ServerLimits) -> str:
+def _batch(snaps: list[MetricSnapshot], limits: ServerLimits) -> str:
     running = [v for _, v in gauge_series(snaps, "vllm:num_requests_running", combine=sum)]
     if not running:
         return "the batch: not read (no vllm:num_requests_running scrape)"
@@ -39,7 +40,7 @@ def _batch(snaps: list, limits: ServerLimits) -> str:
     return f"the batch peaked at {peak:g} running of max_num_seqs {cap} ({state})"
 
 
-def _kv(snaps: list) -> str:
+def _kv(snaps: list[MetricSnapshot]) -> str:
     kv = [v for _, v in gauge_series(snaps, "vllm:kv_cache_usage_perc", combine=max)]
     if not kv:
         return "the KV cache: not read (no vllm:kv_cache_usage_perc scrape)"
@@ -48,7 +49,7 @@ def _kv(snaps: list) -> str:
     return f"the KV cache peaked at {peak:.0%} ({state})"
 
 
-def _budget(snaps: list, limits: ServerLimits) -> str:
+def _budget(snaps: list[MetricSnapshot], limits: ServerLimits) -> str:
     mbt = limits.max_num_batched_tokens
     used = budget_use(snaps, mbt)
     if used is None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from latscope.findings.impact import TARGET_ORDER
 from latscope.model import Evidence, Finding, Severity
@@ -51,7 +52,7 @@ def _union(first: list[Evidence], second: list[Evidence]) -> list[Evidence]:
     return first + [e for e in second if (e.name, e.source) not in seen]
 
 
-def _impact_key(impact: dict | None) -> tuple[int, float]:
+def _impact_key(impact: Mapping[str, Any] | None) -> tuple[int, float]:
     if not impact or impact.get("share") is None:
         return (len(TARGET_ORDER), 0.0)
     target = impact.get("target")
@@ -59,7 +60,7 @@ def _impact_key(impact: dict | None) -> tuple[int, float]:
     return (order, -float(impact["share"]))
 
 
-def _rank_key(f: Finding) -> tuple:
+def _rank_key(f: Finding) -> tuple[int, bool, bool, bool, int, float]:
     # measured before unmeasured: a share of the latency seen in this run comes before a setting
     # whose cost was not measured here (a cause that explains a symptom carries its share); then,
     # to act on, causes before symptoms
@@ -102,7 +103,7 @@ def rank(findings: Iterable[Finding]) -> tuple[list[Finding], list[str]]:
 SHOWN_INFO_SHARE = 0.05
 
 
-def display_group(severity: str, impact: dict | None) -> str:
+def display_group(severity: str, impact: Mapping[str, Any] | None) -> str:
     """Where every renderer (terminal, report.md, report.html) lists a finding: "shown" (to act
     on: critical and warning; and information that measured ``SHOWN_INFO_SHARE`` or more of its
     target), "more" (other information) or "check" (passed, or could not run)."""

@@ -8,8 +8,6 @@ stated where they are defined, and a rule fires only on values it has actually r
 
 from __future__ import annotations
 
-from typing import Any
-
 from latscope.model import Evidence, Finding, MetricSnapshot, Severity
 from latscope.server.logs import ServerLog, StatsPoint
 from latscope.server.metrics import counter_delta, gauge_series, has_vllm_series, histogram_delta
@@ -457,7 +455,7 @@ def _waiting_reason_findings(snapshots: list[MetricSnapshot], source: str) -> li
         reference=f"{REF}#server.waiting_deferred", layer="queue")]
 
 
-def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, Any]:
+def metrics_overview(snapshots: list[MetricSnapshot]) -> dict[str, float | None]:
     """Peak gauges over the run, for reports."""
     return {name: max((v for _, v in gauge_series(snapshots, name, combine=comb)), default=None)
             for name, comb in (("vllm:num_requests_running", sum),

@@ -15,6 +15,7 @@ from latscope.findings import server as rules
 from latscope.findings.checkbase import ev, skipped
 from latscope.findings.latency import Context, share_finding
 from latscope.model import Finding, Severity
+from latscope.server.metrics import MetricsPage
 
 REF = "docs/findings.md"
 
@@ -39,7 +40,7 @@ def check_metrics(facts: Facts) -> list[Finding]:
     return findings
 
 
-def _cache_config(page, source: str) -> list[Finding]:
+def _cache_config(page: MetricsPage, source: str) -> list[Finding]:
     info = page.get("vllm:cache_config_info")
     if not info:
         return []
@@ -51,7 +52,7 @@ def _cache_config(page, source: str) -> list[Finding]:
                     reference=f"{REF}#server.cache_config")]
 
 
-def _preemptions(page, source: str) -> list[Finding]:
+def _preemptions(page: MetricsPage, source: str) -> list[Finding]:
     preempt = page.value("vllm:num_preemptions_total")
     if preempt is None:
         return []
@@ -59,7 +60,7 @@ def _preemptions(page, source: str) -> list[Finding]:
         [ev("vllm:num_preemptions_total (since start)", preempt, source)], preempt)]
 
 
-def _kv_usage(page, source: str) -> list[Finding]:
+def _kv_usage(page: MetricsPage, source: str) -> list[Finding]:
     usage = page.value("vllm:kv_cache_usage_perc")
     if usage is None or usage < rules.KV_SATURATED:
         return []
@@ -67,7 +68,7 @@ def _kv_usage(page, source: str) -> list[Finding]:
                              sustained=False)]
 
 
-def _prefix_hits(page, source: str) -> list[Finding]:
+def _prefix_hits(page: MetricsPage, source: str) -> list[Finding]:
     queries = page.value("vllm:prefix_cache_queries_total")
     hits = page.value("vllm:prefix_cache_hits_total")
     if not queries or hits is None:
@@ -107,13 +108,13 @@ def resent_prompts(hit_rate: float | None, shares_prefix: bool, seed: int,
                     reference=f"{REF}#server.prefix_cache_resent", layer="client")]
 
 
-def _mean_ms(page, family: str) -> tuple[float, float] | None:
+def _mean_ms(page: MetricsPage, family: str) -> tuple[float, float] | None:
     total = page.value(f"{family}_sum")
     count = page.value(f"{family}_count")
     return None if not count or total is None else (total / count * 1000.0, count)
 
 
-def _ttft_parts(page, source: str) -> list[Finding]:
+def _ttft_parts(page: MetricsPage, source: str) -> list[Finding]:
     ttft = _mean_ms(page, "vllm:time_to_first_token_seconds")
     queue = _mean_ms(page, "vllm:request_queue_time_seconds")
     prefill = _mean_ms(page, "vllm:request_prefill_time_seconds")

@@ -12,11 +12,11 @@ joins to it, as it joins a profile's idle time.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from latscope.findings.impact import make_impact, severity_for_share
 from latscope.model import Evidence, Finding, Severity
-from latscope.telemetry.facts import SOURCE
+from latscope.telemetry.facts import TelemetryFacts
 
 REF = "docs/findings.md"
 NVML_DOC = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"
@@ -31,11 +31,11 @@ MEMORY_FULL = 0.98
 GIB = 2**30
 
 
-def telemetry_findings(facts: dict[str, Any]) -> list[Finding]:
+def telemetry_findings(facts: TelemetryFacts) -> list[Finding]:
     """Every GPU telemetry finding of one run (its ``telemetry_facts``)."""
-    if facts.get("status") == "absent":
+    if facts.status == "absent":
         return []
-    if facts.get("status") != "ok":
+    if not facts.ok:
         return [_unavailable(facts)]
     rules = (_state, _clocks_limited, _underused, _memory_full, _pcie_link, _errors,
              _other_process)
@@ -49,15 +49,27 @@ def telemetry_findings(facts: dict[str, Any]) -> list[Finding]:
 GPU_BOUND_PCT = 85.0
 
 
-def capacity_hint(facts: dict[str, Any]) -> dict[str, Any] | None:
-    """What the GPU says about the capacity verdict at one load (diagnose: at the knee):
-    ``{"gpu_busy_pct", "power_or_thermal_limited_share", "limit": "gpu" | "not_gpu" | None,
-    "text"}``; None without telemetry or a scrape with requests running."""
-    busy = facts.get("busy") or {}
-    util = busy.get("util_pct_mean") if facts.get("status") == "ok" else None
+@dataclass(frozen=True, slots=True)
+class CapacityHint:
+    """What the GPU says about the capacity verdict at one load: its busy share, the share of
+    scrapes its clocks were held down by a power or thermal limit, whether it is the limit
+    ("gpu", "not_gpu" or None: neither can be said) and that in words."""
+
+    gpu_busy_pct: float
+    power_or_thermal_limited_share: float
+    limit: str | None
+    text: str
+    source: str
+
+
+def capacity_hint(facts: TelemetryFacts) -> CapacityHint | None:
+    """The GPU at one load (diagnose: at the knee); None without telemetry or a scrape with
+    requests running."""
+    util = facts.busy.util_pct_mean if facts.ok else None
     if util is None:
         return None
-    limited = busy.get("limited_share") or 0.0
+    limited = facts.busy.limited_share or 0.0
+    limit: str | None
     if util >= GPU_BOUND_PCT:
         limit, text = "gpu", f"the GPU was busy {util:.0f}% of the time: it is the limit here"
         if limited >= LIMITED_INFO:
@@ -67,65 +79,61 @@ def capacity_hint(facts: dict[str, Any]) -> dict[str, Any] | None:
                                   "the host, the scheduler or the client, not the GPU")
     else:
         limit, text = None, f"the GPU was busy {util:.0f}% of the time"
-    return {"gpu_busy_pct": round(util, 1), "power_or_thermal_limited_share": round(limited, 3),
-            "limit": limit, "text": text, "source": _src(facts)}
+    return CapacityHint(round(util, 1), round(limited, 3), limit, text, facts.where)
 
 
-def _src(facts: dict[str, Any]) -> str:
-    return f"{facts.get('source', 'GPU telemetry')}, {facts.get('run', '')}/{SOURCE}"
-
-
-def _unavailable(facts: dict[str, Any]) -> Finding:
+def _unavailable(facts: TelemetryFacts) -> Finding:
     # the title is the whole message, one line: no evidence row repeating it
     return Finding("gpu.telemetry_unavailable", Severity.INFO,
-                   f"No GPU telemetry: {facts.get('why') or 'no reader answered'}", [],
+                   f"No GPU telemetry: {facts.why or 'no reader answered'}", [],
                    reference=f"{REF}#gpu.telemetry_unavailable", layer="gpu")
 
 
-def _state(facts: dict[str, Any]) -> list[Finding]:
+def _state(facts: TelemetryFacts) -> list[Finding]:
     """What each of the server's GPUs did while it served: the figures the verdict reads."""
-    busy = facts.get("busy") or {}
-    ev = [Evidence("server GPUs", ",".join(map(str, facts["gpus"])), "", facts["gpus_from"])]
+    busy = facts.busy
+    ev = [Evidence("server GPUs", ",".join(map(str, facts.gpus)), "", facts.gpus_from)]
     # while it served (idle samples sit at the lowest clock and say nothing about the load)
     ev += [e for e in (
-        _ev("SM clock mean while serving", busy.get("sm_clock_mhz_mean"),
-            f"MHz of {_fmt(busy.get('sm_clock_max_mhz'))} max", facts),
-        _ev("power mean while serving", busy.get("power_w_mean"),
-            f"W of {_fmt(busy.get('power_limit_w'))} W limit", facts),
+        _ev("SM clock mean while serving", busy.sm_clock_mhz_mean,
+            f"MHz of {_fmt(busy.sm_clock_max_mhz)} max", facts),
+        _ev("power mean while serving", busy.power_w_mean,
+            f"W of {_fmt(busy.power_limit_w)} W limit", facts),
         _ev("scrapes while serving with clocks held down by a limit",
-            None if busy.get("limited_share") is None else 100 * busy["limited_share"], "%",
+            None if busy.limited_share is None else 100 * busy.limited_share, "%",
             facts)) if e]
-    for gpu, g in facts["per_gpu"].items():
+    for gpu, g in facts.per_gpu.items():
         ev += [e for e in (
-            _ev(f"GPU{gpu} utilisation mean over the run", g.get("util_pct_mean"), "%", facts),
-            _ev(f"GPU{gpu} temperature max", g.get("temp_c_max"), "C", facts)) if e]
-    util = busy.get("util_pct_mean")
+            _ev(f"GPU{gpu} utilisation mean over the run", g.util_pct_mean, "%", facts),
+            _ev(f"GPU{gpu} temperature max", g.temp_c_max, "C", facts)) if e]
+    util = busy.util_pct_mean
     title = (f"GPU busy {util:.0f}% of the time while the server ran requests "
-             f"({busy['scrapes']} scrapes)" if util is not None else
+             f"({busy.scrapes} scrapes)" if util is not None else
              "GPU telemetry recorded (no scrape with requests running to join it to)")
     return [Finding("gpu.busy", Severity.INFO, title, ev,
                     reference=f"{REF}#gpu.busy", layer="gpu", role="symptom")]
 
 
-def _clocks_limited(facts: dict[str, Any]) -> list[Finding]:
-    q = facts.get("queued") or {}
-    share = q.get("limited_share")
-    if q.get("scrapes", 0) < MIN_SCRAPES or share is None or share < LIMITED_INFO:
+def _clocks_limited(facts: TelemetryFacts) -> list[Finding]:
+    q = facts.queued
+    share = q.limited_share
+    if q.scrapes < MIN_SCRAPES or share is None or share < LIMITED_INFO:
         return []
-    cause = ("power" if q["power_limited_share"] >= q["thermal_limited_share"] else "thermal")
+    cause = ("power" if (q.power_limited_share or 0) >= (q.thermal_limited_share or 0)
+             else "thermal")
     ev = [Evidence("queued scrapes with clocks held down", round(share, 3),
-                   f"of {q['scrapes']} with requests waiting", _src(facts)),
-          Evidence("clock-event reasons", ", ".join(q.get("reasons") or ()), "", _src(facts))]
-    ev += [e for e in (_ev("SM clock mean while queued", q.get("sm_clock_mhz_mean"),
-                           f"MHz of {_fmt(q.get('sm_clock_max_mhz'))} max", facts),
-                       _ev("power mean while queued", q.get("power_w_mean"),
-                           f"W of {_fmt(q.get('power_limit_w'))} W limit", facts)) if e]
-    for gpu, g in facts["per_gpu"].items():
-        for policy, seconds in (g.get("violation_s") or {}).items():
+                   f"of {q.scrapes} with requests waiting", facts.where),
+          Evidence("clock-event reasons", ", ".join(q.reasons), "", facts.where)]
+    ev += [e for e in (_ev("SM clock mean while queued", q.sm_clock_mhz_mean,
+                           f"MHz of {_fmt(q.sm_clock_max_mhz)} max", facts),
+                       _ev("power mean while queued", q.power_w_mean,
+                           f"W of {_fmt(q.power_limit_w)} W limit", facts)) if e]
+    for gpu, g in facts.per_gpu.items():
+        for policy, seconds in g.violation_s.items():
             if seconds > 0 and policy in ("power", "thermal"):
                 ev.append(Evidence(f"GPU{gpu} {policy} violation time over the run",
                                    round(seconds, 2), "s", "nvmlDeviceGetViolationStatus"))
-    clock = q.get("clock_ratio_mean")
+    clock = q.clock_ratio_mean
     lowered = _lowered_limits(facts)
     ev += [Evidence(f"GPU{gpu} power limit", limit, f"W, below its default {default:.0f} W",
                     "nvmlDeviceGetEnforcedPowerLimit / PowerManagementDefaultLimit")
@@ -151,27 +159,27 @@ def _clocks_limited(facts: dict[str, Any]) -> list[Finding]:
         reference=f"{REF}#gpu.clocks_limited; {NVML_DOC}", layer="gpu")]
 
 
-def _lowered_limits(facts: dict[str, Any]) -> list[tuple[str, float, float]]:
+def _lowered_limits(facts: TelemetryFacts) -> list[tuple[int, float, float]]:
     """(gpu, enforced limit, default) for the GPUs whose power limit was set below default."""
     out = []
-    for gpu, g in facts["per_gpu"].items():
-        limit, default = g.get("power_limit_w"), g.get("power_default_limit_w")
+    for gpu, g in facts.per_gpu.items():
+        limit, default = g.power_limit_w, g.power_default_limit_w
         if limit is not None and default and limit < default - 1.0:
             out.append((gpu, round(limit, 1), default))
     return out
 
 
-def _underused(facts: dict[str, Any]) -> list[Finding]:
-    q = facts.get("queued") or {}
-    util = q.get("util_pct_mean")
-    if q.get("scrapes", 0) < MIN_SCRAPES or util is None or util >= LOW_UTIL_PCT:
+def _underused(facts: TelemetryFacts) -> list[Finding]:
+    q = facts.queued
+    util = q.util_pct_mean
+    if q.scrapes < MIN_SCRAPES or util is None or util >= LOW_UTIL_PCT:
         return []
     ev = [Evidence("GPU utilisation mean while requests waited", round(util, 1), "%",
-                   _src(facts)),
-          Evidence("scrapes with requests waiting", q["scrapes"], f"of {q['of']}",
+                   facts.where),
+          Evidence("scrapes with requests waiting", q.scrapes, f"of {q.of}",
                    "vllm:num_requests_waiting > 0, /metrics of the run"),
-          Evidence("of them below 50% utilisation", round(q.get("low_util_share") or 0, 3),
-                   "share", _src(facts))]
+          Evidence("of them below 50% utilisation", round(q.low_util_share or 0, 3),
+                   "share", facts.where)]
     return [Finding(
         "gpu.underused_while_queued",
         Severity.WARNING,
@@ -187,14 +195,15 @@ def _underused(facts: dict[str, Any]) -> list[Finding]:
         reference=f"{REF}#gpu.underused_while_queued; {NVML_DOC}", layer="gpu", role="symptom")]
 
 
-def _memory_full(facts: dict[str, Any]) -> list[Finding]:
+def _memory_full(facts: TelemetryFacts) -> list[Finding]:
     out = []
-    for gpu, g in facts["per_gpu"].items():
-        frac = g.get("mem_used_frac_max")
+    for gpu, g in facts.per_gpu.items():
+        frac = g.mem_used_frac_max
         if frac is None or frac < MEMORY_FULL:
             continue
-        ev = [Evidence(f"GPU{gpu} memory used at peak", round(g["mem_used_bytes_max"] / GIB, 2),
-                       f"GiB of {g['mem_total_bytes'] / GIB:.2f}", _src(facts))]
+        used, total = (g.mem_used_bytes_max or 0) / GIB, (g.mem_total_bytes or 0) / GIB
+        ev = [Evidence(f"GPU{gpu} memory used at peak", round(used, 2), f"GiB of {total:.2f}",
+                       facts.where)]
         out.append(Finding(
             "gpu.memory_full", Severity.WARNING,
             f"GPU{gpu} memory {frac:.1%} full at its peak", ev,
@@ -207,23 +216,23 @@ def _memory_full(facts: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _pcie_link(facts: dict[str, Any]) -> list[Finding]:
+def _pcie_link(facts: TelemetryFacts) -> list[Finding]:
     out = []
-    for gpu, p in (facts.get("pcie") or {}).items():
-        if not p.get("under_load_samples"):
+    for gpu, p in facts.pcie.items():
+        if not p.under_load_samples:
             continue  # links drop to a lower generation when idle: only a loaded one counts
-        slow_gen = p.get("gen") is not None and p.get("max_gen") and p["gen"] < p["max_gen"]
-        narrow = p.get("width") is not None and p.get("max_width") and p["width"] < p["max_width"]
+        slow_gen = p.gen is not None and p.max_gen and p.gen < p.max_gen
+        narrow = p.width is not None and p.max_width and p.width < p.max_width
         if not (slow_gen or narrow):
             continue
-        ev = [Evidence(f"GPU{gpu} PCIe link under load", f"gen {p['gen']} x{p['width']}", "",
-                       _src(facts)),
-              Evidence(f"GPU{gpu} PCIe link maximum", f"gen {p['max_gen']} x{p['max_width']}",
+        ev = [Evidence(f"GPU{gpu} PCIe link under load", f"gen {p.gen} x{p.width}", "",
+                       facts.where),
+              Evidence(f"GPU{gpu} PCIe link maximum", f"gen {p.max_gen} x{p.max_width}",
                        "", "nvmlDeviceGetMaxPcieLinkGeneration / MaxPcieLinkWidth")]
         out.append(Finding(
             "gpu.pcie_degraded", Severity.WARNING,
-            f"GPU{gpu} PCIe link below its maximum under load (gen {p['gen']} x{p['width']} of "
-            f"gen {p['max_gen']} x{p['max_width']})", ev,
+            f"GPU{gpu} PCIe link below its maximum under load (gen {p.gen} x{p.width} of "
+            f"gen {p.max_gen} x{p.max_width})", ev,
             why=("Host-device copies (inputs, sampled tokens, swapped or offloaded KV blocks) "
                  "move slower; a degraded link also hints at a seating or riser fault."),
             fix=("Check the slot, riser and BIOS PCIe settings (lspci -vv: LnkSta against "
@@ -232,16 +241,16 @@ def _pcie_link(facts: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _errors(facts: dict[str, Any]) -> list[Finding]:
+def _errors(facts: TelemetryFacts) -> list[Finding]:
     out = []
-    for gpu, e in (facts.get("errors") or {}).items():
-        xids, unc, cor = e.get("xids") or [], e.get("ecc_uncorrected"), e.get("ecc_corrected")
+    for gpu, e in facts.errors.items():
+        xids, unc, cor = e.xids, e.ecc_uncorrected, e.ecc_corrected
         if not xids and not unc and not cor:
             continue
         ev = [Evidence(f"GPU{gpu} XID events during the run", ",".join(map(str, xids)) or "none",
                        "", "nvmlEventSetWait (XID critical errors)"),
-              Evidence(f"GPU{gpu} ECC uncorrected during the run", unc, "errors", _src(facts)),
-              Evidence(f"GPU{gpu} ECC corrected during the run", cor, "errors", _src(facts))]
+              Evidence(f"GPU{gpu} ECC uncorrected during the run", unc, "errors", facts.where),
+              Evidence(f"GPU{gpu} ECC corrected during the run", cor, "errors", facts.where)]
         severe = bool(xids or unc)
         out.append(Finding(
             "gpu.errors", Severity.CRITICAL if severe else Severity.INFO,
@@ -259,14 +268,13 @@ def _errors(facts: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _other_process(facts: dict[str, Any]) -> list[Finding]:
-    others = facts.get("others") or {}
-    found = [(gpu, p) for gpu, procs in others.items() for p in procs]
+def _other_process(facts: TelemetryFacts) -> list[Finding]:
+    found = [(gpu, p) for gpu, procs in (facts.others or {}).items() for p in procs]
     if not found:
         return []
-    ev = [Evidence(f"GPU{gpu} pid {p['pid']}",
-                   "?" if p.get("used_bytes") is None else round(p["used_bytes"] / GIB, 2),
-                   "GiB", _src(facts)) for gpu, p in found[:8]]
+    ev = [Evidence(f"GPU{gpu} pid {p.pid}",
+                   "?" if p.used_bytes is None else round(p.used_bytes / GIB, 2),
+                   "GiB", facts.where) for gpu, p in found[:8]]
     return [Finding(
         "gpu.other_process", Severity.WARNING,
         f"{len(found)} other process(es) held the server's GPU(s) during the run", ev,
@@ -276,31 +284,31 @@ def _other_process(facts: dict[str, Any]) -> list[Finding]:
         reference=f"{REF}#gpu.other_process", layer="gpu")]
 
 
-def _ev(name: str, value: float | None, unit: str, facts: dict[str, Any]) -> Evidence | None:
-    return None if value is None else Evidence(name, round(value, 1), unit, _src(facts))
+def _ev(name: str, value: float | None, unit: str, facts: TelemetryFacts) -> Evidence | None:
+    return None if value is None else Evidence(name, round(value, 1), unit, facts.where)
 
 
 def _fmt(value: float | None) -> str:
     return "?" if value is None else f"{value:.0f}"
 
 
-def idle_time(hint: dict[str, Any] | None, where: str) -> Finding | None:
+def idle_time(hint: CapacityHint | None, where: str) -> Finding | None:
     """``gpu.idle_time``: no kernel ran for most of the time the server ran requests at
     ``where`` (``capacity_hint`` of that run: NVML's utilisation below ``LOW_UTIL_PCT``). NVML
     counts a sample period as busy if any kernel ran in it, so 1 - utilisation is time the GPU
     was wholly idle: on the H200 with --enforce-eager 69-75% at every load, with CUDA graphs
     2-22% at c=1 (tests/data/gpu-matrix/eager-telemetry). A symptom: its cause comes from
     the cause table (docs/findings.md#gpu.idle_time)."""
-    if not hint or hint.get("gpu_busy_pct") is None or hint["gpu_busy_pct"] >= LOW_UTIL_PCT:
+    if hint is None or hint.gpu_busy_pct >= LOW_UTIL_PCT:
         return None
-    busy = float(hint["gpu_busy_pct"])
+    busy = hint.gpu_busy_pct
     idle = 1.0 - busy / 100.0
     return Finding(
         "gpu.idle_time", severity_for_share(idle),
         f"GPU idle {idle:.0%} of the time while the server ran requests at {where} (GPU "
         "telemetry: no kernel running)",
         [Evidence(f"GPU busy at {where}", round(busy, 1), "% of the time (utilisation)",
-                  hint.get("source", "GPU telemetry"))],
+                  hint.source)],
         why=("The GPU waited for work: the host launched kernels too slowly (eager mode, launch "
              "blocking, a busy CPU) or the scheduler and API server fed it too little."),
         fix=("Find what the host does between kernels: a profile (diagnose --profile) joins the "

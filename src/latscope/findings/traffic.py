@@ -65,12 +65,12 @@ def traffic_findings(inputs: ConclusionInputs) -> list[Finding]:
     out = window_findings(facts, m.snapshots if m else (),
                           max_num_seqs_source=inputs.limits.max_num_seqs_source,
                           spans=inputs.spans)
-    cpu = dict(m.cpu) if m is not None and m.cpu else None
+    cpu = m.cpu if m is not None else None
     contention = contention_finding(cpu, facts.label) if cpu else None
     out += [contention] if contention is not None else []
     if m is not None and m.telemetry:
-        out += telemetry_findings(dict(m.telemetry))
-        idle = idle_time(capacity_hint(dict(m.telemetry)), facts.label)
+        out += telemetry_findings(m.telemetry)
+        idle = idle_time(capacity_hint(m.telemetry), facts.label)
         out += [idle] if idle is not None else []
     return out
 

@@ -72,8 +72,8 @@ def _stats_disabled(ranked: list[Finding], facts: WindowFacts,
     """--disable-log-stats: no vllm:* series. What remains (doctor, the log, spans) may still
     name a cause; the queue, prefill and the server's TTFT cannot be seen from /metrics."""
     split = spans.split if spans is not None else None
-    result = _plain(verdict(ranked, VerdictInputs(healthy=_healthy(facts, split) if split
-                                                  else None)))
+    healthy = _healthy(facts, split) if split else None
+    result: dict[str, Any] = _plain(verdict(ranked, VerdictInputs(healthy=healthy)))
     unseen = ("the server exposes no vllm:* series (started with --disable-log-stats): its "
               "queue, batch, KV cache and TTFT over the window could not be seen"
               + ("" if spans else " (spans, --otlp-listen, would show each request's)"))

@@ -206,9 +206,18 @@ def request_body(config: BenchConfig, model: str, prompt: Prompt) -> bytes:
     return orjson.dumps(body)
 
 
+def ramp_allowance(concurrency: int | None) -> int:
+    """Prompts built beyond a closed loop's measured ones for its stagger's ramp: the sends
+    before every slot has sent (``load.stagger``), about one a slot; more are built as sent."""
+    c = concurrency or 1
+    return c + c // 4 + 4
+
+
 def prompt_count(config: BenchConfig) -> int:
     if config.num_requests:
-        return config.num_requests + config.warmup
+        ramp = ramp_allowance(config.concurrency) if config.rate is None and config.stagger \
+            else 0
+        return config.num_requests + max(config.warmup, ramp)
     assert config.duration_s
     if config.rate:
         return int(config.rate * config.duration_s * 1.5) + 16 + config.warmup

@@ -11,10 +11,11 @@ text): skipping them would move TTFT later and stretch ITL. Output tokens come f
 ``usage`` when it sends one (``stream_options.include_usage``), else they are the number of
 token chunks.
 
-Three readers, one answer: a usual stream is read by a quick reader, the C pass
-(``latscope/_native.c``, ~15 us per 64 KB response) or where it was not built the pure-Python
-one (``fastread``, ~250-400 us); either declines anything unusual to the exact per-event reader
-here, which is the reference both are held to (tests/unit/fuzz, target ``sse_chunked``).
+Three readers, one answer: a usual stream is read by a quick pass, the C one
+(``latscope/_native.c``, ~15 us per 64 KB response) or where it was not built its pure-Python
+twin (``latscope.fastread``, ~250-400 us; ``latscope.native`` picks); either declines anything
+unusual to the exact per-event reader here, which is the reference both are held to
+(tests/unit/fuzz, target ``sse_chunked``).
 """
 
 from __future__ import annotations
@@ -26,14 +27,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from latscope.load.fastread import read_stream_fast as _read_stream_fast
+from latscope import native
 from latscope.load.streamtail import keep_server_metrics, last_int, set_tokens
 from latscope.model import ErrorKind, RequestRecord
-
-try:  # the C pass over a finished stream (setup.py builds it where a compiler is found)
-    from latscope import _native
-except ImportError:  # pragma: no cover - exercised where no compiler is found
-    _native = None  # type: ignore[assignment]
 
 _CONTENT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"')
 _ROLE = re.compile(rb'"role"\s*:')
@@ -144,12 +140,14 @@ def finalize(record: RequestRecord, exchange: Exchange, stream: bool) -> None:
         _set_error(record, ErrorKind.MALFORMED, problem)
 
 
-def _read_stream_c(record: RequestRecord, reads: list[tuple[int, bytes]], skip: int = 0) -> bool:
-    """The usual stream, read by one C-level pass (``latscope/_native.c``): framing, events,
-    token events and their times, exactly as the exact reader (``_read_stream`` over
-    ``dechunk``) reads them; False where the stream is not the common shape, and the exact
-    reader runs instead. ``skip``: the first read's bytes before the body (its HTTP head)."""
-    scanned = _native.scan_stream(reads, skip) if _native is not None else None
+def read_stream_quick(record: RequestRecord, reads: list[tuple[int, bytes]],
+                      skip: int = 0, scan: native.Scan | None = None) -> bool:
+    """The usual stream, read by one quick pass (``native.scan_stream``: the C pass, or its
+    twin): framing, events, token events and their times, exactly as the exact reader
+    (``_read_stream`` over ``dechunk``) reads them; False where the stream is not the common
+    shape, and the exact reader runs instead. ``skip``: the first read's bytes before the body
+    (its HTTP head); ``scan``: another backend's pass (the tests'; default ``scan_stream``)."""
+    scanned = (scan or scan_stream)(reads, skip)
     if scanned is None:
         return False
     chunk_ns, tail = scanned
@@ -161,10 +159,11 @@ def _read_stream_c(record: RequestRecord, reads: list[tuple[int, bytes]], skip: 
     return True
 
 
-# Which reader takes a finished stream first (its name goes into summary.json's client section):
-# the C pass where it was built, else the pure-Python one; either declines to the exact reader
-STREAM_PARSER = "c" if _native is not None else "python"
-read_stream_quick = _read_stream_c if _native is not None else _read_stream_fast
+# Which quick pass reads a finished stream first (its name goes into summary.json's client
+# section): the C pass where it was built, else its twin; either declines to the exact reader.
+# A module global, looked up at each call: the tests set it to each backend's in turn.
+STREAM_PARSER = native.BACKEND
+scan_stream = native.scan_stream
 
 
 def _sse_events(pieces: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int], bytes]:

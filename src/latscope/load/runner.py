@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import signal
 import time
@@ -29,14 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import numpy as np
-
-from latscope.load.arrival import arrival_offsets_ns
 from latscope.load.client import StreamingClient, check_headers
 from latscope.load.config import BenchConfig
 from latscope.load.gcpace import CollectorPace
-from latscope.load.inflight import Gate, RequestFlow
+from latscope.load.inflight import Gate
 from latscope.load.offcpu import RunQueueClock
+from latscope.load.openloop import OpenLoop, _forget  # noqa: F401 (workers take it here)
 from latscope.load.prepare import (
     check_lengths,
     discover_model,
@@ -47,11 +44,17 @@ from latscope.load.prepare import (
     split_url,
 )
 from latscope.load.response import STREAM_PARSER
-from latscope.load.stagger import Stagger
-from latscope.load.summary import client_warnings, compose_summary, rebuild_summary, run_failure  # noqa: F401
-from latscope.load.workload import Prompt, Workload, build_workload
+from latscope.load.stagger import Feed, Stagger
+from latscope.load.summary import (  # noqa: F401 (callers take them from here)
+    add_staggers,
+    client_warnings,
+    compose_summary,
+    rebuild_summary,
+    run_failure,
+)
+from latscope.load.workload import Workload, build_workload
 from latscope.model import RequestRecord, RunContext, RunObserver
-from latscope.rundir import RunWriter, default_run_dir, read_run
+from latscope.rundir import RunWriter, default_run_dir, iter_records, read_run
 from latscope.stats import RunStats, distribution
 
 _LAG_INTERVAL_S = 0.01
@@ -76,8 +79,14 @@ class BenchResult:
 
     @property
     def records(self) -> list[RequestRecord]:
-        """The run's records, read back from ``requests.jsonl`` (the run keeps none in memory)."""
+        """The run's records, read back from ``requests.jsonl`` (the run keeps none in memory),
+        every one with its token times at once (~9 kB a 256-token record): for tests and
+        small runs; a pass over a long run's records takes ``iter_records``."""
         return read_run(self.run_dir)[1]
+
+    def iter_records(self, token_times: bool = False) -> Iterator[RequestRecord]:
+        """The run's records one at a time, without their token times unless asked."""
+        return iter_records(self.run_dir, token_times=token_times)
 
 
 def run_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
@@ -168,23 +177,7 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
         # the connections the load will hold, opened before it starts (not measured)
         await run.client.preconnect(min(config.concurrency or 0, 4096))
         try:
-            if config.warmup and (config.rate is not None or not config.duration_s):
-                # A closed loop's warm-up flows into its measured requests without a gap:
-                # stopping between them would make the measured run start with a burst of
-                # ``concurrency`` requests at once, whose queue is the burst's, not the load's.
-                # An open loop's warm-up is the first requests of its arrivals, at the rate: a
-                # warm-up one at a time (what an uncapped open loop had) warms nothing a load
-                # needs, and 720 of them took 2.5 minutes on the H200 before a 15 s run.
-                manifest["warmup_mode"] = ("continuous: the first arrivals, at the rate"
-                                           if config.rate is not None else
-                                           "continuous: warm-up requests flow into measured ones")
-                await run.measure(begin=begin_measurement)
-            else:
-                if config.warmup:
-                    await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
-                                                                     config.warmup), warmup=True)
-                await begin_measurement()
-                await run.measure()
+            await _load(run, config, manifest, begin_measurement)
         finally:
             run.stop_clock()
             for obs in started:
@@ -202,6 +195,32 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     return BenchResult(run.writer.run_dir, summary, config, manifest)
 
 
+async def _load(run: _Run, config: BenchConfig, manifest: dict[str, Any],
+                begin: Callable[[], Any]) -> None:
+    """The warm-up and the measured requests; ``begin`` starts the measurement (observers).
+
+    A closed loop's measurement begins at its first measured send: its warm-up and its
+    stagger's ramp (``load.stagger``) flow into the measured requests without a gap (stopping
+    between them would start the measured run with a burst of ``concurrency`` requests at
+    once, whose queue is the burst's, not the load's); with --duration a warm-up is sent
+    first, waited for. An open loop's warm-up is the first requests of its arrivals, at the
+    rate: a warm-up one at a time (what an uncapped open loop had) warms nothing a load needs,
+    and 720 of them took 2.5 minutes on the H200 before a 15 s run."""
+    if config.rate is None:
+        if config.warmup and config.duration_s:
+            await run.closed_loop(range(config.warmup), min(config.concurrency or 1,
+                                                             config.warmup), warmup=True)
+        elif config.warmup:
+            manifest["warmup_mode"] = "continuous: warm-up requests flow into measured ones"
+        await run.measure(begin=begin)
+    elif config.warmup:
+        manifest["warmup_mode"] = "continuous: the first arrivals, at the rate"
+        await run.measure(begin=begin)
+    else:
+        await begin()
+        await run.measure()
+
+
 class _Once:
     """Runs an async function once; every caller waits until it has run."""
 
@@ -217,7 +236,7 @@ class _Once:
         self.ran = True
 
 
-class _Run(RequestFlow):
+class _Run(OpenLoop):
     """The mutable state of one run."""
 
     def __init__(self, config: BenchConfig, base_url: str, headers: dict[str, str], model: str,
@@ -249,32 +268,39 @@ class _Run(RequestFlow):
         # staggers its slots by it without a pilot request of its own
         self.request_time_ns: int | None = None
         self.staggers: list[dict[str, Any]] = []  # what each closed loop drew, for the summary
+        # no closed-loop send starts past this (--duration; set when the measurement starts)
+        self.deadline_ns: int | None = None
+        self.measuring = asyncio.Event()  # the measurement started (``measure``'s clocks)
         self.cpu0 = self.wall0 = self.cpu_s = self.wall_s = 0.0
         self.off_cpu = RunQueueClock()  # the loop ready to run while another process ran
 
     async def closed_loop(self, indices: Iterable[int], concurrency: int, warmup: bool,
-                          deadline_ns: int | None = None, *, warm_below: int = 0,
+                          window_ns: int | None = None, *, warm_below: int = 0,
                           begin: Callable[[], Any] | None = None,
-                          stagger_offset: float = 0.0) -> None:
-        """``concurrency`` slots, each sending the next index as soon as its last one ended.
-        Indices below ``warm_below`` are warm-up requests; the first slot to reach a measured
-        index runs ``begin`` (the measurement's start) once, and the others wait for it."""
-        it: Iterator[int] = iter(indices)
+                          stagger_offset: float = 0.0, measured: int | None = None) -> None:
+        """``concurrency`` slots, each sending the next index as soon as its last one ended,
+        until ``measured`` measured requests were sent (None: until the indices run out or
+        ``deadline_ns`` passed; ``window_ns``, that time, caps the stagger). Indices below
+        ``warm_below``, and the sends of the stagger's ramp (before every slot has sent), are
+        warm-up requests; the first slot to reach a measured one runs ``begin`` (the
+        measurement's start) once, and the others wait for it."""
+        feed = Feed(indices, warm_below=warm_below, warmup=warmup, measured=measured)
         gate = _Once(begin) if begin is not None else None
-        stagger = Stagger(concurrency, self.request_time_ns, deadline_ns, stagger_offset)
-
+        stagger = Stagger(concurrency, self.request_time_ns, window_ns, stagger_offset)
         spread = self.config.stagger
 
         async def slot(i: int) -> None:
             if spread:
                 await stagger.wait(i)
-            for index in it:
-                warm = warmup or index < warm_below
+            stagger.slot_starts()  # the last slot's first send is the first the load holds
+            while (sent := feed.take(spread and stagger.held_ns is None)) is not None:
+                index, warm, ramp = sent
                 if gate is not None and not warm and not gate.ran:
                     await gate.run()
                 now = time.perf_counter_ns()
-                if deadline_ns is not None and now >= deadline_ns:
+                if self.deadline_ns is not None and now >= self.deadline_ns:
                     break
+                stagger.ramp_requests += ramp
                 await self.one(index, now, warm)
                 if spread and i == 0 and not stagger.released.is_set():
                     stagger.pilot_ended(time.perf_counter_ns() - now)
@@ -290,108 +316,63 @@ class _Run(RequestFlow):
         self.finalize_all()
         self.stop_if_failed()
 
-    def arrival_offsets(self, count: int) -> np.ndarray:
-        cfg = self.config
-        return arrival_offsets_ns(cfg.rate or 1.0, count, burstiness=cfg.burstiness,
-                                  seed=cfg.seed)
-
-    async def open_loop(self, indices: range, deadline_ns: int | None, *, warm_below: int = 0,
-                        begin: Callable[[], Any] | None = None,
-                        t0_ns: int | None = None) -> None:
-        """Arrivals at the rate from ``t0_ns`` (now by default). Indices below ``warm_below``
-        are warm-up requests; ``begin`` runs before the first measured one, and where it runs
-        past that one's time the measured schedule starts that much later."""
-        offsets = self.arrival_offsets(len(indices))
-        cap = asyncio.Semaphore(self.config.concurrency) if self.config.concurrency else None
-
-        async def capped(index: int, scheduled: int, prepared: tuple[Prompt, bytes],
-                         warm: bool) -> None:
-            if cap is None:
-                return await self.one(index, scheduled, warm, prepared, open_loop=True)
-            async with cap:  # the wait for a slot stays inside the measured latency
-                await self.one(index, scheduled, warm, prepared, open_loop=True)
-
-        tasks: set[asyncio.Task[None]] = set()
-        failures: list[BaseException] = []
-        t0 = time.perf_counter_ns() if t0_ns is None else t0_ns
-        for index, offset in zip(indices, offsets.tolist()):
-            scheduled = t0 + offset
-            if deadline_ns is not None and scheduled >= deadline_ns:
-                break
-            if self.writer.failure is not None or self.failure is not None:
-                break  # the run directory cannot be written, or a response or on_record failed
-            prepared = self.prepare(index)  # before its time comes, not inside its send lag
-            warm = index < warm_below
-            if begin is not None and not warm:
-                await begin()  # observers start (a first scrape, telemetry): it takes time
-                begin = None
-                late = time.perf_counter_ns() - scheduled
-                if late > 0:  # the rest of the schedule moves, not into anyone's latency
-                    t0, scheduled = t0 + late, scheduled + late
-                    deadline_ns = None if deadline_ns is None else deadline_ns + late
-            delay = scheduled - time.perf_counter_ns()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            task = asyncio.create_task(capped(index, scheduled, prepared, warm))
-            tasks.add(task)  # finished tasks leave the set: memory stays with what is in flight
-            task.add_done_callback(functools.partial(_forget, tasks, failures))
-        try:
-            await asyncio.gather(*tasks)
-        except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            raise
-        if failures:
-            raise failures[0]
-        self.stop_if_failed()
-        self.finalize_all()
-        self.stop_if_failed()
-
     async def measure(self, begin: Callable[[], Any] | None = None) -> None:
-        """The measured requests. With ``begin`` (a closed loop without --duration), the
-        warm-up requests are sent by the same slots first, and ``begin`` marks the moment the
-        first measured request is about to leave."""
+        """The measured requests. With ``begin`` (a closed loop; an open loop's warm-up
+        arrivals), the warm-up requests are sent first by the same slots or schedule, and
+        ``begin`` marks the moment the first measured request is about to leave: there the
+        clocks start, and a closed loop's --duration with them."""
         cfg = self.config
         start = cfg.warmup
-        stop = start + cfg.num_requests if cfg.num_requests else (
-            start + 10**9 if cfg.rate is None else start + len(self.workload.prompts))
-        deadline = (time.perf_counter_ns() + int(cfg.duration_s * 1e9)) if cfg.duration_s else None
+        duration_ns = int(cfg.duration_s * 1e9) if cfg.duration_s else None
         monitors: list[asyncio.Task[None]] = []
 
         async def clocks_start() -> None:
             if begin is not None:
                 await begin()
+            if duration_ns is not None and cfg.rate is None:
+                self.deadline_ns = time.perf_counter_ns() + duration_ns
             monitors.append(asyncio.create_task(self._watch_lag()))
             self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
             self.off_cpu.start()
+            self.measuring.set()
 
-        if begin is not None and cfg.rate is not None:
-            # the warm-up arrivals first: the measured --duration starts where they end
-            t0 = time.perf_counter_ns()
-            if deadline is not None:
-                deadline += int(self.arrival_offsets(start + 1)[start])
-            load = self.open_loop(range(0, stop), deadline, warm_below=start,
-                                  begin=clocks_start, t0_ns=t0)
-        elif begin is not None:
-            load = self.closed_loop(range(0, stop), cfg.concurrency or 1, False, None,
-                                    warm_below=start, begin=clocks_start)
+        if cfg.rate is None:
+            # continuous from index 0 unless a warm-up was sent before (with --duration)
+            first = 0 if start and not cfg.duration_s else start
+            load = self.closed_loop(itertools.count(first), cfg.concurrency or 1, False,
+                                    duration_ns, warm_below=start, begin=clocks_start,
+                                    measured=cfg.num_requests or None)
+            deadline = None
         else:
-            await clocks_start()
-            if cfg.rate is None:
-                load = self.closed_loop(range(start, stop), cfg.concurrency or 1, False,
-                                        deadline)
-            else:
-                load = self.open_loop(range(start, stop), deadline)
+            load, deadline = await self._open_load(begin, clocks_start, duration_ns)
         task = asyncio.ensure_future(load)
         try:
-            if deadline is None:
-                await task
-            else:
+            if deadline is not None:
                 await self._until(task, deadline + int(self.grace_s() * 1e9))
+            elif duration_ns is not None:
+                await self._until_measured(task)
+            else:
+                await task
         finally:
             for monitor in monitors:
                 monitor.cancel()
             self.stop_clock()
+
+    async def _until_measured(self, task: asyncio.Future[None]) -> None:
+        """A closed loop's --duration: it runs from the first measured send (past the warm-up
+        and the stagger's ramp, at most a few seconds: ``load.stagger``), then ``_until``."""
+        started: asyncio.Future[Any] = asyncio.ensure_future(self.measuring.wait())
+        waiting: set[asyncio.Future[Any]] = {task, started}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # Ctrl-C / SIGTERM: stop the load too
+            task.cancel()
+            raise
+        finally:
+            started.cancel()
+        if self.deadline_ns is None:  # the load ended before its first measured send
+            return await task
+        await self._until(task, self.deadline_ns + int(self.grace_s() * 1e9))
 
     def grace_s(self) -> float:
         """How long requests in flight at the end of --duration may still finish."""
@@ -452,13 +433,5 @@ class _Run(RequestFlow):
                                "exact_lengths": self.workload.exact,
                                "notes": self.workload.notes + self.workload.prompts.notes()},
                               by_group, client, self.stats)
-        if self.staggers:  # closed loops only
-            out["load"]["stagger"] = self.staggers
+        add_staggers(out, self.staggers)
         return out
-
-
-def _forget(tasks: set[asyncio.Task[None]], failures: list[BaseException],
-            task: asyncio.Task[None]) -> None:
-    tasks.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        failures.append(task.exception())  # type: ignore[arg-type]

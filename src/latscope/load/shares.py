@@ -26,10 +26,14 @@ class Share:
     indices: Sequence[int]
     offsets_ns: list[int] | None
     concurrency: int | None
+    # a closed loop's measured requests (its stagger's ramp sends more, from the same indices)
+    measured: int | None = None
 
     @property
     def size(self) -> int | None:
-        """Requests this share sends at most (None: until the duration ends)."""
+        """Measured requests this share sends at most (None: until the duration ends)."""
+        if self.measured is not None:
+            return self.measured
         return None if len(self.indices) >= DURATION_INDEX_SPAN // 2 else len(self.indices)
 
 
@@ -59,14 +63,12 @@ def plan_shares(config: BenchConfig, workers: int, pool_size: int) -> list[Share
         if min(slots) < 1:
             raise ConfigError(f"closed loop with concurrency {config.concurrency or 1} cannot feed "
                               f"{workers} workers: each needs at least one slot")
-        if not config.num_requests:  # --duration: disjoint strided index sets, no end
-            return [Share(i, range(start + i, start + DURATION_INDEX_SPAN, workers), None, c)
-                    for i, c in enumerate(slots)]
-        shares, first = [], start
-        for i, (c, n) in enumerate(zip(slots, split_proportionally(config.num_requests, slots))):
-            shares.append(Share(i, range(first, first + n), None, c))
-            first += n
-        return shares
+        # disjoint strided index sets, no end: a worker's stagger ramp sends more than its
+        # measured requests (-n: in proportion to its slots), as many as it takes
+        counts = (split_proportionally(config.num_requests, slots) if config.num_requests
+                  else [None] * workers)
+        return [Share(i, range(start + i, start + DURATION_INDEX_SPAN, workers), None, c, n)
+                for i, (c, n) in enumerate(zip(slots, counts))]
     count = config.num_requests or (pool_size - start)
     offsets = arrival_offsets_ns(config.rate, count, burstiness=config.burstiness,
                                  seed=config.seed)

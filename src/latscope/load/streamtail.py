@@ -10,11 +10,6 @@ import orjson
 
 from latscope.model import RequestRecord
 
-try:
-    from latscope import _native
-except ImportError:  # not built (no C compiler at install): the regex below
-    _native = None  # type: ignore[assignment]
-
 _INT = re.compile(rb'\s*:\s*(\d+)')
 
 
@@ -34,18 +29,13 @@ def keep_server_metrics(record: RequestRecord, body: bytes) -> None:
         record.server["metrics"] = data["metrics"]
 
 
-def last_int_py(text: bytes, key: bytes) -> int | None:
+def last_int(text: bytes, key: bytes) -> int | None:
     """The integer after the last ``key`` in ``text`` (a usage count in a response's tail)."""
     at = text.rfind(key)
     if at < 0:
         return None
     m = _INT.match(text, at + len(key))
     return int(m[1]) if m else None
-
-
-# the C part's, where built: the same answers (tests/unit/test_native.py), ~0.1 us where the
-# regex took ~0.4, twice a response
-last_int = _native.last_int if _native is not None else last_int_py
 
 
 def set_tokens(record: RequestRecord, completion: int | None, prompt: int | None,

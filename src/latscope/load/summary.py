@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from latscope.reliability import level, off_cpu_share  # noqa: F401 -- off_cpu_share: load's API
-from latscope.rundir import read_run
+from latscope.rundir import iter_records_with_gaps, read_meta
 from latscope.stats import RunStats, distribution
 
 _GROUP_KEYS = ("requests", "errors", "ttft_ms", "tpot_ms", "e2e_ms")
@@ -22,7 +22,10 @@ def compose_summary(summary: dict[str, Any], config: dict[str, Any], model: str 
     summary["stream"] = config.get("stream")
     summary["load"] = {"mode": "closed" if rate is None else "open",
                        "concurrency": config.get("concurrency"), "rate": rate,
-                       "burstiness": config.get("burstiness") if rate else None}
+                       "burstiness": config.get("burstiness") if rate else None,
+                       # what the load held: requests in flight on average over the steady
+                       # window, beside the concurrency asked
+                       "mean_in_flight": (summary.get("throughput") or {}).get("mean_in_flight")}
     summary["workload"] = workload
     summary["by_group"] = {name: {k: v for k, v in s.items() if k in _GROUP_KEYS}
                            for name, s in by_group.items()}
@@ -80,21 +83,41 @@ def client_warnings(figures: dict[str, Any], summary: dict[str, Any]) -> list[st
     return warnings
 
 
+RAMP_NOTE = ("the stagger's ramp (the sends before every slot had sent its first request: fewer "
+             "than the concurrency asked in flight) is excluded like a warm-up; the statistics "
+             "cover the window in which the concurrency asked is held")
+
+
+def add_staggers(summary: dict[str, Any], staggers: list[dict[str, Any]]) -> None:
+    """What a run's closed loops drew (``Stagger.describe``), and the requests of their ramps
+    left out of the statistics (warm-up requests: ``requests.warmup_excluded`` counts them)."""
+    if not staggers:  # open loops
+        return
+    load = summary["load"]
+    load["stagger"] = staggers
+    ramp = sum(s.get("ramp_requests") or 0 for s in staggers if s.get("phase") == "measured")
+    load["ramp_requests_excluded"] = ramp
+    if ramp:
+        load["ramp_note"] = RAMP_NOTE
+
+
 def rebuild_summary(run_dir: str | Path) -> dict[str, Any]:
     """A run's summary recomputed from ``requests.jsonl`` and ``manifest.json`` alone: for a run
     that was killed (SIGKILL, a crash) before it wrote ``summary.json``. What only the live run
-    knew (client CPU, event-loop lag, per-group figures) is left out, and the summary says so."""
-    manifest, records, _ = read_run(run_dir)
+    knew (client CPU, event-loop lag, per-group figures) is left out, and the summary says so.
+    The records are read one line at a time, their token times as ITL gaps read where they lie
+    (``iter_records_with_gaps``): it holds the statistics (bytes a request), never the
+    records."""
+    manifest, _ = read_meta(run_dir)
     config = manifest.get("config") or {}
     stats = RunStats(config.get("percentiles") or (50, 90, 95, 99), config.get("slo"))
-    for record in records:
-        stats.add(record)
+    for record, gaps in iter_records_with_gaps(run_dir):
+        stats.add(record, gaps)
     client: dict[str, Any] = {"cpu_s": None, "wall_s": None, "cpu_utilization": None,
                               "loop_lag_ms": {}, "run_queue_wait_s": None, "event_loop": None}
     summary = compose_summary(stats.summary(), config, manifest.get("model"),
                               manifest.get("workload") or {}, {}, client, stats)
-    if manifest.get("stagger"):
-        summary["load"]["stagger"] = manifest["stagger"]
+    add_staggers(summary, manifest.get("stagger") or [])
     summary["rebuilt"] = ("from requests.jsonl after the run ended without a summary: client "
                           "CPU, event-loop lag and per-group figures are not known")
     return summary

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import copy
 import functools
+import itertools
 import os
 import shutil
 import signal
@@ -18,10 +19,11 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from latscope.errors import LatscopeError, OutputError
 from latscope.load.config import BenchConfig
+from latscope.load.prepare import ramp_allowance
 from latscope.load.runner import _forget, _Run
 from latscope.load.shares import Share
 from latscope.load.workload import Prompt, Workload
@@ -101,7 +103,13 @@ class WorkerRun:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._load: asyncio.Future[None] | None = None
         # this worker's own prompts (the workload came as a recipe), the first before the start
-        spec.workload.prompts.prebuild(spec.share.indices, spec.share.size)
+        # (its stagger's ramp on top of a closed loop's measured ones)
+        size = spec.share.size
+        ramp = ramp_allowance(spec.share.concurrency) if spec.share.offsets_ns is None else 0
+        order: Iterable[int] = spec.share.indices
+        if size is not None:  # an -n share: built once, none past it (the order has no end)
+            order = itertools.islice(order, size + ramp)
+        spec.workload.prompts.prebuild(order, None if size is None else size + ramp)
 
     def take(self) -> bytes:
         """The records finished since the last call, as their ``requests.jsonl`` lines."""
@@ -118,8 +126,12 @@ class WorkerRun:
         monitor = asyncio.create_task(run._watch_lag())
         run.cpu0, run.wall0 = time.process_time(), time.perf_counter()
         if share.offsets_ns is None:
-            load = run.closed_loop(share.indices, share.concurrency or 1, False, deadline,
-                                   stagger_offset=self.spec.stagger_offset)
+            # every worker's slots hold from its own ramp's end: its ramp is warm-up
+            run.deadline_ns = deadline
+            load = run.closed_loop(share.indices, share.concurrency or 1, False,
+                                   None if deadline is None else deadline - start_ns,
+                                   stagger_offset=self.spec.stagger_offset,
+                                   measured=share.measured)
         else:
             load = self._open_loop(start_ns, deadline)
         task = self._load = asyncio.ensure_future(load)

@@ -38,16 +38,20 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
-
-import msgspec
-import orjson
 
 from latscope.errors import ConfigError, OutputError
 from latscope.load.client import check_headers
-from latscope.load.clocks import ClockOffset, measure_offset, shift_record
+from latscope.load.clocks import measure_offset
 from latscope.load.config import BenchConfig
+from latscope.load.merge import (
+    Inbox,
+    WorkerState,
+    merge_worker_stats,
+    merged_client_figures,
+    summed_prompt_figures,
+    write_batches,
+)
 from latscope.load.prepare import (
     check_lengths,
     discover_model,
@@ -63,20 +67,13 @@ from latscope.load.runner import (
     RunInterrupted,
     _Run,
     _stoppable,
-    client_warnings,
+    add_staggers,
 )
-from latscope.load.shares import Share, plan_shares
-from latscope.load.summary import off_cpu_share
+from latscope.load.shares import plan_shares
 from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
 from latscope.load.workload import build_workload
-from latscope.model import RequestRecord, RunContext, RunObserver
-from latscope.rundir import REQUESTS, mend_torn_lines
-from latscope.stats import Gaps, RunStats, distribution
-
-try:  # the C part (setup.py builds latscope/_native.c where a compiler is found)
-    from latscope import _native
-except ImportError:  # pragma: no cover - exercised where no compiler was found
-    _native = None  # type: ignore[assignment]
+from latscope.model import RunContext, RunObserver
+from latscope.rundir import REQUESTS
 
 _START_MARGIN_NS = 300_000_000  # the common start lies this far after the "go" is sent
 _READY_TIMEOUT_S = 120.0
@@ -171,42 +168,6 @@ class LocalWorker:
                 self.proc.join(timeout=5)
         self.conn.close()
 
-
-@dataclass
-class WorkerState:
-    index: int
-    handle: Any
-    share: Share
-    facts: dict[str, Any] = field(default_factory=dict)
-    clock: ClockOffset | None = None
-    clock_after: ClockOffset | None = None
-    figures: dict[str, Any] | None = None
-    error: str | None = None
-    received: int = 0
-    thread: threading.Thread | None = None
-    appends: bool = False  # it appends its lines to requests.jsonl itself (``_appends_itself``)
-    # the worker's statistics of its share (and per group), sent at its end; None where it
-    # never ended (it died, the run was stopped)
-    stats: RunStats | None = None
-    groups: dict[str, RunStats] | None = None
-
-    def report(self) -> dict[str, Any]:
-        fig = self.figures or {}
-        lost = (self.share.size - self.received) if self.error and self.share.size else None
-        return {"worker": self.index, **self.facts, "requests": self.received,
-                "share": self.share.size, "concurrency": self.share.concurrency,
-                "records_written_by": "worker" if self.appends else "driver",
-                "cpu_s": fig.get("cpu_s"), "wall_s": fig.get("wall_s"),
-                "cpu_utilization": fig.get("cpu_utilization"),
-                "loop_lag_ms": fig.get("loop_lag_ms", {}),
-                "run_queue_wait_s": fig.get("run_queue_wait_s"),
-                "send_lag_p99_ms": fig.get("send_lag_p99_ms"),
-                "event_loop": fig.get("event_loop"),
-                "stream_parser": fig.get("stream_parser"), "prompts": fig.get("prompts"),
-                "clock": self.clock.to_dict() if self.clock else None,
-                "clock_after": self.clock_after.to_dict() if self.clock_after else None,
-                "stagger": fig.get("stagger"),
-                "error": self.error, "requests_not_returned": lost}
 
 
 def free_cores() -> int:
@@ -336,11 +297,14 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         merge_worker_stats(run, states)
         summary = run.summary()
         summary["client"] = merged_client_figures([s.report() for s in states], summary)
-        summary["client"]["prompts"] = _summed_prompt_figures(  # the driver built the warm-up's
+        summary["client"]["prompts"] = summed_prompt_figures(  # the driver built the warm-up's
             [{"prompts": run.workload.prompts.figures()}, *(s.report() for s in states)])
         summary["workers"] = [s.report() for s in states]
         summary["workers_failed"] = [f"worker {s.index}: {s.error}" for s in states if s.error]
         summary["load"]["workers"] = {"backend": backend, "count": workers}
+        # each worker's closed loop staggered (and ramped) its own slots
+        add_staggers(summary, run.staggers + [loop for s in states
+                                              for loop in (s.figures or {}).get("stagger") or []])
         run.writer.write_summary(summary)
         run.writer.close()
         run.client.close()
@@ -390,8 +354,6 @@ def _clocks_after(states: list[WorkerState]) -> None:
                 state.clock_after = measure_offset(state.handle.ping_after_run, 5)
 
 
-Inbox = queue.SimpleQueue  # (WorkerState, bytes): the batches of lines the workers sent
-
 
 async def _drive(run: _Run, states: list[WorkerState], start_ns: int, inbox: Inbox) -> None:
     """Send "go", then write what the workers stream back until every one finished or died."""
@@ -438,26 +400,6 @@ def _appends_itself(run: _Run, state: WorkerState) -> bool:
             and state.clock is not None and state.clock.applied_ns == 0)
 
 
-def write_batches(run: _Run, inbox: Inbox) -> None:
-    """The batches of lines the workers sent so far, written to the run's requests.jsonl.
-    They are counted in each worker's statistics, merged at its end (``merge_worker_stats``):
-    the driver only writes them (reading each for the statistics took ~7 us of its CPU a
-    record, and bounded how many workers it could take)."""
-    while True:
-        try:
-            state, data = inbox.get_nowait()
-        except queue.Empty:
-            return
-        offset = state.clock.applied_ns if state.clock else 0
-        if not offset and run.on_record is None:
-            # on the driver's clock already: the worker's lines are the run's, as they came
-            # (not even their newlines counted: bytes.count took ~1.5 us a line)
-            run.writer.append_lines(data)
-            continue
-        for line in data.splitlines(keepends=True):
-            record = shift_record(RequestRecord.from_dict(orjson.loads(line)), offset)
-            run._finished(record, None if offset else line, count=False)
-
 
 def end_workers(run: _Run, states: list[WorkerState], inbox: Inbox) -> None:
     """Every worker ended and what it sent written. One still running (the driver was
@@ -478,145 +420,3 @@ def end_workers(run: _Run, states: list[WorkerState], inbox: Inbox) -> None:
             state.handle.stop()
     with contextlib.suppress(OutputError):  # a full disk: the writer said so already
         write_batches(run, inbox)
-
-
-_RECORD_DECODER = msgspec.json.Decoder(RequestRecord)
-
-
-def merge_worker_stats(run: _Run, states: list[WorkerState]) -> None:
-    """Each worker's statistics merged into the run's, moved onto the driver's clock. A
-    worker whose statistics never came (it died; a Ray actor of a stopped run) is counted
-    from its records in requests.jsonl, read back, so that the summary counts every record
-    the run wrote, as it did when the driver counted each record as it came."""
-    missing: list[WorkerState] = []
-    for state in states:
-        offset = state.clock.applied_ns if state.clock else 0
-        if state.stats is None:
-            missing.append(state)
-            continue
-        state.received = state.stats.total + state.stats.warmup  # every one sent before "done"
-        run.stats.merge(state.stats, offset)
-        if run.groups is not None:
-            for group, stats in (state.groups or {}).items():
-                if group not in run.groups:
-                    run.groups[group] = RunStats(run.config.percentiles)
-                run.groups[group].merge(stats, offset)
-    if missing:
-        try:
-            run.writer.flush()
-            if any(state.appends for state in missing):  # killed, perhaps mid-write
-                mend_torn_lines(run.writer.run_dir / REQUESTS)
-            count_records_of(run, missing)
-        except (OSError, OutputError):  # the file cannot be written or read back: the summary
-            pass  # counts the other workers' statistics, workers_failed says who is missing
-
-
-def count_records_of(run: _Run, states: list[WorkerState]) -> None:
-    """The records of these workers' shares, read back from the run's requests.jsonl: counted
-    in its statistics (each read by ``read_for_merge``, else decoded whole) and in each
-    worker's ``received``."""
-    shares = [(s, s.share.indices if isinstance(s.share.indices, range)
-               else set(s.share.indices)) for s in states]
-    with open(run.writer.run_dir / REQUESTS, "rb") as lines:
-        for line in lines:
-            if not line.endswith(b"\n"):
-                break  # a torn last line (a killed process): not a record
-            index = _line_index(line)
-            if index is not None and not any(index in indices for _, indices in shares):
-                continue  # another worker's (or the warm-up's): counted already
-            try:
-                read = read_for_merge(line)
-                record, gaps = read or (RequestRecord.from_dict(orjson.loads(line)), None)
-            except (ValueError, TypeError):  # not a record (this runs while the run ends:
-                continue  # one bad line must not cost the summary)
-            owner = next((state for state, indices in shares if record.index in indices), None)
-            if owner is not None:
-                run.count(record, gaps)
-                owner.received += 1
-
-
-_INDEX_KEY = b'{"index":'
-
-
-def _line_index(line: bytes) -> int | None:
-    """A record line's index, read off its start (``record_line`` writes it first), without
-    decoding the rest; None where the line does not start so."""
-    if line.startswith(_INDEX_KEY):
-        end = line.find(b",", len(_INDEX_KEY))
-        digits = line[len(_INDEX_KEY):end]
-        if end > 0 and digits.isdigit():
-            return int(digits)
-    return None
-
-
-def read_for_merge(data: bytes, start: int = 0,
-                   end: int | None = None) -> tuple[RequestRecord, Gaps | None] | None:
-    """A ``requests.jsonl`` line (``data[start:end]``) read for the statistics without its
-    token times (``count_records_of``: a dead worker's records): the record with ``chunk_ns``
-    empty, and the ITL gaps the C part read from the line's text (None for fewer than two
-    times). Decoding the times made a Python int of each: ~10 of the ~31 us a 256-token record
-    took (orjson.loads 15, from_dict 5, the statistics 9). None where the C part is not built
-    or the line is not the usual form: the caller decodes it whole."""
-    end = len(data) if end is None else end
-    found = _native.json_gaps(data, start, end) if _native is not None else None
-    if found is None:
-        return None
-    times_start, times_end, gaps = found
-    try:
-        return _RECORD_DECODER.decode(data[start:times_start] + data[times_end:end]), gaps
-    except msgspec.MsgspecError:
-        return None
-
-
-def _summed_prompt_figures(workers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each worker built its own share's prompts: the counts and times add up."""
-    out: dict[str, Any] = {}
-    for w in workers:
-        for key, value in (w.get("prompts") or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                out.setdefault(key, value)
-            else:
-                out[key] = out.get(key, 0) + value
-    return out
-
-
-def merged_client_figures(workers: list[dict[str, Any]], summary: dict[str, Any]) -> dict:
-    """The client's own cost over all workers: CPU summed, the busiest worker's utilisation and
-    the worst loop lag (the worst worker bounds the timestamp error), warnings per worker."""
-    out_tokens = summary["tokens"]["output_total"]
-    cpu = sum(w["cpu_s"] or 0.0 for w in workers)
-    wall = max((w["wall_s"] or 0.0 for w in workers), default=0.0)
-    util = max((w["cpu_utilization"] or 0.0 for w in workers), default=None)
-    lags = [w["loop_lag_ms"] for w in workers if w.get("loop_lag_ms")]
-    worst: dict[str, Any] = max(lags, key=lambda d: d.get("p99") or 0.0, default={})
-    send = summary.get("send_lag_ms") or {}
-    send_p99 = max((w["send_lag_p99_ms"] or 0.0 for w in workers), default=None)
-    # the worker kept off the CPU longest (its share of its own wall time) bounds the others
-    waited = max((w for w in workers if off_cpu_share(w) is not None),
-                 key=lambda w: off_cpu_share(w) or 0.0, default=None)
-    figures = {"cpu_s": cpu, "wall_s": wall, "cpu_utilization": util,
-               "cpu_us_per_output_token": cpu / out_tokens * 1e6 if out_tokens else None,
-               "loop_lag_ms": {k: worst.get(k) for k in ("p50", "p99")} if worst
-               else distribution([], (50, 99)),
-               "send_lag_p99_ms": send_p99 if send_p99 is not None else send.get("p99"),
-               "event_loop": next((w["event_loop"] for w in workers if w.get("event_loop")), None),
-               "stream_parser": next((w["stream_parser"] for w in workers
-                                      if w.get("stream_parser")), None),
-               "workers": len(workers)}
-    if waited is not None:
-        # its wait over the merged wall: the share says how much of the run the worst loop lost
-        figures["run_queue_wait_s"] = (off_cpu_share(waited) or 0.0) * wall
-    warnings = []
-    for w in workers:
-        if w.get("cpu_s") is None:
-            continue
-        one = {"cpu_utilization": w["cpu_utilization"], "loop_lag_ms": w["loop_lag_ms"],
-               "send_lag_p99_ms": w["send_lag_p99_ms"], "wall_s": w["wall_s"],
-               "run_queue_wait_s": w.get("run_queue_wait_s"), "cpu_s": w["cpu_s"],
-               "prompts": w.get("prompts")}
-        warnings += [f"worker {w['worker']}: {text}" for text in client_warnings(one, summary)]
-    for w in workers:
-        if w.get("error"):
-            warnings.append(f"worker {w['worker']} did not finish: {w['error']}")
-    figures["warnings"] = warnings
-    return figures

@@ -6,12 +6,10 @@ Pure: the typed comparison in, text out. 80 columns when not a terminal (``make_
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from latscope.analysis.compare_model import Comparison, MetricRow
+from latscope.analysis.compare_model import Comparison, MetricRow, TraceDiff
 from latscope.report.text import compact_table, titled
 
 _STATUS = {"regression": "REGRESSION", "no regression": "NO REGRESSION",
@@ -207,14 +205,14 @@ def sweep_table(c: Comparison) -> RenderableType:
     return titled("Curve against curve (BASE / NEW)", table)
 
 
-def trace_table(trace: dict[str, Any]) -> RenderableType:
+def trace_table(trace: TraceDiff) -> RenderableType:
     table = compact_table()
     for col in ("", "BASE", "NEW", "delta"):
         table.add_column(col, justify="left" if not col else "right", overflow="fold")
-    for row in [*trace.get("breakdown", []), *trace.get("categories", [])[:6]]:
-        table.add_row(str(row.get("key")), _ms(row.get("a_ms")), _ms(row.get("b_ms")),
-                      _signed(row.get("delta_ms")))
-    return titled(f"GPU time: {trace['a'].get('name')} -> {trace['b'].get('name')} (ms)", table)
+    for row in [*trace.breakdown, *trace.categories[:6]]:
+        table.add_row(row.key, _ms(row.a_ns / 1e6), _ms(row.b_ns / 1e6),
+                      _signed(row.delta_ns / 1e6))
+    return titled(f"GPU time: {trace.a.name} -> {trace.b.name} (ms)", table)
 
 
 def _ms(v: float | None) -> str:

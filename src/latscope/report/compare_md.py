@@ -90,9 +90,9 @@ def _sections(c: Comparison) -> list[str]:
     if c.trace is not None:
         lines += ["## GPU time (trace --compare)", "", "| | BASE ms | NEW ms | delta ms |",
                   "|---|--:|--:|--:|"]
-        lines += [f"| {_cell(r.get('key'))} | {_n(r.get('a_ms'))} | {_n(r.get('b_ms'))} | "
-                  f"{_n(r.get('delta_ms'), True)} |"
-                  for r in [*c.trace.get("breakdown", []), *c.trace.get("categories", [])[:8]]]
+        lines += [f"| {_cell(r.key)} | {_n(r.a_ns / 1e6)} | {_n(r.b_ns / 1e6)} | "
+                  f"{_n(r.delta_ns / 1e6, True)} |"
+                  for r in [*c.trace.breakdown, *c.trace.categories[:8]]]
         lines.append("")
     return lines
 

@@ -8,13 +8,21 @@ findings quote logs and servers, so a title may carry markup and must come out a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from latscope.findings.impact import describe
 from latscope.report import plots, units
-from latscope.report.model import CrossRank, DecompositionView, Report
+from latscope.report.model import (
+    ComponentRow,
+    CrossRank,
+    DecompositionView,
+    Number,
+    Report,
+    TelemetrySeries,
+)
 from latscope.report.schema import check_report, checks, component_tree, more, shown, ttft_leaves
 
 _ASSETS = "latscope.report.assets"
@@ -51,13 +59,31 @@ def _window(report: Report) -> dict[str, Any] | None:
             "spikes": win.spike_lines(w)}
 
 
-def _cross_rank(section: CrossRank | None) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class RanksTable:
+    """The page's rank table: its columns, one row of cells per rank, the sentences under it."""
+
+    columns: tuple[str, ...]
+    rows: list[list[str]]
+    sentences: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentsTable:
+    """One load's split as the page's table: (depth, is a TTFT leaf, component) in tree
+    order."""
+
+    label: str
+    load: Number
+    rows: list[tuple[int, bool, ComponentRow]]
+
+
+def _cross_rank(section: CrossRank | None) -> RanksTable | None:
     from latscope.report.ranks import RANK_COLUMNS, cross_rank_sentences, rank_rows
 
     if section is None:
         return None
-    return {"columns": RANK_COLUMNS, "rows": rank_rows(section),
-            "sentences": cross_rank_sentences(section)}
+    return RanksTable(RANK_COLUMNS, rank_rows(section), cross_rank_sentences(section))
 
 
 def _chart_specs(report: Report) -> dict[str, dict[str, Any] | None]:
@@ -78,16 +104,15 @@ def _window_spec(report: Report) -> dict[str, Any] | None:
     return None if isinstance(w, UnsetType) else window_spec(w, _telemetry(report))
 
 
-def _telemetry(report: Report) -> dict[str, Any] | None:
-    tel = report.telemetry  # telemetry.facts' section: an open dict
-    return tel if isinstance(tel, dict) and tel.get("status") == "ok" else None
+def _telemetry(report: Report) -> TelemetrySeries | None:
+    tel = report.telemetry
+    return tel if tel is not None and tel.status == "ok" else None
 
 
-def _decomposition_rows(d: DecompositionView) -> dict[str, Any]:
-    """The table of one load: (depth, is a TTFT leaf, component) in tree order."""
+def _decomposition_rows(d: DecompositionView) -> ComponentsTable:
     leaves = {c.key for c in ttft_leaves(d)}
-    return {"label": d.label, "load": d.load,
-            "rows": [(depth, c.key in leaves, c) for depth, c in component_tree(d.components)]}
+    return ComponentsTable(d.label, d.load, [(depth, c.key in leaves, c)
+                                             for depth, c in component_tree(d.components)])
 
 
 def _safe_href(ref: Any) -> str | None:

@@ -21,6 +21,7 @@ from latscope.report.model import (
     DecompositionView,
     Report,
     Sweep,
+    TelemetrySeries,
     TimeSeries,
     TraceSection,
     WindowSection,
@@ -316,24 +317,23 @@ def _timeseries(ts: TimeSeries | None) -> str:
             + _table(["series", "min", "mean", "max", "last"], rows, right={1, 2, 3, 4}))
 
 
-def _telemetry(tel: dict[str, Any] | None) -> str:
-    """telemetry.facts' section, an open dict (its series are named by the GPU tool)."""
-    if not tel:
+def _telemetry(tel: TelemetrySeries | None) -> str:
+    """The GPU series (``telemetry.series``): min, mean and max of each reading, per GPU."""
+    if tel is None:
         return ""
-    if tel.get("status") != "ok":
-        return f"## GPU over time\n\n{_wrap('No GPU telemetry: ' + _text(tel.get('why')))}"
+    if tel.status != "ok":
+        return f"## GPU over time\n\n{_wrap('No GPU telemetry: ' + _text(tel.why))}"
     rows = []
-    for gpu in dict.fromkeys(tel.get("gpu") or []):
-        for key, label in (("util_pct", "busy (%)"), ("sm_clock_mhz", "SM clock (MHz)"),
-                           ("power_w", "power (W)"), ("mem_used_pct", "memory used (%)"),
-                           ("temp_c", "temperature (C)")):
-            values = [v for g, v in zip(tel["gpu"], tel.get(key) or [])
-                      if g == gpu and isinstance(v, (int, float))]
+    for gpu in dict.fromkeys(tel.gpu or []):
+        for series, label in ((tel.util_pct, "busy (%)"), (tel.sm_clock_mhz, "SM clock (MHz)"),
+                              (tel.power_w, "power (W)"), (tel.mem_used_pct, "memory used (%)"),
+                              (tel.temp_c, "temperature (C)")):
+            values = [v for g, v in zip(tel.gpu or [], series or []) if g == gpu and v is not None]
             if values:
                 rows.append([f"GPU{gpu} {label}", *(_gpu_number(v) for v in (
                     min(values), sum(values) / len(values), max(values)))])
     return ("## GPU over time\n\n"
-            + _wrap(f"From {_text(tel.get('source'))}; the chart is in report.html.")
+            + _wrap(f"From {_text(tel.source)}; the chart is in report.html.")
             + "\n\n" + _table(["series", "min", "mean", "max"], rows, right={1, 2, 3}))
 
 

@@ -7,7 +7,8 @@ experiments (A/B proofs, with their guards) and the proposals are the producers'
 (``latscope.results``, in the ground: the findings engine makes them). Open-ended leaves,
 documented where they are: the target (server_args, log: whatever was known
 about the server), a finding's impact (``findings.impact``: target, share and what measured it),
-an A/B's reruns, telemetry (``telemetry.facts``) and a rank's collective ``kinds``. ``load_report``
+an A/B's reruns. The GPU series are the telemetry layer's
+``TelemetrySeries``. ``load_report``
 checks a report.json dict against the model (types included) and gives it back typed.
 """
 
@@ -31,6 +32,7 @@ from latscope.results import (  # noqa: F401 -- the report's sections, re-export
     _plain,
     section,
 )
+from latscope.telemetry.series import TelemetrySeries
 
 SCHEMA_VERSION = 1  # report.json's; report.schema checks a file's against it
 Experiment = ABResult  # report.json's name for an A/B proof
@@ -127,6 +129,15 @@ class RankRef(msgspec.Struct):
     device: Any
 
 
+class CollectiveKind(msgspec.Struct):
+    """A rank's collectives of one kind (all-reduce, all-gather ...): count, time, waiting."""
+
+    kind: str
+    count: int
+    total_ms: float | None
+    wait_ms: float | None
+
+
 class RankRow(msgspec.Struct):
     rank: Any
     file: str
@@ -139,7 +150,7 @@ class RankRow(msgspec.Struct):
     collective_ms: float | None
     wait_ms: float | None
     wait_share: float | None
-    kinds: list[dict[str, Any]]
+    kinds: list[CollectiveKind]
 
 
 class CrossRank(msgspec.Struct):
@@ -235,7 +246,7 @@ class Report(msgspec.Struct, kw_only=True):
     timeseries: TimeSeries | None
     trace: TraceSection | None
     cross_rank: CrossRank | None = None  # absent from report.json files before it was added
-    telemetry: Any = None  # telemetry.facts' section, open (absent from older report.json)
+    telemetry: TelemetrySeries | None = None  # absent from older report.json
     window: WindowSection | UnsetType = UNSET  # a passive run's; absent from load runs' reports
     experiments: list[Experiment]
     proposals: list[Proposal]

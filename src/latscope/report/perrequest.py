@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from latscope.analysis.join import COMPONENTS, PerRequestSplit
+from latscope.analysis.join import COMPONENTS, PerRequestSplit, Stats
 
 WIDTH = 80
 _LABELS = dict(COMPONENTS)
@@ -26,7 +26,7 @@ def _ms(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _pct_keys(stats: dict[str, dict[str, Any]]) -> list[str]:
+def _pct_keys(stats: dict[str, Stats]) -> list[str]:
     first = next(iter(stats.values()), {})
     return [k for k in first if k.startswith("p")]
 
@@ -34,7 +34,7 @@ def _pct_keys(stats: dict[str, dict[str, Any]]) -> list[str]:
 def per_request_lines(split: PerRequestSplit, *, slowest: int = 5) -> list[str]:
     lines = [f"Per request, joined with the server's spans: {split.joined} of "
              f"{split.completed} requests (ms)"]
-    if not split.rows:
+    if not split.joined:
         return lines + [f"note: {n}" for n in split.notes]
     pcts = _pct_keys(split.stats)
     header = f"{'component':<26}" + "".join(f"{p:>9}" for p in pcts) + f"{'mean':>9}{'n':>6}"
@@ -65,7 +65,7 @@ def per_request_lines(split: PerRequestSplit, *, slowest: int = 5) -> list[str]:
     return [line if len(line) <= WIDTH else line[:WIDTH - 1] + "~" for line in _wrap(lines)]
 
 
-def _pair(stats: dict[str, Any] | None) -> str:
+def _pair(stats: Stats | None) -> str:
     if not stats:
         return "-"
     return f"{_ms(stats.get('p50'))}/{_ms(stats.get('p99'))}"

@@ -19,6 +19,7 @@ from latscope.report.model import (
     Experiment,
     Sweep,
     SweepPoint,
+    TelemetrySeries,
     TimeSeries,
     TraceSection,
 )
@@ -216,11 +217,11 @@ _SERIES = (  # (key in timeseries, legend label, panel)
 
 
 def timeseries_spec(ts: TimeSeries | None,
-                    telemetry: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                    telemetry: TelemetrySeries | None = None) -> dict[str, Any] | None:
     """Server state over the run, aligned with the client's load on one time axis; the GPUs'
-    telemetry (``report.json``'s ``telemetry``, an open dict) under it, on the same axis."""
-    t = [x for x in (ts.t_s if ts is not None else []) + ((telemetry or {}).get("t_s") or [])
-         if _num(x)]
+    telemetry (``report.json``'s ``telemetry``) under it, on the same axis."""
+    gpu_t = (telemetry.t_s if telemetry is not None else None) or []
+    t = [x for x in (ts.t_s if ts is not None else []) + gpu_t if _num(x)]
     if not t:
         return None
     panels: dict[str, list[dict[str, Any]]] = {"requests": [], "kv": [], "preemptions": []}
@@ -266,7 +267,7 @@ def _ts_panel(rows: list[dict[str, Any]], title: str, x_dom: list[float],
     }
 
 
-_GPU_PANELS = (  # (value key, its ceiling key or None, title, y domain)
+_GPU_PANELS = (  # (value field, its ceiling field or None, title, y domain)
     ("util_pct", None, "GPU busy (%)", [0, 100]),
     ("sm_clock_mhz", "sm_clock_max_mhz", "SM clock (MHz), max dashed", None),
     ("power_w", "power_limit_w", "power (W), limit dashed", None),
@@ -274,21 +275,23 @@ _GPU_PANELS = (  # (value key, its ceiling key or None, title, y domain)
 )
 
 
-def telemetry_panels(telemetry: dict[str, Any] | None, x_dom: list[float]
+def telemetry_panels(telemetry: TelemetrySeries | None, x_dom: list[float]
                      ) -> list[dict[str, Any]]:
     """One panel per GPU reading, a line per GPU, its ceiling (max clock, power limit)
     dashed: the panels stack under the server's series on its time axis."""
-    tel = telemetry or {}
-    t, gpus = tel.get("t_s") or [], tel.get("gpu") or []
+    if telemetry is None:
+        return []
+    t, gpus = telemetry.t_s or [], telemetry.gpu or []
     panels = []
     for key, ceiling, title, domain in _GPU_PANELS:
+        values = getattr(telemetry, key) or []
         rows = [{"t": when, "v": v, "series": f"GPU{g}", "kind": "value"}
-                for when, g, v in zip(t, gpus, tel.get(key) or []) if _num(when) and _num(v)]
+                for when, g, v in zip(t, gpus, values) if _num(when) and _num(v)]
         if not rows:
             continue
         if ceiling:
             rows += [{"t": when, "v": v, "series": f"GPU{g}", "kind": "ceiling"}
-                     for when, g, v in zip(t, gpus, tel.get(ceiling) or [])
+                     for when, g, v in zip(t, gpus, getattr(telemetry, ceiling) or [])
                      if _num(when) and _num(v)]
         y: dict[str, Any] = {"field": "v", "type": "quantitative", "title": title}
         if domain:

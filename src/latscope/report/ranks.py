@@ -5,50 +5,50 @@ cost (wall time, peak RSS). The numbers come from ``latscope.trace.parallel.cros
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 
 from latscope.report.model import CrossRank, RankRef, RankRow
 from latscope.report.trace import _ms, _pct
+from latscope.trace.results import CollectiveSkew, CrossRankView, RankWait, SlowestRank
+from latscope.trace.results import RankRef as TraceRankRef
 
 
-def print_cross_rank(view: dict[str, Any], console: Console) -> None:
-    slow = view.get("slowest_rank")
-    if slow:
+def print_cross_rank(view: CrossRankView, console: Console) -> None:
+    slow = view.slowest_rank
+    if isinstance(slow, SlowestRank):
         console.print(f"slowest rank: {_name(slow)} (GPU busy outside exposed communication "
-                      f"{_ms(slow['compute_busy_ns'])} ms)")
-    coll = view.get("collectives")
-    if coll and coll.get("matched"):
-        console.print(f"collectives matched across ranks: {coll['matched']}; skew p50 "
-                      f"{_ms(coll['skew_p50_ns'])} ms, p99 {_ms(coll['skew_p99_ns'])} ms, max "
-                      f"{_ms(coll['skew_max_ns'])} ms; straggler (least wait): "
-                      f"{_name(coll['straggler'])}")
+                      f"{_ms(slow.compute_busy_ns)} ms)")
+    coll = view.collectives if isinstance(view.collectives, CollectiveSkew) else None
+    if coll is not None and coll.matched and isinstance(coll.per_rank, list) \
+            and isinstance(coll.straggler, TraceRankRef):
+        console.print(f"collectives matched across ranks: {coll.matched}; skew p50 "
+                      f"{_ms(coll.skew_p50_ns)} ms, p99 {_ms(coll.skew_p99_ns)} ms, max "
+                      f"{_ms(coll.skew_max_ns)} ms; straggler (least wait): "
+                      f"{_name(coll.straggler)}")
         t = Table(title="wait inside collectives (others arrived later)")
         for col in ("file", "device", "collective ms", "wait ms", "wait of window"):
             t.add_column(col, justify="left" if col == "file" else "right", overflow="fold")
-        for r in coll["per_rank"]:
-            t.add_row(r["path"].rsplit("/", 1)[-1], str(r["device"]), _ms(r["collective_ns"]),
-                      _ms(r["wait_ns"]), _pct(r["wait_share"]))
+        for r in coll.per_rank:
+            t.add_row(r.path.rsplit("/", 1)[-1], str(r.device), _ms(r.collective_ns),
+                      _ms(r.wait_ns), _pct(r.wait_share))
         console.print(t)
-        for r in coll["per_rank"]:
-            kinds = ", ".join(f"{k['kind']} {k['count']}x {_ms(k['total_ns'])} ms (wait "
-                              f"{_ms(k['wait_ns'])} ms)" for k in r.get("by_kind") or [])
+        for r in coll.per_rank:
+            kinds = ", ".join(f"{k.kind} {k.count}x {_ms(k.total_ns)} ms (wait "
+                              f"{_ms(k.wait_ns)} ms)" for k in r.by_kind)
             console.print(f"[dim]{_name(r)}: {kinds}[/dim]")
-    for note in (coll or {}).get("notes", []):
+    for note in coll.notes if coll is not None else []:
         console.print(f"[dim]note: {note}[/dim]")
-    workers = view.get("workers") or []
-    if workers:
-        rss = max(w["peak_rss_mb"] for w in workers)
-        wall = max(w["wall_s"] for w in workers)
-        console.print(f"[dim]{len(workers)} analyses: slowest {wall:.2f} s, "
+    if view.workers:
+        rss = max(w.peak_rss_mb for w in view.workers)
+        wall = max(w.wall_s for w in view.workers)
+        console.print(f"[dim]{len(view.workers)} analyses: slowest {wall:.2f} s, "
                       f"peak RSS per worker at most {rss:.0f} MB[/dim]")
 
 
-def _name(r: dict[str, Any]) -> str:
-    rank = "" if r.get("rank") is None else f" rank {r['rank']}"
-    return f"{r['path'].rsplit('/', 1)[-1]}{rank} device {r['device']}"
+def _name(r: SlowestRank | TraceRankRef | RankWait) -> str:
+    rank = "" if r.rank is None else f" rank {r.rank}"
+    return f"{r.path.rsplit('/', 1)[-1]}{rank} device {r.device}"
 
 
 # --- the cross-rank section of a diagnose report (report.model.CrossRank) -----------------------
@@ -63,8 +63,7 @@ def rank_rows(section: CrossRank) -> list[list[str]]:
 
     rows = []
     for r in section.ranks:
-        kinds = ", ".join(f"{k['kind']} {k['count']}x {units.ms(k.get('total_ms'))}"
-                          for k in r.kinds)
+        kinds = ", ".join(f"{k.kind} {k.count}x {units.ms(k.total_ms)}" for k in r.kinds)
         rows.append([rank_label(r), units.number(r.busy_ms), units.pct(r.idle_share),
                      units.pct(r.comm_share), units.pct(r.exposed_comm_share),
                      units.number(r.collective_ms), units.pct(r.wait_share), kinds or "-"])

@@ -2,48 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from rich.console import Console
 
 from latscope.errors import ConfigError
 from latscope.rundir import RunDir
+from latscope.runfiles import manifest_of, summary_of
 
 
 def show(run: RunDir, console: Console, *, show_ok: bool = False) -> None:
-    m = run.manifest
-    console.print(f"{m.get('kind', '?')} run, status {m.get('status') or 'unknown'}, started "
-                  f"{m.get('started') or m.get('created_wall') or '?'}")
+    m = manifest_of(run.manifest, str(run.file("manifest.json")))
+    started = m.started or (m.created_wall if isinstance(m.created_wall, float) else "?")
+    console.print(f"{m.kind or '?'} run, status {m.status or 'unknown'}, started {started}")
     console.print(f"directory: {run.path}")
-    if m.get("command"):
-        console.print(f"command: {m['command']}")
+    if m.command:
+        console.print(f"command: {m.command}")
     renderer = _RENDERERS.get(run.kind, _findings_only)
     renderer(run, console, show_ok)
 
 
 def _bench(run: RunDir, console: Console, show_ok: bool) -> None:
-    from latscope.analysis.decompose import Component, Decomposition
+    from latscope.analysis.decompfile import read_decomposition
     from latscope.report.bench import print_bench
     from latscope.report.observe import print_decomposition
-    from latscope.rundir import read_run
+    from latscope.rundir import read_meta
 
-    manifest, records, summary = read_run(run.path)
+    _, summary = read_meta(run.path)
     if not summary:  # a run killed before it wrote its summary: rebuild it from the records
+        from latscope.load.runner import rebuild_summary
+
         console.print("no summary.json (the run was killed): rebuilt from requests.jsonl")
-        summary = _rebuild_summary(run, manifest, records)
-    print_bench(summary, console)
-    data = run.read("decomposition.json")
-    if data:
-        comps = [Component(**c) for c in data["components"]]
-        fields = {k: v for k, v in data.items() if k not in ("components", "findings")}
-        print_decomposition(Decomposition(comps, **fields), console)
+        summary = rebuild_summary(run.path)
+    print_bench(summary_of(summary, str(run.file("summary.json"))), console)
+    if run.file("decomposition.json").is_file():
+        split = read_decomposition(run.file("decomposition.json"))
+        print_decomposition(split.decomposition(), console)
     _findings_only(run, console, show_ok)
-
-
-def _rebuild_summary(run: RunDir, manifest: dict[str, Any], records: list[Any]) -> dict[str, Any]:
-    from latscope.load.runner import rebuild_summary
-
-    return rebuild_summary(run.path)
 
 
 def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:
@@ -59,21 +54,17 @@ def _diagnose(run: RunDir, console: Console, show_ok: bool) -> None:
 
 
 def _sweep(run: RunDir, console: Console, show_ok: bool) -> None:
-    from latscope.analysis.sweep import Step, SweepAnalysis
+    from latscope.analysis.sweepfile import SweepFile, SweepMeta, read_sweep
     from latscope.report.sweep import decomposition_table, sweep_table
 
-    doc = run.read("sweep.json") or {}
-    try:
-        steps = [Step.from_dict(s) for s in doc.get("steps", [])]
-        # the analysis the sweep recorded, its SLO included: analysing again here without the
-        # SLO dropped the "SLO max" mark (#19)
-        analysis = SweepAnalysis.from_dict(doc.get("analysis"))
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{run.path / 'sweep.json'}: not a sweep latscope wrote "
-                          f"({type(exc).__name__}: {exc})") from exc
+    path = run.file("sweep.json")
+    # the analysis the sweep recorded, its SLO included: analysing again here without the SLO
+    # dropped the "SLO max" mark (#19)
+    doc = read_sweep(path) if path.is_file() else SweepFile()
+    steps, analysis = doc.steps, doc.analysis
     if steps:
-        unit = "concurrency" if (doc.get("meta") or {}).get("mode", "concurrency") == \
-            "concurrency" else "request rate"
+        mode = doc.meta.mode if isinstance(doc.meta, SweepMeta) else "concurrency"
+        unit = "concurrency" if mode == "concurrency" else "request rate"
         console.print(sweep_table(steps, analysis, unit))
         table = decomposition_table(steps, unit)
         if table is not None:
@@ -86,11 +77,10 @@ def _tune(run: RunDir, console: Console, show_ok: bool) -> None:
     from latscope.report.sweep import trials_table
 
     state = TuneState.load(run.path)
-    res = state.result or {}
-    console.print(trials_table(state.trials, state.spec.objective, state.spec.latency,
-                               res.get("best")))
-    if res.get("best"):
-        console.print(f"best: {res['best']}")
+    best = state.result.best if state.result is not None else None
+    console.print(trials_table(state.trials, state.spec.objective, state.spec.latency, best))
+    if best:
+        console.print(f"best: {best}")
 
 
 def _compare(run: RunDir, console: Console, show_ok: bool) -> None:

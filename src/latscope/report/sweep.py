@@ -8,19 +8,22 @@ per second. The sweep's findings are made by ``latscope.findings.sweep``; the JS
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
-import orjson
+from msgspec import UNSET
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from latscope.analysis.search import Config
 from latscope.analysis.sweep import THROUGHPUT, Step, SweepAnalysis
+from latscope.analysis.sweepfile import SweepFile, SweepMeta
+from latscope.analysis.tune import Trial, Validation
+from latscope.findings.rank import sort_findings
 from latscope.findings.sweep import LEAF_LABELS
 from latscope.model import Finding
-from latscope.report.findings import findings_to_json
 from latscope.report.text import compact_table
+from latscope.results import FindingEntry, section
 
 
 def _ms(value: Any) -> str:
@@ -65,16 +68,12 @@ def decomposition_table(steps: Sequence[Step], unit: str) -> Table | None:
 
 
 def sweep_document(steps: Sequence[Step], analysis: SweepAnalysis, findings: list[Finding],
-                   meta: dict[str, Any]) -> dict[str, Any]:
-    return {"meta": meta, "steps": [s.to_dict() for s in sorted(steps, key=lambda s: s.load)],
-            "analysis": analysis.to_dict(), "findings": findings_to_json(findings)}
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomic write: a reader (or an interrupted run) never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    tmp.replace(path)
+                   meta: SweepMeta | None) -> SweepFile:
+    """sweep.json of ``latscope sweep``: steps by load, the analysis, the findings (most
+    severe first)."""
+    return SweepFile(meta=meta if meta is not None else UNSET,
+                     steps=sorted(steps, key=lambda s: s.load), analysis=analysis,
+                     findings=[section(f.to_dict(), FindingEntry) for f in sort_findings(findings)])
 
 
 def _fmt(v: Any) -> str:
@@ -90,7 +89,8 @@ def _fmt(v: Any) -> str:
 _PURPOSE = {"search": "search", "validate-baseline": "val A", "validate-candidate": "val B"}
 
 
-def trials_table(trials: Sequence[Any], objective: str, latency: str, best: dict | None) -> Group:
+def trials_table(trials: Sequence[Trial], objective: str, latency: str,
+                 best: Config | None) -> Group:
     """Every trial (one server start each): the numbers it scored, its configuration last (it
     wraps at spaces), and why a trial failed as a numbered line under the table."""
     table = compact_table(title="Trials (one server start each; * best; val A = baseline, "
@@ -126,17 +126,17 @@ def _short(key: str) -> str:
     return f"{metric.upper()}\n{rest}"
 
 
-def validation_lines(validation: dict[str, Any]) -> list[str]:
-    lines = [f"validation: {validation['repeats']} pairs, order {validation['order']} "
-             f"(baseline {validation['baseline']} vs chosen {validation['candidate']})"]
-    for key, res in validation["metrics"].items():
-        if res.get("ci") is None:
-            lines.append(f"  {key}: {res['verdict']} (change {_pct(res.get('change'))})")
+def validation_lines(validation: Validation) -> list[str]:
+    lines = [f"validation: {validation.repeats} pairs, order {validation.order} "
+             f"(baseline {validation.baseline} vs chosen {validation.candidate})"]
+    for key, res in validation.metrics.items():
+        if res.ci is None:
+            lines.append(f"  {key}: {res.verdict} (change {_pct(res.change)})")
             continue
-        lo, hi = res["ci"]
-        lines.append(f"  {key}: median {_fmt(res['baseline_median'])} -> {_fmt(res['candidate_median'])}, "
-                     f"change {_pct(res['change'])} [{_pct(lo)}, {_pct(hi)}] "
-                     f"({res['confidence']:.0%} t interval, n={res['n']}): {res['verdict']}")
+        lo, hi = res.ci
+        lines.append(f"  {key}: median {_fmt(res.baseline_median)} -> "
+                     f"{_fmt(res.candidate_median)}, change {_pct(res.change)} [{_pct(lo)}, "
+                     f"{_pct(hi)}] ({res.confidence:.0%} t interval, n={res.n}): {res.verdict}")
     return lines
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from latscope.report.model import WindowSection
 from latscope.report.plots import WIDTH, _num, telemetry_panels
+from latscope.telemetry.series import TelemetrySeries
 
 # (field of WindowPoint, legend label, panel, scale)
 _SERIES = (
@@ -24,7 +25,7 @@ _SERIES = (
 _PERCENT = ("queue share (%)", "KV cache (%)")
 
 
-def window_spec(w: WindowSection | None, telemetry: dict[str, Any] | None = None
+def window_spec(w: WindowSection | None, telemetry: TelemetrySeries | None = None
                 ) -> dict[str, Any] | None:
     if w is None or not w.points:
         return None

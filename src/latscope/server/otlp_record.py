@@ -20,20 +20,22 @@ import asyncio
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from latscope.model import RunContext
 from latscope.server.otlp import SpanCollector
-from latscope.server.otlp_decode import decode_export_request
+from latscope.server.otlp_decode import Span, decode_export_request
 
 SPANS_FILE = "spans.jsonl"
 RAW_FILE = "spans.raw"  # during a run: (received unix ns, length, body) frames
 STATUS_FILE = "otlp.json"
 _FRAME = struct.Struct("<qI")  # received unix ns, body length
+_ENCODER, _DECODER = msgspec.json.Encoder(), msgspec.json.Decoder(Span)
 
 
 class SpanRecorder:
@@ -87,10 +89,10 @@ class SpanRecorder:
     def _decode(self, received_ns: int, body: bytes) -> None:
         t0 = time.perf_counter()
         spans = decode_export_request(body, received_unix_ns=received_ns)
-        self._out.write(b"".join(orjson.dumps(s) + b"\n" for s in spans))
+        self._out.write(b"".join(_ENCODER.encode(s) + b"\n" for s in spans))
         self._out.flush()
         self.spans += len(spans)
-        self._seen.update(s["trace_id"] for s in spans)
+        self._seen.update(s.trace_id for s in spans)
         self.decode_ms += (time.perf_counter() - t0) * 1e3
 
     async def start(self, ctx: RunContext) -> None:
@@ -170,27 +172,30 @@ def _frames(path: Path) -> Iterable[tuple[int, bytes]]:
         pos = start + length
 
 
-def read_spans(run_dir: str | Path) -> list[dict[str, Any]]:
+def read_spans(run_dir: str | Path) -> list[Span]:
     """The spans of a run directory (``spans.jsonl``, and ``spans.raw`` if the run was killed
     before it stopped); [] when it has none. A torn last line is skipped; a torn line mid-file
     is an error."""
+    return list(iter_spans(run_dir))
+
+
+def iter_spans(run_dir: str | Path) -> Iterator[Span]:
+    """``read_spans``' spans one at a time: ``spans.jsonl`` is read a line at a time, so that
+    a long run's spans are never all held (the join keeps only each one's timings)."""
     from latscope.errors import LatscopeError
+    from latscope.rundir import jsonl_lines
 
     path = Path(run_dir) / SPANS_FILE
-    out = []
     # A run killed before its stop left its bodies undecoded
     for received_ns, body in _frames(Path(run_dir) / RAW_FILE):
-        out += decode_export_request(body, received_unix_ns=received_ns)
-    if not path.is_file():
-        return out
-    lines = path.read_bytes().split(b"\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+        yield from decode_export_request(body, received_unix_ns=received_ns)
+    for number, line, last in jsonl_lines(path):
         try:
-            out.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            if number >= len(lines) - 1:
-                break
+            yield _DECODER.decode(line)
+        except msgspec.ValidationError as exc:
+            raise LatscopeError(f"{path}: line {number} is not a span latscope wrote "
+                                f"({exc})") from None
+        except msgspec.DecodeError:
+            if last:
+                return
             raise LatscopeError(f"{path}: line {number} is not JSON") from None
-    return out

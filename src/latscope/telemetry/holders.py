@@ -10,9 +10,13 @@ name them instead, and other tenants cannot be told apart.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
+
+from msgspec import UNSET, UnsetType
 
 from latscope.server.hostview import HostView, process_tree
+from latscope.telemetry.files import DeviceInfo, ServerGpus
+from latscope.telemetry.sample import GpuProcess, GpuSample
 
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
@@ -40,10 +44,10 @@ def visible_devices(view: HostView, pids: Iterable[int]) -> dict[str, str]:
     return {}
 
 
-def _listed(value: str, devices: list[dict[str, Any]]) -> list[int] | None:
+def _listed(value: str, devices: list[DeviceInfo]) -> list[int] | None:
     """Host GPU indices named by a ``*_VISIBLE_DEVICES`` value (ordinals or ``GPU-`` UUIDs)."""
     out = []
-    by_uuid = {str(d.get("uuid")): d["index"] for d in devices if d.get("uuid")}
+    by_uuid = {d.uuid: d.index for d in devices if d.uuid}
     for item in (x.strip() for x in value.split(",") if x.strip()):
         if item.isdigit():
             out.append(int(item))
@@ -54,30 +58,29 @@ def _listed(value: str, devices: list[dict[str, Any]]) -> list[int] | None:
     return out
 
 
-def holders(samples: list[dict[str, Any]], pids: list[int], visible: dict[str, str],
-            devices: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"gpus": [...], "gpus_from": ..., "others": {gpu: [{"pid", "used_bytes"}]}}``."""
+def holders(samples: list[GpuSample], pids: list[int], visible: dict[str, str],
+            devices: list[DeviceInfo], pids_from: str | UnsetType = UNSET) -> ServerGpus:
+    """The server's GPUs and the other processes on them (``ServerGpus``)."""
     ours = set(pids)
-    seen: dict[int, dict[int, Any]] = {}
+    seen: dict[int, dict[int, int | None]] = {}
     for s in samples:
-        for p in s.get("processes") or ():
-            seen.setdefault(s["gpu"], {})[p["pid"]] = p.get("used_bytes")
+        for p in s.processes or ():
+            seen.setdefault(s.gpu, {})[p.pid] = p.used_bytes
     held = sorted(g for g, procs in seen.items() if ours & set(procs))
-    out: dict[str, Any] = {"server_pids": sorted(ours), "visible_devices": visible}
     if held:
-        out["gpus"], out["gpus_from"] = held, "the GPUs' process lists"
-        out["others"] = {str(g): [{"pid": pid, "used_bytes": used}
-                                  for pid, used in sorted(seen.get(g, {}).items())
-                                  if pid not in ours] for g in held}
-        return out
+        others = {g: [GpuProcess(pid, used) for pid, used in sorted(seen.get(g, {}).items())
+                      if pid not in ours] for g in held}
+        return ServerGpus(server_pids=sorted(ours), visible_devices=visible, gpus=held,
+                          gpus_from="the GPUs' process lists", others=others,
+                          server_pids_from=pids_from)
+    gpus: list[int] = []
+    gpus_from = ""
     for var in VISIBLE_VARS:
         listed = _listed(visible[var], devices) if var in visible else None
         if listed:
-            out["gpus"], out["gpus_from"] = listed, f"{var} of the server's process"
+            gpus, gpus_from = listed, f"{var} of the server's process"
             break
-    else:
-        out["gpus"], out["gpus_from"] = [], ""
     # the server's PIDs are not in any GPU's list: another PID namespace, so no tenant can be
     # told apart from the server here
-    out["others"] = None
-    return out
+    return ServerGpus(server_pids=sorted(ours), visible_devices=visible, gpus=gpus,
+                      gpus_from=gpus_from, others=None, server_pids_from=pids_from)

@@ -13,6 +13,9 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
+from latscope.telemetry.files import DeviceInfo
+from latscope.telemetry.sample import GpuProcess, GpuSample
+
 NVIDIA_SMI = ("nvidia-smi", "-q", "-x")
 MIB = 2**20
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
@@ -30,53 +33,55 @@ def _num(node: ET.Element | None, path: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def from_xml(text: str, t_ns: int, wall_time: float) -> list[dict[str, Any]]:
+def from_xml(text: str, t_ns: int, wall_time: float) -> list[GpuSample]:
     """One ``GpuSample`` per ``<gpu>``; raises ``ET.ParseError`` on text that is not XML."""
     root = ET.fromstring(text)
     return [_gpu(i, g, t_ns, wall_time) for i, g in enumerate(root.findall("gpu"))]
 
 
-def _gpu(index: int, g: ET.Element, t_ns: int, wall_time: float) -> dict[str, Any]:
+def _gpu(index: int, g: ET.Element, t_ns: int, wall_time: float) -> GpuSample:
     minor = _num(g, "minor_number")
-    s: dict[str, Any] = {"gpu": int(minor) if minor is not None else index, "t_ns": t_ns,
-                         "wall_time": wall_time}
-    fields = {
-        "util_pct": _num(g, "utilization/gpu_util"),
-        "mem_used_bytes": _mib(_num(g, "fb_memory_usage/used")),
-        "mem_total_bytes": _mib(_num(g, "fb_memory_usage/total")),
-        "power_w": (_num(g, "gpu_power_readings/instant_power_draw")
-                    or _num(g, "gpu_power_readings/power_draw")
-                    or _num(g, "power_readings/power_draw")),
-        "power_limit_w": (_num(g, "gpu_power_readings/current_power_limit")
-                          or _num(g, "power_readings/enforced_power_limit")),
-        "sm_clock_mhz": _num(g, "clocks/sm_clock"), "sm_clock_max_mhz": _num(g, "max_clocks/sm_clock"),
-        "mem_clock_mhz": _num(g, "clocks/mem_clock"),
-        "mem_clock_max_mhz": _num(g, "max_clocks/mem_clock"),
-        "temp_c": _num(g, "temperature/gpu_temp"),
-        "pcie_gen": _num(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
-        "pcie_max_gen": _num(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen"),
-        "pcie_width": _num(g, "pci/pci_gpu_link_info/link_widths/current_link_width"),
-        "pcie_max_width": _num(g, "pci/pci_gpu_link_info/link_widths/max_link_width"),
-        "pcie_tx_MBps": _kb(_num(g, "pci/tx_util")), "pcie_rx_MBps": _kb(_num(g, "pci/rx_util")),
-        "ecc_corrected": _num(g, "ecc_errors/volatile/dram_correctable"),
-        "ecc_uncorrected": _num(g, "ecc_errors/volatile/dram_uncorrectable"),
-    }
-    for key, value in fields.items():
-        if value is not None:
-            s[key] = int(value) if key.startswith(("pcie_gen", "pcie_max", "pcie_width",
-                                                   "ecc_")) else value
+    link = "pci/pci_gpu_link_info"
+    return GpuSample(
+        gpu=int(minor) if minor is not None else index, t_ns=t_ns, wall_time=wall_time,
+        util_pct=_num(g, "utilization/gpu_util"),
+        mem_used_bytes=_mib(_num(g, "fb_memory_usage/used")),
+        mem_total_bytes=_mib(_num(g, "fb_memory_usage/total")),
+        power_w=(_num(g, "gpu_power_readings/instant_power_draw")
+                 or _num(g, "gpu_power_readings/power_draw")
+                 or _num(g, "power_readings/power_draw")),
+        power_limit_w=(_num(g, "gpu_power_readings/current_power_limit")
+                       or _num(g, "power_readings/enforced_power_limit")),
+        sm_clock_mhz=_num(g, "clocks/sm_clock"), sm_clock_max_mhz=_num(g, "max_clocks/sm_clock"),
+        mem_clock_mhz=_num(g, "clocks/mem_clock"),
+        mem_clock_max_mhz=_num(g, "max_clocks/mem_clock"),
+        temp_c=_num(g, "temperature/gpu_temp"),
+        pcie_gen=_int(_num(g, f"{link}/pcie_gen/current_link_gen")),
+        pcie_max_gen=_int(_num(g, f"{link}/pcie_gen/max_link_gen")),
+        pcie_width=_int(_num(g, f"{link}/link_widths/current_link_width")),
+        pcie_max_width=_int(_num(g, f"{link}/link_widths/max_link_width")),
+        pcie_tx_MBps=_kb(_num(g, "pci/tx_util")), pcie_rx_MBps=_kb(_num(g, "pci/rx_util")),
+        ecc_corrected=_int(_num(g, "ecc_errors/volatile/dram_correctable")),
+        ecc_uncorrected=_int(_num(g, "ecc_errors/volatile/dram_uncorrectable")),
+        reasons=_reasons(g), xids=[],
+        processes=[GpuProcess(int(pid), _mib(_num(p, "used_memory")))
+                   for p in g.findall("processes/process_info")
+                   if (pid := _num(p, "pid")) is not None])
+
+
+def _reasons(g: ET.Element) -> list[str] | None:
+    """The clock-event reasons active now; None where the XML has no such section."""
     reasons = g.find("clocks_event_reasons")
     if reasons is None:
         reasons = g.find("clocks_throttle_reasons")
-    if reasons is not None:
-        s["reasons"] = [name for child in reasons
-                        for tag, name in _REASONS.items()
-                        if child.tag.endswith(f"_reason_{tag}") and child.text == "Active"]
-    s["xids"] = []
-    s["processes"] = [{"pid": int(pid), "used_bytes": _mib(_num(p, "used_memory"))}
-                      for p in g.findall("processes/process_info")
-                      if (pid := _num(p, "pid")) is not None]
-    return s
+    if reasons is None:
+        return None
+    return [name for child in reasons for tag, name in _REASONS.items()
+            if child.tag.endswith(f"_reason_{tag}") and child.text == "Active"]
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _mib(value: float | None) -> int | None:
@@ -96,9 +101,9 @@ class NvidiaSmiSource:
         first = self.read()
         if not first:
             raise OSError("nvidia-smi -q -x lists no GPU")
-        self.devices = [{"index": s["gpu"]} for s in first]
+        self.devices = [DeviceInfo(index=s.gpu) for s in first]
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[GpuSample]:
         import time
 
         t_ns, wall = time.perf_counter_ns(), time.time()

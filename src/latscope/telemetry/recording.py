@@ -9,56 +9,76 @@ server's processes are ``--server-pid`` and its descendants, from ``processes.js
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from latscope.errors import LatscopeError
 from latscope.rundir import iter_jsonl
+from latscope.telemetry.files import (
+    DIR,
+    SAMPLES,
+    SUMMARY,
+    DeviceInfo,
+    SampleLine,
+    TelemetrySummary,
+    encode_line,
+    write_summary,
+)
 from latscope.telemetry.holders import VISIBLE_VARS, holders
-from latscope.telemetry.sample import from_nvml
-from latscope.telemetry.sampler import DIR, SAMPLES, SUMMARY
+from latscope.telemetry.nvml import NvmlReading
+from latscope.telemetry.sample import GpuSample, from_nvml
 
 
-def read_recording(rec_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]],
-                                           list[dict[str, Any]]]:
-    """(system + devices, GpuSamples, raw readings) of a recording's ``nvml.jsonl``."""
+@dataclass(slots=True)
+class Recording:
+    """A recording's ``nvml.jsonl``: the system line's versions, each GPU's static facts, the
+    samples normalised as the sampler's and the raw readings they came from."""
+
+    system: dict[str, object] = field(default_factory=dict)
+    devices: list[NvmlReading] = field(default_factory=list)
+    samples: list[GpuSample] = field(default_factory=list)
+    raw: list[NvmlReading] = field(default_factory=list)
+
+
+def read_recording(rec_dir: Path) -> Recording:
+    """A recording's ``nvml.jsonl``, every raw reading through the sampler's own normaliser."""
     path = Path(rec_dir) / "nvml.jsonl"
     if not path.is_file():
         raise LatscopeError(f"{rec_dir}: no nvml.jsonl (not a record_gpu_telemetry.py recording)")
-    head: dict[str, Any] = {}
-    samples, raw = [], []
-    previous: dict[int, dict[str, Any]] = {}
+    out = Recording()
+    previous: dict[int, NvmlReading] = {}
     for line in iter_jsonl(path):
         kind = line.get("kind")
         if kind == "system":
-            head["system"] = line
+            out.system = line
         elif kind == "devices":
-            head["devices"] = line.get("gpus") or []
+            out.devices = [NvmlReading.from_dict(d) for d in line.get("gpus") or []]
         elif kind == "sample":
-            for reading in line.get("gpus") or ():
-                static = head["devices"][reading["index"]]
-                samples.append(from_nvml(reading, static, line["wall_time"],
-                                         previous.get(reading["index"])))
-                previous[reading["index"]] = reading
-                raw.append(reading)
-    return head, samples, raw
+            for data in line.get("gpus") or ():
+                reading = NvmlReading.from_dict(data)
+                out.samples.append(from_nvml(reading, out.devices[reading.index],
+                                             line["wall_time"], previous.get(reading.index)))
+                previous[reading.index] = reading
+                out.raw.append(reading)
+    return out
 
 
 def recording_to_run(rec_dir: Path, out: Path, interval_s: float = 1.0) -> Path:
     """Write ``out/telemetry/`` and ``out/metrics/snapshots.jsonl`` from a recording."""
     rec_dir, out = Path(rec_dir), Path(out)
-    head, samples, _ = read_recording(rec_dir)
+    recording = read_recording(rec_dir)
+    samples = recording.samples
     (out / DIR).mkdir(parents=True, exist_ok=True)
-    with (out / DIR / SAMPLES).open("w") as fh:
+    with (out / DIR / SAMPLES).open("wb") as fh:
         for s in samples:  # one GPU per line: the reader takes every GPU of every line
-            fh.write(json.dumps({"t_ns": s["t_ns"], "wall_time": s["wall_time"],
-                                 "gpus": [s]}) + "\n")
+            fh.write(encode_line(SampleLine(s.t_ns, s.wall_time, [s])))
     pids, visible = _server(rec_dir)
-    summary = {"status": "ok", "source": "NVML (record_gpu_telemetry.py)",
-               "interval_s": interval_s, "samples": len(samples),
-               "devices": head.get("devices", []),
-               "server": holders(samples, pids, visible, head.get("devices", []))}
-    (out / DIR / SUMMARY).write_text(json.dumps(summary, indent=2))
+    # the static facts the sampler keeps (DeviceInfo), not every raw reading of the recording
+    devices = [DeviceInfo.from_nvml(d) for d in recording.devices]
+    write_summary(out / DIR / SUMMARY, TelemetrySummary(
+        status="ok", source="NVML (record_gpu_telemetry.py)", interval_s=interval_s,
+        samples=len(samples), devices=devices, server=holders(samples, pids, visible, devices)))
     _metrics(rec_dir, out)
     return out
 

@@ -22,18 +22,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
+import msgspec
+
+from latscope.errors import ConfigError
 from latscope.model import RunContext
 from latscope.rundir import iter_jsonl
+from latscope.telemetry.files import (
+    DIR,
+    SAMPLES,
+    SUMMARY,
+    DeviceInfo,
+    ReadCost,
+    SampleLine,
+    ServerGpus,
+    TelemetrySummary,
+    encode_line,
+    read_summary,
+    write_summary,
+)
+from latscope.telemetry.sample import GpuSample
 
-DIR = "telemetry"
-SAMPLES = "samples.jsonl"
-SUMMARY = "telemetry.json"
+if TYPE_CHECKING:
+    from latscope.telemetry.sources import GpuSource
 
 
 class TelemetrySampler:
@@ -42,13 +57,13 @@ class TelemetrySampler:
 
     def __init__(self, interval_s: float = 2.0, *, server_pid: int | None = None,
                  server_port: int | None = None,
-                 opener: Callable[[], Any] | None = None) -> None:
+                 opener: Callable[[], GpuSource] | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.interval_s = interval_s
         self.server_pid, self.server_port = server_pid, server_port
         self._opener = opener
-        self._source: Any = None
+        self._source: GpuSource | None = None
         self._why = ""
         self._dir: Path | None = None
         self._task: asyncio.Task[None] | None = None
@@ -56,7 +71,7 @@ class TelemetrySampler:
         self._count = 0
         self._read_ms: list[float] = []
         self._errors: list[str] = []
-        self.samples: list[dict[str, Any]] = []  # flat GpuSamples, all GPUs
+        self.samples: list[GpuSample] = []  # every GPU's, flat
 
     async def start(self, ctx: RunContext) -> None:
         self._dir = ctx.run_dir / DIR
@@ -80,7 +95,7 @@ class TelemetrySampler:
         finally:
             await asyncio.to_thread(self._write_summary, ctx)
 
-    def _open(self) -> tuple[Any, str]:
+    def _open(self) -> tuple[GpuSource | None, str]:
         from latscope.telemetry.sources import TelemetryUnavailable, open_source
 
         try:
@@ -107,65 +122,59 @@ class TelemetrySampler:
                 self._errors.append(f"{type(exc).__name__}: {exc}")
 
     def _read_and_append(self) -> None:
+        source = self._source
+        assert source is not None  # reads start only once a source opened
         with self._lock:  # a read cancelled at stop() may still be running in its thread
             start = time.perf_counter_ns()
-            gpus = self._source.read()
+            gpus = source.read()
             self._read_ms.append((time.perf_counter_ns() - start) / 1e6)
             if not gpus:
                 return
-            line = {"t_ns": gpus[0]["t_ns"], "wall_time": gpus[0]["wall_time"], "gpus": gpus}
+            line = SampleLine(gpus[0].t_ns, gpus[0].wall_time, gpus)
             assert self._dir is not None
-            with (self._dir / SAMPLES).open("a") as fh:
-                fh.write(json.dumps(line) + "\n")
+            with (self._dir / SAMPLES).open("ab") as fh:
+                fh.write(encode_line(line))
             self.samples.extend(gpus)
             self._count += 1
 
     def _write_summary(self, ctx: RunContext) -> None:
         assert self._dir is not None
-        (self._dir / SUMMARY).write_text(json.dumps(self.summary(ctx), indent=2))
+        write_summary(self._dir / SUMMARY, self.summary(ctx))
 
-    def summary(self, ctx: RunContext | None = None) -> dict[str, Any]:
+    def summary(self, ctx: RunContext | None = None) -> TelemetrySummary:
         if self._source is None:
-            return {"status": "unavailable", "why": self._why, "interval_s": self.interval_s}
-        out: dict[str, Any] = {"status": "ok", "source": self._source.name,
-                               "interval_s": self.interval_s, "samples": self._count,
-                               "devices": _static(self._source.devices), "errors": self._errors}
-        if self._read_ms:
-            out["read_ms"] = {"mean": sum(self._read_ms) / len(self._read_ms),
-                              "max": max(self._read_ms)}
-        out["server"] = self._holders(ctx)
-        return out
+            return TelemetrySummary(status="unavailable", why=self._why,
+                                    interval_s=self.interval_s)
+        cost = (ReadCost(sum(self._read_ms) / len(self._read_ms), max(self._read_ms))
+                if self._read_ms else None)
+        return TelemetrySummary(status="ok", source=self._source.name,
+                                interval_s=self.interval_s, samples=self._count,
+                                devices=self._source.devices, errors=self._errors,
+                                read_ms=cost, server=self._holders(ctx, self._source.devices))
 
-    def _holders(self, ctx: RunContext | None) -> dict[str, Any]:
+    def _holders(self, ctx: RunContext | None, devices: list[DeviceInfo]) -> ServerGpus:
         from latscope.server.hostview import HostView, url_port
         from latscope.telemetry.holders import holders, server_pids, visible_devices
 
         view = HostView()
         port = self.server_port or (url_port(ctx.base_url) if ctx is not None else None)
         pids, found = server_pids(view, self.server_pid, port)
-        out = holders(self.samples, pids, visible_devices(view, pids), self._source.devices)
-        out["server_pids_from"] = found
-        return out
+        return holders(self.samples, pids, visible_devices(view, pids), devices, found)
 
 
-def _static(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keep = ("index", "name", "uuid", "pci.bus_id", "clocks.max.sm_mhz", "clocks.max.mem_mhz",
-            "pcie.max_gen", "pcie.gpu_max_gen", "pcie.max_width", "power.default_limit_mw",
-            "temperature.slowdown_c", "ecc.mode", "events.xid", "mig.mode")
-    return [{k: d[k] for k in keep if k in d} for d in devices]
-
-
-def read_telemetry(run_dir: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """``telemetry.json`` (None when the run had no sampler) and every ``GpuSample``."""
+def read_telemetry(run_dir: Path) -> tuple[TelemetrySummary | None, list[GpuSample]]:
+    """``telemetry.json`` (None when the run had no sampler) and every ``GpuSample``; a line
+    that is not a tick latscope wrote is a one-line error naming the file."""
     base = Path(run_dir) / DIR
-    summary = None
-    if (base / SUMMARY).is_file():
+    summary = read_summary(base / SUMMARY) if (base / SUMMARY).is_file() else None
+    samples: list[GpuSample] = []
+    for obj in iter_jsonl(base / SAMPLES):
         try:
-            summary = json.loads((base / SUMMARY).read_text())
-        except (OSError, ValueError):
-            summary = None
-    samples = [g for line in iter_jsonl(base / SAMPLES) for g in line.get("gpus") or ()]
+            samples += msgspec.convert(obj, SampleLine, strict=False).gpus
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{base / SAMPLES}: not a GPU sample latscope wrote ({exc})") \
+                from None
     if summary is None and samples:
-        summary = {"status": "ok", "source": "samples.jsonl (the run stopped before its "
-                   "summary was written)"}
+        summary = TelemetrySummary(status="ok", source="samples.jsonl (the run stopped before "
+                                   "its summary was written)")
     return summary, samples

@@ -4,7 +4,7 @@ driver is there but nvidia-ml-py is not), then AMD's library or tools.
 ``open_source()`` returns the first that answers, or raises ``TelemetryUnavailable`` whose text
 is the one line a user sees: which of no library, no driver, no permission, no GPU, for each
 vendor tried. Each source's ``read()`` is a blocking call (the sampler runs it in a thread) that
-returns ``GpuSample`` dicts (latscope.telemetry.sample) and never raises for a field the driver
+returns ``GpuSample``s (latscope.telemetry.sample) and never raises for a field the driver
 lacks.
 """
 
@@ -13,13 +13,14 @@ from __future__ import annotations
 import importlib
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from latscope.errors import LatscopeError
 from latscope.telemetry import amd
-from latscope.telemetry.nvml import NvmlReader, NvmlUnavailable
+from latscope.telemetry.files import DeviceInfo
+from latscope.telemetry.nvml import NvmlReader, NvmlReading, NvmlUnavailable
 from latscope.telemetry.nvsmi import NvidiaSmiSource
-from latscope.telemetry.sample import from_nvml
+from latscope.telemetry.sample import GpuSample, from_nvml
 
 # NVML return codes (nvml.h) that say why there is no telemetry, in a user's words.
 _NVML_WHY = {"LibraryNotFound": "no NVIDIA driver (libnvidia-ml.so)",
@@ -33,28 +34,40 @@ class TelemetryUnavailable(LatscopeError):
     """No GPU telemetry on this host; the message says which reader failed and why."""
 
 
+class GpuSource(Protocol):
+    """What the sampler reads: its name, the GPUs' static facts, one sample per GPU a read."""
+
+    name: str
+    devices: list[DeviceInfo]
+
+    def read(self) -> list[GpuSample]: ...
+
+    def close(self) -> None: ...
+
+
 class NvmlSource:
     def __init__(self, nvml: Any) -> None:
         self.reader = NvmlReader(nvml, pcie_throughput=False)
-        self.devices = self.reader.open()
-        if not self.devices:
+        self.static = self.reader.open()  # NVML's own keys, what from_nvml reads
+        if not self.static:
             self.reader.close()
             raise NvmlUnavailable("no NVIDIA GPU (NVML lists none)")
+        self.devices = [DeviceInfo.from_nvml(d) for d in self.static]
         self.name = f"NVML (nvidia-ml-py {_version('nvidia-ml-py')})"
-        self._previous: dict[int, dict[str, Any]] = {}
+        self._previous: dict[int, NvmlReading] = {}
         self._checked_counters = False
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[GpuSample]:
         readings = self.reader.read()
         wall = time.time()
         if not self._checked_counters:
             # the byte counters are free; without them, NVML's 20 ms sampled throughput instead
             self._checked_counters = True
-            if readings and "pcie.tx_bytes_total" not in readings[0]:
+            if readings and "pcie.tx_bytes_total" not in readings[0].values:
                 self.reader.pcie_throughput = True
-        out = [from_nvml(r, self.devices[r["index"]], wall, self._previous.get(r["index"]))
+        out = [from_nvml(r, self.static[r.index], wall, self._previous.get(r.index))
                for r in readings]
-        self._previous = {r["index"]: r for r in readings}
+        self._previous = {r.index: r for r in readings}
         return out
 
     def close(self) -> None:
@@ -68,10 +81,10 @@ class AmdLibSource:
         if not count:
             self.reader.close()
             raise TelemetryUnavailable("no AMD GPU (amdsmi lists no processor)")
-        self.name, self.devices = "amdsmi (ROCm Python library)", [{"index": i}
-                                                                    for i in range(count)]
+        self.name = "amdsmi (ROCm Python library)"
+        self.devices = [DeviceInfo(index=i) for i in range(count)]
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[GpuSample]:
         return self.reader.read(time.perf_counter_ns(), time.time())
 
     def close(self) -> None:
@@ -90,9 +103,9 @@ class AmdCliSource:
         first = self.read()
         if not first:
             raise TelemetryUnavailable(f"{tool} printed no GPU")
-        self.devices = [{"index": s["gpu"]} for s in first]
+        self.devices = [DeviceInfo(index=s.gpu) for s in first]
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[GpuSample]:
         t_ns, wall = time.perf_counter_ns(), time.time()
         if self.tool == "rocm-smi":
             return amd.from_rocm_smi(amd.run_json(amd.ROCM_SMI, self.runner), t_ns, wall)
@@ -103,7 +116,7 @@ class AmdCliSource:
         except (OSError, ValueError):
             procs = {}
         for s in samples:
-            s["processes"] = procs.get(s["gpu"], [])
+            s.processes = procs.get(s.gpu, [])
         return samples
 
     def close(self) -> None:
@@ -111,7 +124,7 @@ class AmdCliSource:
 
 
 def open_source(importer: Callable[[str], Any] = importlib.import_module,
-                which: Callable[[str], str | None] = shutil.which) -> Any:
+                which: Callable[[str], str | None] = shutil.which) -> GpuSource:
     """The first GPU source that answers, NVIDIA then AMD; else TelemetryUnavailable."""
     notes = []
     try:

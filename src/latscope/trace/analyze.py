@@ -1,6 +1,6 @@
 """One call from events to answers: ``analyze_trace(trace, options)`` runs every analysis per
-device and returns a plain dict (integer ns inside; ``to_json_units`` turns ``*_ns`` keys into
-``*_ms`` for files and screens).
+device and returns a ``TraceAnalysis`` (``trace.results``: integer ns inside; ``trace.json``
+holds it in ms, ``trace.files``).
 
 Every share in the result is a fraction in [0, 1] by construction; ``check_shares`` verifies that
 before the result is returned, and refuses it (one-line ``TraceFormatError``) otherwise, so an
@@ -11,7 +11,8 @@ activity at one instant) has nothing to break down: it is left out with a note.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+import msgspec
 
 from latscope.errors import TraceFormatError
 from latscope.trace.analysis.breakdown import breakdown
@@ -22,6 +23,15 @@ from latscope.trace.analysis.join import api_rows_for
 from latscope.trace.analysis.kernels import kernel_tables
 from latscope.trace.analysis.window import DEFAULT_STEP_PATTERN, choose_window
 from latscope.trace.model import TraceEvents
+from latscope.trace.results import (
+    DeviceAnalysis,
+    EventCounts,
+    QueueClamp,
+    RankSummary,
+    TraceAnalysis,
+    TraceSource,
+    WindowInfo,
+)
 from latscope.trace.taxonomy import classify_names
 
 
@@ -34,7 +44,7 @@ class AnalysisOptions:
     clamp_queues: bool | None = None  # None: clamp on AMD only
 
 
-def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) -> dict[str, Any]:
+def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) -> TraceAnalysis:
     options = options or AnalysisOptions()
     names = classify_names(trace.names, trace.meta.vendor)
     clamp = trace.meta.vendor == "amd" if options.clamp_queues is None else options.clamp_queues
@@ -49,39 +59,39 @@ def analyze_trace(trace: TraceEvents, options: AnalysisOptions | None = None) ->
                          "(every activity at one instant): left out")
             continue
         parts = breakdown(dev, window)
-        devices.append({
-            "device": dev.device,
-            "device_name": trace.meta.devices.get(dev.device, ""),
-            "activities": len(dev.gpu),
-            "window": {"start_ns": window.start, "length_ns": window.length,
-                       "method": window.method, "steps": window.steps},
-            "breakdown": parts,
-            "kernels": kernel_tables(dev, window, names, int(parts["busy_ns"]), options.top_n),
-            "copies": copy_stats(trace, dev, window, api_row),
-            "gaps": gap_analysis(trace, dev, window, api_row, options.gaps_n),
-            "queue_clamp": {"applied": clamp, **dev.clamp},
-        })
+        devices.append(DeviceAnalysis(
+            device=dev.device,
+            device_name=trace.meta.devices.get(dev.device, ""),
+            activities=len(dev.gpu),
+            window=WindowInfo(start_ns=window.start, length_ns=window.length,
+                              method=window.method, steps=window.steps),
+            breakdown=parts,
+            kernels=kernel_tables(dev, window, names, int(parts.busy_ns), options.top_n),
+            copies=copy_stats(trace, dev, window, api_row),
+            gaps=gap_analysis(trace, dev, window, api_row, options.gaps_n),
+            queue_clamp=QueueClamp(applied=clamp, **dev.clamp),
+        ))
     meta = trace.meta
     if len(trace.gpu) and not devices:
         raise TraceFormatError(f"no device has a window longer than 0 ns ({notes[-1]})",
                                path=meta.path)
-    result = {
-        "source": {"path": meta.path, "format": meta.format, "vendor": meta.vendor,
-                   "rank": meta.rank, "notes": notes, "skipped": dict(meta.skipped),
-                   "events": {"gpu": len(trace.gpu), "api": len(trace.api),
-                              "ranges": len(trace.ranges)}},
-        "devices": devices,
-    }
-    check_shares(result, meta.path)
+    result = TraceAnalysis(
+        source=TraceSource(path=meta.path, format=meta.format, vendor=meta.vendor,
+                           rank=meta.rank, notes=notes, skipped=dict(meta.skipped),
+                           events=EventCounts(gpu=len(trace.gpu), api=len(trace.api),
+                                              ranges=len(trace.ranges))),
+        devices=devices)
+    check_shares(msgspec.to_builtins(result), meta.path)
     return result
 
 
 _SHARE_TOLERANCE = 1e-9  # float division of integer ns: exact parts can round a hair past 1
 
 
-def check_shares(value: Any, path: str, key: str = "") -> None:
-    """Refuse a result holding a share (a key with "share" in its name) outside [0, 1], or
-    a breakdown whose shares do not add up to 1. Cannot happen unless an analysis is wrong."""
+def check_shares(value: object, path: str, key: str = "") -> None:
+    """Refuse a result (as builtins) holding a share (a key with "share" in its name) outside
+    [0, 1], or a breakdown whose shares do not add up to 1. Cannot happen unless an analysis is
+    wrong."""
     if isinstance(value, dict):
         if "idle_share" in value and "compute_share" in value:
             total = sum(value[k] for k in _BREAKDOWN_SHARES)
@@ -104,50 +114,16 @@ def check_shares(value: Any, path: str, key: str = "") -> None:
 _BREAKDOWN_SHARES = ("compute_share", "exposed_comm_share", "exposed_copy_share", "idle_share")
 
 
-def rank_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank_summary(results: list[TraceAnalysis]) -> list[RankSummary]:
     """One row per (file, device) for several traces at once (e.g. vLLM's per-rank files): the
     window, busy and idle side by side, so a rank that idles more than its peers stands out."""
     rows = []
     for result in results:
-        for dev in result["devices"]:
-            b = dev["breakdown"]
-            rows.append({"path": result["source"]["path"], "rank": result["source"]["rank"],
-                         "device": dev["device"], "window_ns": b["window_ns"],
-                         "busy_ns": b["busy_ns"], "idle_share": b["idle_share"],
-                         "comm_share": (b["communication_ns"] / b["window_ns"]
-                                        if b["window_ns"] else 0.0),
-                         "exposed_comm_share": b["exposed_comm_share"]})
+        for dev in result.devices:
+            b = dev.breakdown
+            rows.append(RankSummary(
+                path=result.source.path, rank=result.source.rank, device=dev.device,
+                window_ns=b.window_ns, busy_ns=b.busy_ns, idle_share=b.idle_share,
+                comm_share=b.communication_ns / b.window_ns if b.window_ns else 0.0,
+                exposed_comm_share=b.exposed_comm_share))
     return rows
-
-
-def to_json_units(value: Any) -> Any:
-    """Recursively rename ``x_ns`` keys to ``x_ms`` (value / 1e6); everything else unchanged."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if isinstance(key, str) and key.endswith("_ns") and isinstance(item, (int, float)) \
-                    and not isinstance(item, bool):
-                out[key[:-3] + "_ms"] = item / 1e6
-            else:
-                out[key] = to_json_units(item)
-        return out
-    if isinstance(value, list):
-        return [to_json_units(v) for v in value]
-    return value
-
-
-def from_json_units(value: Any) -> Any:
-    """The inverse of ``to_json_units`` for the stored analysis (``trace.json``): every ``x_ms``
-    number back to ``x_ns`` (the analysis itself names its durations in ns only)."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if isinstance(key, str) and key.endswith("_ms") and isinstance(item, (int, float)) \
-                    and not isinstance(item, bool):
-                out[key[:-3] + "_ns"] = item * 1e6
-            else:
-                out[key] = from_json_units(item)
-        return out
-    if isinstance(value, list):
-        return [from_json_units(v) for v in value]
-    return value

@@ -8,57 +8,76 @@ PyTorch's own kernels (``at::native::*``) match by name across vendors.
 
 from __future__ import annotations
 
-from typing import Any
+from latscope.trace.results import (
+    CategoryTime,
+    Comparison,
+    CountDiff,
+    DeviceAnalysis,
+    DiffRow,
+    FamilyTime,
+    MatchRow,
+    Side,
+    TraceAnalysis,
+)
 
-_PARTS = ("window_ns", "busy_ns", "compute_ns", "exposed_comm_ns", "exposed_copy_ns", "idle_ns")
+_PARTS = ("window", "busy", "compute", "exposed_comm", "exposed_copy", "idle")
 
 
-def compare_results(a: dict[str, Any], b: dict[str, Any], device_a: int | None = None,
-                    device_b: int | None = None, top_n: int = 20) -> dict[str, Any]:
+def compare_results(a: TraceAnalysis, b: TraceAnalysis, device_a: int | None = None,
+                    device_b: int | None = None, top_n: int = 20) -> Comparison:
     da, db = _pick(a, device_a), _pick(b, device_b)
-    return {
-        "a": {"path": a["source"]["path"], "device": da["device"], "name": da["device_name"]},
-        "b": {"path": b["source"]["path"], "device": db["device"], "name": db["device_name"]},
-        "breakdown": [_row(k[:-3], da["breakdown"][k], db["breakdown"][k]) for k in _PARTS],
-        "categories": _match(da["kernels"]["categories"], db["kernels"]["categories"],
-                             "category", "union_ns"),
-        "families": _match(da["kernels"]["families"], db["kernels"]["families"], "family",
-                           "sum_ns")[:top_n],
-        "kernel_count": _row("kernels", da["kernels"]["kernel_count"],
-                             db["kernels"]["kernel_count"], suffix=""),
-    }
+    ca, cb = da.kernels, db.kernels
+    return Comparison(
+        a=Side(path=a.source.path, device=da.device, name=da.device_name),
+        b=Side(path=b.source.path, device=db.device, name=db.device_name),
+        breakdown=[_row(part, getattr(da.breakdown, f"{part}_ns"),
+                        getattr(db.breakdown, f"{part}_ns")) for part in _PARTS],
+        categories=_match({r.category: r for r in ca.categories},
+                          {r.category: r for r in cb.categories}, "union_ns"),
+        families=_match({r.family: r for r in ca.families},
+                        {r.family: r for r in cb.families}, "sum_ns")[:top_n],
+        kernel_count=CountDiff(key="kernels", a=ca.kernel_count, b=cb.kernel_count,
+                               delta=cb.kernel_count - ca.kernel_count,
+                               ratio=cb.kernel_count / ca.kernel_count
+                               if ca.kernel_count else None),
+    )
 
 
-def _pick(result: dict[str, Any], device: int | None) -> dict[str, Any]:
+def _pick(result: TraceAnalysis, device: int | None) -> DeviceAnalysis:
     from latscope.errors import ConfigError
 
-    devices = result["devices"]
+    devices = result.devices
     if not devices:
-        raise ConfigError(f"{result['source']['path']}: no GPU activity to compare")
+        raise ConfigError(f"{result.source.path}: no GPU activity to compare")
     if device is None:
-        return max(devices, key=lambda d: d["breakdown"]["busy_ns"])
+        return max(devices, key=lambda d: d.breakdown.busy_ns)
     for dev in devices:
-        if dev["device"] == device:
+        if dev.device == device:
             return dev
-    raise ConfigError(f"{result['source']['path']}: no device {device} "
-                      f"(have {[d['device'] for d in devices]})")
+    raise ConfigError(f"{result.source.path}: no device {device} "
+                      f"(have {[d.device for d in devices]})")
 
 
-def _row(key: str, va: float, vb: float, suffix: str = "_ns") -> dict[str, Any]:
-    return {"key": key, f"a{suffix}": va, f"b{suffix}": vb, f"delta{suffix}": vb - va,
-            "ratio": (vb / va) if va else None}
+def _row(key: str, va: float, vb: float) -> DiffRow:
+    return DiffRow(key=key, a_ns=va, b_ns=vb, delta_ns=vb - va, ratio=(vb / va) if va else None)
 
 
-def _match(rows_a: list[dict], rows_b: list[dict], key: str, value: str) -> list[dict[str, Any]]:
-    index_a = {r[key]: r for r in rows_a}
-    index_b = {r[key]: r for r in rows_b}
-    keys = list(dict.fromkeys([*index_a, *index_b]))
+Rows = dict[str, CategoryTime] | dict[str, FamilyTime]
+
+
+def _match(index_a: Rows, index_b: Rows, value: str) -> list[MatchRow]:
+    """Rows of A and B under one key (a category, a family), ``value`` their time side by
+    side; a key only one side has reads 0 on the other."""
     out = []
-    for k in keys:
-        ra, rb = index_a.get(k, {}), index_b.get(k, {})
-        row = _row(k, ra.get(value, 0), rb.get(value, 0))
-        row.update({"count_a": ra.get("count", 0), "count_b": rb.get("count", 0),
-                    "category": ra.get("category") or rb.get("category") or k})
-        out.append(row)
-    out.sort(key=lambda r: -max(r["a_ns"], r["b_ns"]))
+    for k in dict.fromkeys([*index_a, *index_b]):
+        ra, rb = index_a.get(k), index_b.get(k)
+        va = getattr(ra, value) if ra is not None else 0
+        vb = getattr(rb, value) if rb is not None else 0
+        out.append(MatchRow(key=k, a_ns=va, b_ns=vb, delta_ns=vb - va,
+                            ratio=(vb / va) if va else None,
+                            count_a=ra.count if ra is not None else 0,
+                            count_b=rb.count if rb is not None else 0,
+                            category=(ra.category if ra is not None else None)
+                            or (rb.category if rb is not None else None) or k))
+    out.sort(key=lambda r: -max(r.a_ns, r.b_ns))
     return out

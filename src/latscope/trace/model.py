@@ -79,15 +79,17 @@ class RangeKind(enum.IntEnum):
 
 
 TIME_COLUMNS = ("start", "end")
-GPU_COLUMNS: dict[str, Any] = {
+# A table's columns: each name and the numpy scalar type its array holds
+Schema = dict[str, type[np.generic]]
+GPU_COLUMNS: Schema = {
     "kind": np.int8, "device": np.int32, "stream": np.int64, "start": np.int64, "end": np.int64,
     "name": np.int32, "corr": np.int64, "bytes": np.int64, "copy": np.int8, "hostmem": np.int8,
 }
-API_COLUMNS: dict[str, Any] = {
+API_COLUMNS: Schema = {
     "start": np.int64, "end": np.int64, "pid": np.int64, "tid": np.int64, "name": np.int32,
     "corr": np.int64,
 }
-RANGE_COLUMNS: dict[str, Any] = {
+RANGE_COLUMNS: Schema = {
     "kind": np.int8, "start": np.int64, "end": np.int64, "pid": np.int64, "tid": np.int64,
     "device": np.int32, "name": np.int32,
 }
@@ -115,7 +117,7 @@ class Table:
 class TableBuilder:
     """Appends rows into Python lists (cheap while streaming), then freezes them into arrays."""
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: Schema) -> None:
         self.schema = schema
         self.lists: dict[str, list] = {k: [] for k in schema}
         self.chunks: dict[str, list[np.ndarray]] = {k: [] for k in schema}

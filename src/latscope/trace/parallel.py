@@ -3,7 +3,7 @@ process (``--jobs N``) or Ray task (``--ray``), then one cross-rank view.
 
 Memory stays bounded per worker: every trace is read and analysed in a fresh process that exits
 after it (``max_tasks_per_child=1`` locally, ``max_calls=1`` on Ray), so a 64-rank job never holds
-more than ``jobs`` traces' events at once, and the driver keeps only the small result dicts plus
+more than ``jobs`` traces' events at once, and the driver keeps only the small typed results plus
 each rank's sequence of collective (NCCL/RCCL) kernel durations. Each worker's peak RSS and wall
 time are reported.
 
@@ -24,18 +24,28 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from latscope.errors import ConfigError, LatscopeError
 from latscope.trace.analyze import AnalysisOptions, analyze_trace, rank_summary
+from latscope.trace.results import (
+    CollectiveSkew,
+    CrossRankView,
+    KindWait,
+    RankRef,
+    RankSummary,
+    RankWait,
+    SlowestRank,
+    TraceAnalysis,
+    WorkerInfo,
+)
 
 
 @dataclass
 class RankAnalysis:
     path: str
-    result: dict[str, Any] | None = None
+    result: TraceAnalysis | None = None
     # per device: (kernel names, durations ns) of its communication kernels, in start order
     collectives: dict[int, tuple[list[str], list[int]]] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
@@ -106,28 +116,29 @@ def _on_ray(paths: list[str], options: AnalysisOptions,
 
     connect(address)
     task = ray.remote(num_cpus=1, max_calls=1)(analyze_one)  # a fresh process per trace
-    return ray.get([task.remote(p, options) for p in paths])
+    done: list[RankAnalysis] = ray.get([task.remote(p, options) for p in paths])
+    return done
 
 
-def cross_rank(analyses: list[RankAnalysis]) -> dict[str, Any]:
+def cross_rank(analyses: list[RankAnalysis]) -> CrossRankView:
     """Per-rank busy/idle side by side, the slowest rank, and collective skew when the traces
-    carry communication kernels. ``*_ns`` keys, as the other trace results."""
+    carry communication kernels."""
     ok = [a for a in analyses if a.result is not None]
     rows = rank_summary([a.result for a in ok if a.result is not None])
-    by_key = {(r["path"], r["device"]): r for r in rows}
-    view: dict[str, Any] = {"ranks": rows, "workers": [
-        {"path": a.path, "pid": a.pid, "host": a.host, "wall_s": a.wall_s,
-         "peak_rss_mb": a.peak_rss_mb, "error": str(a.error) if a.error else None}
-        for a in analyses]}
+    by_key = {(r.path, r.device): r for r in rows}
+    view = CrossRankView(ranks=rows, workers=[
+        WorkerInfo(path=a.path, pid=a.pid, host=a.host, wall_s=a.wall_s,
+                   peak_rss_mb=a.peak_rss_mb, error=str(a.error) if a.error else None)
+        for a in analyses])
     if rows:
-        slowest = max(rows, key=lambda r: r["busy_ns"] - _comm_ns(r))
-        view["slowest_rank"] = {"path": slowest["path"], "rank": slowest["rank"],
-                                "device": slowest["device"],
-                                "compute_busy_ns": slowest["busy_ns"] - _comm_ns(slowest),
-                                "by": "GPU busy time outside exposed communication"}
+        slowest = max(rows, key=lambda r: r.busy_ns - _comm_ns(r))
+        view.slowest_rank = SlowestRank(path=slowest.path, rank=slowest.rank,
+                                        device=slowest.device,
+                                        compute_busy_ns=slowest.busy_ns - _comm_ns(slowest),
+                                        by="GPU busy time outside exposed communication")
     seqs = {(a.path, dev): c for a in ok for dev, c in a.collectives.items()}
     if len(seqs) >= 2:
-        view["collectives"] = collective_skew(seqs, by_key)
+        view.collectives = collective_skew(seqs, by_key)
     return view
 
 
@@ -145,22 +156,22 @@ def collective_kind(name: str) -> str:
     return next((kind for kind, pattern in _KINDS if pattern.search(name)), "other")
 
 
-def _by_kind(kinds: list[str], durs: np.ndarray, wait: np.ndarray) -> list[dict[str, Any]]:
+def _by_kind(kinds: list[str], durs: np.ndarray, wait: np.ndarray) -> list[KindWait]:
     """Per collective kind of one rank: count, total time and the part spent waiting."""
     out = []
     for kind in dict.fromkeys(kinds):
         mask = np.array([k == kind for k in kinds])
-        out.append({"kind": kind, "count": int(mask.sum()), "total_ns": int(durs[mask].sum()),
-                    "wait_ns": int(wait[mask].sum())})
-    return sorted(out, key=lambda r: -r["total_ns"])
+        out.append(KindWait(kind=kind, count=int(mask.sum()), total_ns=int(durs[mask].sum()),
+                            wait_ns=int(wait[mask].sum())))
+    return sorted(out, key=lambda r: -r.total_ns)
 
 
-def _comm_ns(row: dict[str, Any]) -> float:
-    return row["exposed_comm_share"] * row["window_ns"]
+def _comm_ns(row: RankSummary) -> float:
+    return row.exposed_comm_share * row.window_ns
 
 
 def collective_skew(seqs: dict[tuple[str, int], tuple[list[str], list[int]]],
-                    rows: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+                    rows: dict[tuple[str, int], RankSummary]) -> CollectiveSkew:
     """k-th collective of every rank matched by position (and name); see the module doc."""
     keys = sorted(seqs)
     n = min(len(seqs[k][1]) for k in keys)
@@ -176,23 +187,24 @@ def collective_skew(seqs: dict[tuple[str, int], tuple[list[str], list[int]]],
         notes.append(f"{int((~same).sum())} position(s) had different kernels across ranks "
                      "and were left out")
     if durs.shape[1] == 0:
-        return {"matched": 0, "notes": notes}
+        return CollectiveSkew(matched=0, notes=notes)
     wait = durs - durs.min(axis=0)
     skew = durs.max(axis=0) - durs.min(axis=0)
     kinds = [collective_kind(n) for n in names[0][same]]
-    per_rank: list[dict[str, Any]] = []
+    per_rank: list[RankWait] = []
     for i, key in enumerate(keys):
-        row = rows.get(key, {})
-        window = row.get("window_ns") or 0
-        per_rank.append({"path": key[0], "device": key[1], "rank": row.get("rank"),
-                         "collective_ns": int(durs[i].sum()), "wait_ns": int(wait[i].sum()),
-                         "wait_share": float(wait[i].sum() / window) if window else None,
-                         "by_kind": _by_kind(kinds, durs[i], wait[i])})
-    straggler = min(per_rank, key=lambda r: r["wait_ns"])
-    return {"matched": int(durs.shape[1]),
-            "skew_p50_ns": float(np.percentile(skew, 50)),
-            "skew_p99_ns": float(np.percentile(skew, 99)), "skew_max_ns": int(skew.max()),
-            "per_rank": per_rank,
-            "straggler": {"path": straggler["path"], "device": straggler["device"],
-                          "rank": straggler["rank"]},
-            "notes": notes}
+        row = rows.get(key)
+        window = row.window_ns if row is not None else 0
+        per_rank.append(RankWait(path=key[0], device=key[1],
+                                 rank=row.rank if row is not None else None,
+                                 collective_ns=int(durs[i].sum()), wait_ns=int(wait[i].sum()),
+                                 wait_share=float(wait[i].sum() / window) if window else None,
+                                 by_kind=_by_kind(kinds, durs[i], wait[i])))
+    straggler = min(per_rank, key=lambda r: r.wait_ns)
+    return CollectiveSkew(matched=int(durs.shape[1]),
+                          skew_p50_ns=float(np.percentile(skew, 50)),
+                          skew_p99_ns=float(np.percentile(skew, 99)),
+                          skew_max_ns=int(skew.max()), per_rank=per_rank,
+                          straggler=RankRef(path=straggler.path, device=straggler.device,
+                                            rank=straggler.rank),
+                          notes=notes)

@@ -4,17 +4,17 @@ tests/data/otlp/capture.py)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from latscope.analysis.decompose import decompose, decompose_run
 from latscope.analysis.join import join_spans, request_spans
-from latscope.stats import ttft_ms
-from latscope.rundir import read_run
 from latscope.report.perrequest import WIDTH, per_request_lines
+from latscope.rundir import read_run
 from latscope.server.otlp_record import read_spans
+from latscope.stats import ttft_ms
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "otlp"
 
@@ -44,7 +44,7 @@ def test_each_row_is_the_span_of_its_own_request(run) -> None:
         record = by_index[row.index]
         assert record.trace_id == row.trace_id
         assert row.client_ttft_ms == ttft_ms(record)
-        attrs = span["attributes"]
+        attrs = span.attributes
         assert row.queue_ms == pytest.approx(attrs["gen_ai.latency.time_in_queue"] * 1e3)
         assert row.server_ttft_ms == pytest.approx(
             attrs["gen_ai.latency.time_to_first_token"] * 1e3)
@@ -83,9 +83,8 @@ def test_missing_spans_are_counted_and_said(run) -> None:
     records, spans = run
     by_trace = request_spans(spans)
     dropped = {records[0].trace_id, records[1].trace_id}
-    kept = [s for s in spans if s["trace_id"] not in dropped]
-    stray = copy.deepcopy(spans[0])
-    stray["trace_id"] = "f" * 32
+    kept = [s for s in spans if s.trace_id not in dropped]
+    stray = msgspec.structs.replace(spans[0], trace_id="f" * 32)
     split = join_spans(records, kept + [stray])
     assert split.joined == len(by_trace) - 2 and split.without_span == 2
     assert split.other_spans == 1
@@ -109,7 +108,7 @@ def test_decompose_takes_spans_first_and_says_so(run) -> None:
 
 def test_too_few_joined_requests_fall_back_to_the_next_source(run) -> None:
     records, spans = run
-    few = [s for s in spans if s["trace_id"] in {r.trace_id for r in records[:12]}]
+    few = [s for s in spans if s.trace_id in {r.trace_id for r in records[:12]}]
     result = decompose(records, [], split=join_spans(records, few))
     assert not result.component("ttft.server.queue").source.startswith("per-request spans")
     assert any("only 12 of 24 requests were joined" in n for n in result.notes)
@@ -144,7 +143,7 @@ def test_vllm_startup_spans_are_not_request_spans() -> None:
     from latscope.server.otlp_decode import decode_export_request
 
     startup = decode_export_request((DATA / "export_startup.bin").read_bytes())
-    assert {s["name"] for s in startup} >= {"Worker init"}
+    assert {s.name for s in startup} >= {"Worker init"}
     assert request_spans(startup) == {}
 
 

@@ -115,11 +115,20 @@ def test_refine_candidates_are_geometric_midpoints_widest_gap_first():
 
 
 def test_flatten_summary_names_slo_keys():
-    summary = {"ttft_ms": {"count": 3, "p99": 12.0, "mean": 5.0}, "throughput": {"requests_per_s": 2.0},
-               "requests": {"total": 4, "failed": 1}, "duration_s": 2.0}
-    flat = flatten_summary(summary)
+    from latscope.runfiles import summary_of
+
+    rates = {"requests_per_s": 2.0, "output_tokens_per_s": 20.0, "total_tokens_per_s": 40.0,
+             "window_s": 1.5, "window": "steady: first measured send to last send"}
+    summary = {"ttft_ms": {"count": 3, "p99": 12.0, "mean": 5.0},
+               "throughput": {**rates, "window_requests": 3,
+                              "overall": {**rates, "requests_per_s": 1.5, "window": "all"}},
+               "requests": {"total": 4, "completed": 3, "failed": 1}, "duration_s": 2.0,
+               "tokens": {"input_total": 40, "output_total": 30}}
+    flat = flatten_summary(summary_of(summary))
     assert flat["ttft_p99_ms"] == 12.0 and flat["ttft_mean_ms"] == 5.0
     assert flat["requests_per_s"] == 2.0 and flat["error_rate"] == 0.25
+    assert flat["window_requests"] == 3 and flat["overall_requests_per_s"] == 1.5
+    assert "window" not in flat and "overall_window_requests" not in flat  # not metrics
 
 
 @pytest.mark.slow

@@ -55,15 +55,15 @@ def test_score_feasible_is_throughput_and_infeasible_is_minus_violation():
 def test_paired_change_interval_and_verdicts():
     # Candidate 20% better every time, with a little spread: the interval excludes zero.
     up = paired_change([100, 102, 98, 101], [120, 121, 119, 122], higher_better=True)
-    assert up["verdict"] == "better"
-    assert up["ci"][0] < up["change"] < up["ci"][1]
-    assert up["change"] == pytest.approx(0.2, abs=0.02)
+    assert up.verdict == "better"
+    assert up.ci[0] < up.change < up.ci[1]
+    assert up.change == pytest.approx(0.2, abs=0.02)
     # Mixed ratios around 1: no significant difference.
     same = paired_change([100, 100, 100], [110, 90, 101], higher_better=True)
-    assert same["verdict"] == "no significant difference"
+    assert same.verdict == "no significant difference"
     # Lower latency is the good direction.
-    assert paired_change([50, 52, 51], [40, 41, 40], higher_better=False)["verdict"] == "better"
-    assert paired_change([100], [120], higher_better=True)["ci"] is None
+    assert paired_change([50, 52, 51], [40, 41, 40], higher_better=False).verdict == "better"
+    assert paired_change([100], [120], higher_better=True).ci is None
 
 
 def test_paired_change_matches_a_textbook_t_interval():
@@ -72,7 +72,7 @@ def test_paired_change_matches_a_textbook_t_interval():
     cand = [math.exp(0.1), math.exp(0.2), math.exp(0.3)]
     res = paired_change(base, cand, higher_better=True)
     half = 4.302653 * 0.1 / math.sqrt(3)
-    assert res["ci"] == pytest.approx([math.expm1(0.2 - half), math.expm1(0.2 + half)], rel=1e-5)
+    assert res.ci == pytest.approx([math.expm1(0.2 - half), math.expm1(0.2 + half)], rel=1e-5)
 
 
 def test_serve_command_fills_placeholders_and_refuses_untuned_flags():
@@ -99,16 +99,40 @@ def test_secret_in_serve_cmd_is_refused_before_anything_is_written(tmp_path):
 
 def test_state_round_trip_and_only_finished_trials_are_reused(tmp_path):
     state = TuneState(tmp_path, _spec())
-    state.trials = [Trial({"max_num_seqs": 1}, "done", feasible=True, value=3.0),
-                    Trial({"max_num_seqs": 2}, "failed", error="did not start"),  # value -inf
-                    Trial({"max_num_seqs": 4}, "running"),
-                    Trial({"max_num_seqs": 8}, "interrupted")]
+    state.trials = [Trial(config={"max_num_seqs": 1}, status="done", feasible=True, value=3.0,
+                          metrics={"requests_per_s": 3.0}, decomposition={"ttft": 40.0}),
+                    Trial(config={"max_num_seqs": 2}, status="failed",
+                          error="did not start"),  # value -inf
+                    Trial(config={"max_num_seqs": 4}, status="running"),
+                    Trial(config={"max_num_seqs": 8}, status="interrupted")]
     state.save()
     assert not list(tmp_path.glob(".*tmp"))  # the atomic write left nothing behind
+    written = json.loads((tmp_path / "tune.json").read_text())
+    assert written["version"] == 2 and written["trials"][1]["value"] == "-inf"
     again = TuneState.load(tmp_path)
-    assert again.spec.params == state.spec.params
+    assert again.spec == state.spec and again.trials == state.trials
     assert again.trials[1].value == -math.inf
     assert set(again.cache()) == {(1,), (2,)}
+
+
+def test_a_version_1_state_is_read_with_its_decomposition_and_sweep_moved(tmp_path):
+    # version 1 kept a trial's decomposition and per-trial sweep among its metrics
+    state = TuneState(tmp_path, _spec())
+    state.trials = [Trial(config={"max_num_seqs": 1}, status="done", feasible=True, value=3.0)]
+    state.save()
+    data = json.loads((tmp_path / "tune.json").read_text())
+    data["version"] = 1
+    trial = data["trials"][0]
+    trial["metrics"] = {"requests_per_s": 3.0, "load": 4, "decomposition": {"ttft": 40.0},
+                        "sweep": [{"load": 1, "requests_per_s": 1.0},
+                                  {"load": 4, "requests_per_s": 3.0}]}
+    for key in ("decomposition", "sweep"):
+        trial.pop(key)
+    (tmp_path / "tune.json").write_text(json.dumps(data))
+    [old] = TuneState.load(tmp_path).trials
+    assert old.metrics == {"requests_per_s": 3.0, "load": 4}
+    assert old.decomposition == {"ttft": 40.0}
+    assert [(s.load, s.value) for s in old.sweep] == [(1, 1.0), (4, 3.0)]
 
 
 def test_load_refuses_missing_or_foreign_state(tmp_path):
@@ -160,7 +184,7 @@ def test_tune_finds_best_with_fewer_restarts_than_grid(tmp_path):
     proc = subprocess.run(_tune_cmd(out, "--json"), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout)
-    result = state["result"]
+    result = state["result"]  # the file's
     assert result["best"] == {"itl_ms": 1}  # the smallest gap gives the most requests/s
     assert result["grid_size"] == 4 and result["restarts"] < 4
     assert result["baseline"] == {"itl_ms": 2}

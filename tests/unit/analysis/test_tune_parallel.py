@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from latscope.analysis.search import Param
-from latscope.analysis.tune import TuneSpec, TuneState, Tuner
+from latscope.analysis.tune import TrialRun, TuneSpec, TuneState, Tuner
 from latscope.campaign.parallel_tune import (
     LocalPool, device_env, device_sets, host_warning, visible_gpus,
 )
@@ -51,14 +51,14 @@ def _fake_launch(config: dict, trial_dir: Path, env: dict | None = None):
 
 def _measure_for(state: TuneState, hold=lambda config: HOLD_S):
     """The measure reads the trial's configuration back from tune.json by its directory."""
-    def measure(url: str, model: str, run_dir: Path) -> dict:
+    def measure(url: str, model: str, run_dir: Path) -> TrialRun:
         rel = str(run_dir.parent.relative_to(state.out_dir))
         data = json.loads((state.out_dir / "tune.json").read_text())
         config = next(t["config"] for t in data["trials"] if t["run_dir"] == rel)
         time.sleep(hold(config))
         if config["max_num_seqs"] == 64:
             os._exit(3)  # a trial process that dies without a word
-        return {"requests_per_s": _throughput(config), "e2e_p99_ms": 10.0}
+        return TrialRun(metrics={"requests_per_s": _throughput(config), "e2e_p99_ms": 10.0})
     return measure
 
 

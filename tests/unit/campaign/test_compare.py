@@ -6,13 +6,19 @@ its figures leaves the gate undecided."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from compare_samples import write_run
-from latscope.analysis.compare_model import EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED
+from latscope.analysis.compare_model import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_UNDECIDED,
+    load_comparison,
+)
 from latscope.campaign.compare import CompareOptions, compare_runs
 from latscope.errors import ConfigError
 
@@ -235,6 +241,9 @@ def test_cpus_contended_under_latscope_itself_refuse(tmp_path):
 
 
 def _sweep(root: Path, name: str, ttft_ms: float, knee: float) -> Path:
+    from latscope.analysis.knee import Knee
+    from latscope.analysis.sweep import Step, SweepAnalysis
+    from latscope.analysis.sweepfile import SweepFile, SweepMeta, write_sweep
     from latscope.rundir import RunDir
 
     run = RunDir.create("sweep", root / name)
@@ -242,10 +251,14 @@ def _sweep(root: Path, name: str, ttft_ms: float, knee: float) -> Path:
     for load in (1, 2, 4):
         step = write_run(root / name / f"step-{load}", seed=int(load * 10 + ttft_ms),
                          concurrency=load, ttft_ms=ttft_ms * load, config={"concurrency": load})
-        steps.append({"load": load, "run_dir": str(step), "metrics": {
-            "requests_per_s": 10.0 * load / (ttft_ms / 50), "ttft_p99_ms": ttft_ms * load}})
-    run.write("sweep.json", {"meta": {"mode": "concurrency"}, "steps": steps,
-                             "analysis": {"knee": {"load": knee}}})
+        steps.append(Step(load, {"requests_per_s": 10.0 * load / (ttft_ms / 50),
+                                 "ttft_p99_ms": ttft_ms * load}, run_dir=str(step)))
+    meta = SweepMeta(url="http://127.0.0.1:8000", mode="concurrency", loads=[1, 2, 4],
+                     slo=None, latency_cap=None, backoff=0.1, bench={})
+    marked = Knee(load=knee, index=[1, 2, 4].index(knee), method="kneedle", score=0.5,
+                  stability=1.0, measured_past=True, confidence="high")
+    write_sweep(run.file("sweep.json"), SweepFile(meta=meta, steps=steps,
+                                                  analysis=SweepAnalysis(knee=marked)))
     return run.path
 
 
@@ -276,7 +289,15 @@ def test_traces_are_compared_by_trace_compare_and_the_gate_says_it_cannot_decide
     capsys.readouterr()
     c = _compare(tmp_path / "t0", tmp_path / "t1")
     assert c.kind == "trace" and c.trace is not None
-    assert {r["key"] for r in c.trace["breakdown"]} >= {"busy", "idle", "window"}
+    assert {r.key for r in c.trace.breakdown} >= {"busy", "idle", "window"}
+    # compare.json holds the diff in ms, as trace.json does; read back, the same ns
+    stored = c.to_dict()["trace"]
+    busy = next(r for r in c.trace.breakdown if r.key == "busy")
+    assert next(r for r in stored["breakdown"] if r["key"] == "busy")["a_ms"] == busy.a_ns / 1e6
+    again = load_comparison(json.loads(json.dumps(c.to_dict()))).trace
+    assert again is not None and [r.key for r in again.families] == \
+        [r.key for r in c.trace.families]
+    assert next(r for r in again.breakdown if r.key == "busy").a_ns == pytest.approx(busy.a_ns)
     assert c.exit_code == EXIT_UNDECIDED and not c.metrics
     assert "no per-request figures" in c.reasons[0]
     assert any(f["id"] == "compare.trace_moved" for f in c.findings)

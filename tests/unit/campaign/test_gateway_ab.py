@@ -20,6 +20,7 @@ from latscope.campaign.servers import Change, Running
 from latscope.load import BenchConfig, WorkloadSpec
 from latscope.load.config import parse_mix
 from latscope.model import RequestRecord
+from summaries import bench_summary  # tests/
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver
 from fakeserver import FakeServer  # noqa: E402
@@ -42,7 +43,7 @@ def test_size_classes_of_a_90_10_mix_are_its_two_classes():
     assert all(r.prompt_tokens == 1024 for r in classes["long"])
 
     class Obs:  # what metric_of reads: the run's records and summary
-        summary = {"ttft_ms": {"mean": 13.0}}
+        summary = bench_summary(ttft_ms={"mean": 13.0})
 
     Obs.records = records
     assert metric_of(Obs, "short_ttft_mean_ms") == 10.0
@@ -67,7 +68,7 @@ def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
                             requests=30, warmup=7)
         exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
                              scrape_interval_s=0)
-    result = exp.to_dict()
+    result = exp.ab_result().to_dict()
     assert result["arms"] == ["A", "B", "A", "B"]
     assert result["change"] == "latscope gateway --policy sjf --max-inflight 2"
     assert len(result["a_values"]) == 2 and all(v > 0 for v in result["a_values"] + result["b_values"])
@@ -100,7 +101,7 @@ def test_a_gain_bought_with_the_guards_loss_is_said_so():
                                    "B": [4300.0, 4400.0, 4100.0, 4500.0]})
     from latscope.analysis.tune import paired_change
     exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
-    result = exp.to_dict()
+    result = exp.ab_result().to_dict()
     assert result["helped"] and result["guard"]["verdict"] == "worse"
     from latscope.report.html import render_html
     from latscope.report.markdown import render_markdown
@@ -140,7 +141,7 @@ class _Budget:
 def _state_with_throughput(rps: float | None, pairs: int = 4):
     from types import SimpleNamespace
 
-    obs = SimpleNamespace(summary={"throughput": {"requests_per_s": rps}})
+    obs = SimpleNamespace(summary=bench_summary(throughput={"requests_per_s": rps}))
     return SimpleNamespace(observations={16.0: obs}, opts=SimpleNamespace(pairs=pairs))
 
 
@@ -187,8 +188,8 @@ def test_diagnose_sizes_the_gateways_runs_from_the_sweeps_run_at_that_load():
 
     records = [_record(i, 32, 8, 10.0, 50.0) for i in range(90)]
     records += [_record(90 + i, 512, 256, 40.0, 400.0) for i in range(10)]
-    obs = SimpleNamespace(records=records, summary={"throughput": {
-        "requests_per_s": 4.2, "total_tokens_per_s": 450.0}})
+    obs = SimpleNamespace(records=records, summary=bench_summary(throughput={
+        "requests_per_s": 4.2, "total_tokens_per_s": 450.0}))
     proposal = Proposal("x", Change(), gateway={"policy": "sjf"})
     _size_runs_for_aging(proposal, obs, 16)
     assert (proposal.requests, proposal.warmup) == (144, 29)  # 5 and 1 horizons of 6.8 s
@@ -209,7 +210,7 @@ def test_a_long_class_the_sweeps_run_sent_too_few_of_still_sets_the_run_length()
     records = [_record(i, 32, 8, 10.0, 50.0) for i in range(31)]
     records += [_record(31, 256, 128, 40.0, 400.0)]
     spec = WorkloadSpec(mix=parse_mix("short:0.9:32:8,long:0.1:256:128"))
-    summary = {"throughput": {"requests_per_s": 20.0, "total_tokens_per_s": 1500.0}}
+    summary = bench_summary(throughput={"requests_per_s": 20.0, "total_tokens_per_s": 1500.0})
     planned = Proposal("x", Change(), gateway={"policy": "sjf"})
     _size_runs_for_aging(planned, SimpleNamespace(
         records=records, summary=summary, result=SimpleNamespace(config=SimpleNamespace(
@@ -273,7 +274,7 @@ def _ab_with_stalls(tmp_path, monkeypatch, stalled: set[int]) -> tuple[list, dic
         proposal = Proposal("server.queue_max_num_seqs", Change(), metric="ttft_mean_ms",
                             gateway={"policy": "fcfs"}, requests=12, warmup=2)
         result = run_experiment(proposal, _NoControl(), current, base, 2, tmp_path, pairs=2,
-                                scrape_interval_s=0).to_dict()
+                                scrape_interval_s=0).ab_result().to_dict()
     return calls, result
 
 

@@ -10,12 +10,14 @@ from latscope.reliability import ClientReliability
 from latscope.analysis.sweep import Step
 from latscope.campaign.stages import remeasure_unreliable
 from latscope.campaign.state import DiagnoseOptions, Diagnosis
+from summaries import bench_summary  # tests/
 
 
 def _obs(reliable: bool, workers: int = 1) -> SimpleNamespace:
     client = ClientReliability(reliable, "" if reliable else "event-loop lag p99 436.0 ms")
     return SimpleNamespace(client=client,
-                           summary={"load": {"workers_chosen": {"count": workers}}})
+                           summary=bench_summary(load={"mode": "closed", "workers_chosen": {
+                               "count": workers, "why": "test"}}))
 
 
 def _state(tmp_path, reliable_at: dict[float, bool]) -> Diagnosis:

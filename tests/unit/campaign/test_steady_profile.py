@@ -19,6 +19,7 @@ from latscope.campaign.state import Budget, DiagnoseOptions, Diagnosis
 from latscope.errors import ConfigError
 from latscope.load import BenchConfig, WorkloadSpec
 from latscope.rundir import RunDir
+from summaries import bench_summary  # tests/
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver
 from fakeserver import FakeServer  # noqa: E402
@@ -32,7 +33,7 @@ def _state(tmp_path: Path, trace_dir: Path, rps: float | None) -> Diagnosis:
     state.levels = {"knee": LOAD}
     if rps is not None:
         state.observations = {float(LOAD): SimpleNamespace(
-            summary={"throughput": {"requests_per_s": rps}})}
+            summary=bench_summary(throughput={"requests_per_s": rps}))}
     return state
 
 
@@ -113,7 +114,7 @@ def test_a_profile_needs_the_servers_trace_dir(tmp_path):
 
 def test_profile_requests_cover_a_wave_each_side_of_the_hold():
     state = SimpleNamespace(observations={64.0: SimpleNamespace(
-        summary={"throughput": {"requests_per_s": 150.0}})})
+        summary=bench_summary(throughput={"requests_per_s": 150.0}))})
     n = profiling.profile_requests(state, 64)
     assert n == 2 * 64 + int(150.0 * (profiling.PROFILE_LOAD_S + profiling.MARGIN_S))
     assert profiling.profile_requests(SimpleNamespace(observations={}), 4) == 2 * 4 + 8
@@ -141,7 +142,7 @@ def test_the_capacity_gate_reads_the_telemetry_not_the_profile_where_both_exist(
     replay_mod._restore(state, out)
     busy = seam._gpu_busy(conclude.inputs_of(state))
     assert busy is not None and busy.kind == "telemetry" and "NVML" in busy.source
-    profile_busy = 1 - state.trace["devices"][0]["breakdown"]["idle_share"]
+    profile_busy = 1 - state.trace.devices[0].breakdown.idle_share
     assert abs(busy.share - profile_busy) > 0.01  # a different figure: not the profile's
     state.observations = {}  # no telemetry read: the profile's share is the fallback
     fallback = seam._gpu_busy(conclude.inputs_of(state))

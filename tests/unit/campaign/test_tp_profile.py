@@ -116,13 +116,13 @@ def planted(traces_dir, tmp_path):
 
 def test_a_planted_straggler_is_named_with_what_the_other_rank_loses(planted):
     view = cross_rank(analyze_files(planted, AnalysisOptions()))
-    coll = view["collectives"]
-    waits = {r["rank"]: r for r in coll["per_rank"]}
-    assert coll["matched"] == 74 and coll["straggler"]["rank"] == 1
-    assert waits[0]["wait_ns"] == pytest.approx(74 * PLANTED_US * 1e3, rel=1e-6)
+    coll = view.collectives
+    waits = {r.rank: r for r in coll.per_rank}
+    assert coll.matched == 74 and coll.straggler.rank == 1
+    assert waits[0].wait_ns == pytest.approx(74 * PLANTED_US * 1e3, rel=1e-6)
     by_id = {f.id: f for f in crossrank_findings(view)}
     late = by_id["trace.rank_straggler"]
-    window = next(r["window_ns"] for r in view["ranks"] if r["rank"] == 0)
+    window = next(r.window_ns for r in view.ranks if r.rank == 0)
     assert late.severity == Severity.WARNING and late.role == "symptom"
     assert late.impact["share"] == pytest.approx(74 * PLANTED_US * 1e3 / window, abs=1e-4)
     assert late.title.startswith("rank 1 (dp0_pp0_tp1_dcp0_ep0_rank1.")

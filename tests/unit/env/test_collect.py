@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import tarfile
 from pathlib import Path
 
-from latscope.env.collect import collect
 from latscope.campaign.doctor import run_doctor
+from latscope.env.collect import collect
 from latscope.redact import redact_argv, redact_env
 
 
@@ -23,8 +25,12 @@ def test_collect_round_trip_redacts_secrets(tmp_path, monkeypatch):
     with tarfile.open(out.path) as tar:
         blob = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
         names = tar.getnames()
+        manifest = json.loads(tar.extractfile("latscope/collect.json").read())
     assert secret.encode() not in blob and b"hunter2hunter2" not in blob
     assert f"proc/{os.getpid()}/environ" in names and "latscope/server.log" in names
+    # collect.json as bundles always had it (BundleManifest's fields, in this order)
+    assert list(manifest) == ["pid", "url", "hostname", "time", "latscope", "tools"]
+    assert manifest["pid"] == os.getpid() and manifest["tools"] == out.tools
     report = run_doctor(root=str(out.path))
     assert report.facts["pid"] == os.getpid()
     assert report.facts["server"]["settings"]["enforce_eager"]["value"] is True  # log travelled
@@ -59,3 +65,19 @@ def test_bad_root_archive_and_unwritable_outputs_are_one_line_errors(tmp_path, c
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
     assert "cannot create output dir" in err[2]
+
+
+def test_a_bundle_whose_collect_json_does_not_fit_is_one_line_naming_the_key(tmp_path, capsys):
+    from latscope.cli.main import main
+
+    bundle = tmp_path / "odd.tar.gz"
+    with tarfile.open(bundle, "w:gz") as tar:
+        for name, data in (("latscope/collect.json", b'{"pid": "423", "hostname": "vm"}'),
+                           ("proc/cmdline", b"ro quiet\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert main(["doctor", "--root", str(bundle), "-o", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: --root {bundle}: latscope/collect.json: Expected `int | null`, "
+                   "got `str` - at `$.pid`"]

@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from latscope.env.hostload import (HostLoadSampler, ProcTimes, cpu_usage, descendants,
-                                   parse_stat, read_cpu_usage, read_procs)
+import msgspec
+
+from latscope.env.hostload import (CoresUsed, HostCpu, HostLoadSampler, ProcTimes, cpu_usage,
+                                   descendants, parse_stat, read_cpu_usage, read_procs)
 from latscope.findings.host import contention_finding
 from latscope.model import Severity
 
@@ -55,8 +57,8 @@ def test_a_child_burning_300_ms_of_cpu_is_counted_as_another_process(tmp_path):
         child.wait(timeout=30)
     usage = read_cpu_usage(tmp_path)
     # the child is latscope's (this process's) child: it counts as latscope, not as others
-    assert usage["cores_used"]["latscope"] * usage["window_s"] >= 0.25
-    assert all(o["pid"] != child.pid for o in usage["others"])
+    assert usage.cores_used.latscope * usage.window_s >= 0.25
+    assert all(o.pid != child.pid for o in usage.others)
 
 
 def test_processes_split_into_latscope_server_and_others():
@@ -71,19 +73,36 @@ def test_processes_split_into_latscope_server_and_others():
     before[40] = ProcTimes(40, 2, "kworker/1:1-events", 98.0)
     before[2] = after[2] = ProcTimes(2, 0, "kthreadd", 0.0)
     usage = cpu_usage(before, after, 2.0, own_pid=10, server_pids={20}, cores=4)
-    assert usage["cores_used"] == {"latscope": 1.0, "server": 2.0, "others": 1.1}
-    assert [(o["pid"], o["cores"]) for o in usage["others"]] == [(30, 0.9), (31, 0.2)]
+    assert usage.cores_used == CoresUsed(latscope=1.0, server=2.0, others=1.1)
+    assert [(o.pid, o.cores) for o in usage.others] == [(30, 0.9), (31, 0.2)]
     assert descendants(after, {20}) == {20, 21}
 
 
 def test_contention_is_critical_when_others_take_half_of_the_servers_cpus():
-    usage = {"cores": 16, "server_cpus": 4, "window_s": 10.0,
-             "cores_used": {"latscope": 0.5, "server": 1.6, "others": 4.0},
-             "others": [{"pid": 7, "comm": "python3", "cores": 1.0, "on_server_cpus": 1.0}] * 4}
-    f = contention_finding(usage, "c=8 (the knee)")
+    data = {"cores": 16, "server_cpus": 4, "window_s": 10.0,
+            "cores_used": {"latscope": 0.5, "server": 1.6, "others": 4.0},
+            "others": [{"pid": 7, "comm": "python3", "cores": 1.0, "on_server_cpus": 1.0}] * 4}
+    f = contention_finding(msgspec.convert(data, HostCpu), "c=8 (the knee)")
     assert f.severity == Severity.CRITICAL and f.id == "host.cpu_contention"
     assert "4.0 of the server's 4 CPUs (100%)" in f.title
     # the same processes pinned elsewhere do not contend
-    elsewhere = {**usage, "others": [{**o, "on_server_cpus": 0.0} for o in usage["others"]]}
-    assert contention_finding(elsewhere, "c=8").severity == Severity.OK
-    assert contention_finding({"skipped": "no /proc"}, "c=8") is None
+    elsewhere = {**data, "others": [{**o, "on_server_cpus": 0.0} for o in data["others"]]}
+    assert contention_finding(msgspec.convert(elsewhere, HostCpu), "c=8").severity == Severity.OK
+    assert contention_finding(HostCpu(skipped="no /proc"), "c=8") is None
+
+
+def test_cpu_json_reads_back_as_written_and_a_foreign_one_is_one_line(tmp_path):
+    import json
+
+    from latscope.errors import ConfigError
+
+    sampler = HostLoadSampler(server_pids={1})
+    ctx = SimpleNamespace(run_dir=tmp_path)
+    asyncio.run(sampler.start(ctx))
+    asyncio.run(sampler.stop(ctx))
+    written = json.loads((tmp_path / "host" / "cpu.json").read_text())
+    assert list(written)[:3] == ["window_s", "cores", "server_cpus"] and written["server_pids"] == [1]
+    assert read_cpu_usage(tmp_path) == sampler.result
+    (tmp_path / "host" / "cpu.json").write_text('{"cores": "sixteen"}')
+    with pytest.raises(ConfigError, match="cpu.json: not a CPU record latscope wrote"):
+        read_cpu_usage(tmp_path)

@@ -209,10 +209,13 @@ def test_no_verdict_sentence_gives_shares_of_two_loads(found):
 
 
 def test_telemetry_idle_time_is_a_symptom_that_eager_mode_takes_with_its_own_words():
-    from latscope.findings.telemetry import idle_time
+    import dataclasses
 
-    hint = {"gpu_busy_pct": 29.7, "source": "NVML (nvidia-ml-py 13), c8/telemetry"}
-    assert idle_time({**hint, "gpu_busy_pct": 50.0}, "c=8") is None  # busy half the time: no
+    from latscope.findings.telemetry import CapacityHint, idle_time
+
+    hint = CapacityHint(29.7, 0.0, "not_gpu", "", "NVML (nvidia-ml-py 13), c8/telemetry")
+    half = dataclasses.replace(hint, gpu_busy_pct=50.0)
+    assert idle_time(half, "c=8") is None  # busy half the time: no
     assert idle_time(None, "c=8") is None  # no telemetry (the CPU target): nothing said
     idle = idle_time(hint, "c=8 (the knee)")
     assert idle is not None and idle.role == "symptom"

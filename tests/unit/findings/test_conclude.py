@@ -22,6 +22,7 @@ from latscope.findings.inputs import (
 )
 from latscope.findings.trade import budget_trade
 from latscope.server.scrape import read_snapshots
+from latscope.trace.files import StoredTrace, read_stored
 
 MATRIX = Path(__file__).resolve().parents[2] / "data" / "gpu-matrix"
 # an H200 with default flags, 1k prompts, load to c=256: throughput still +16% per doubling at
@@ -42,7 +43,7 @@ def _split(ttft_ms: float, queue_share: float) -> Decomposition:
     return Decomposition(rows, "ttft.server.queue", None, 30.0, "histograms", 100, 100.0)
 
 
-def _profile(name: str) -> dict:
+def _profile(name: str) -> StoredTrace:
     """The stored analysis of the profile a recorded H200 scenario took at its knee
     (saturated-long: the GPU idle 3% of it; eager: 73%)."""
     import json
@@ -50,7 +51,7 @@ def _profile(name: str) -> dict:
     with tarfile.open(MATRIX / f"{name}.tgz") as tar:
         member = tar.extractfile(f"{name}/trace.json")
         assert member is not None
-        return json.load(member)
+        return read_stored(json.load(member))
 
 
 def _inputs(*, profile: str | None, limits: ServerLimits = ServerLimits(max_num_seqs=1024),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ import tracefiles  # noqa: E402
 from latscope.errors import LatscopeError  # noqa: E402
 from latscope.model import RequestRecord  # noqa: E402
 from latscope.trace.analyze import analyze_trace, check_shares  # noqa: E402
+from latscope.trace.files import as_json  # noqa: E402
 from latscope.findings.trace import trace_findings  # noqa: E402
 from latscope.trace.readers import read_trace  # noqa: E402
 
@@ -69,17 +71,18 @@ def check_trace_result(path: Path) -> None:
             assert (abs(table.start) <= 2**62).all()
     assert all(count > 0 for count in trace.meta.skipped.values())
     assert all(isinstance(n, str) for n in trace.names)
-    check_shares(result, str(path))  # every share in 0..1, breakdown shares add up to 1
-    for dev in result["devices"]:
-        b = dev["breakdown"]
-        assert b["window_ns"] > 0
-        parts = ("compute_ns", "exposed_comm_ns", "exposed_copy_ns", "idle_ns")
-        assert all(b[p] >= 0 for p in parts) and sum(b[p] for p in parts) == b["window_ns"]
-        assert b["busy_ns"] <= b["window_ns"]
-        k = dev["kernels"]
-        assert k["kernel_count"] >= 0 and k["kernel_time_sum_ns"] >= 0
-        assert dev["gaps"]["count"] >= 0 and dev["gaps"]["idle_ns"] == b["idle_ns"]
-    orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)  # the CLI writes it as JSON
+    # every share in 0..1, breakdown shares add up to 1
+    check_shares(msgspec.to_builtins(result), str(path))
+    for dev in result.devices:
+        b = dev.breakdown
+        assert b.window_ns > 0
+        parts = (b.compute_ns, b.exposed_comm_ns, b.exposed_copy_ns, b.idle_ns)
+        assert all(p >= 0 for p in parts) and sum(parts) == b.window_ns
+        assert b.busy_ns <= b.window_ns
+        k = dev.kernels
+        assert k.kernel_count >= 0 and k.kernel_time_sum_ns >= 0
+        assert dev.gaps.count >= 0 and dev.gaps.idle_ns == b.idle_ns
+    orjson.dumps(as_json(result))  # the CLI writes it as JSON
     assert all(f.id.startswith("trace.") for f in findings)
 
 
@@ -474,17 +477,16 @@ def chunked_reads(draw) -> list[tuple[int, bytes]]:
 
 
 def sse_chunked(reads: list[tuple[int, bytes]]) -> None:
-    """Each quick reader (the C pass where built, the pure-Python one) must agree with the exact
-    per-event one whenever it answers, and take nothing that is not valid chunked framing."""
-    from latscope.load import response
-    from latscope.load.response import FramingError, _read_stream, dechunk
+    """Each quick pass (the C one where built, its pure-Python twin) must agree with the exact
+    per-event reader whenever it answers, and take nothing that is not valid chunked framing."""
+    from latscope import native
+    from latscope.load.response import FramingError, _read_stream, dechunk, read_stream_quick
 
-    quick = [response._read_stream_fast] + ([response._read_stream_c] if response._native else [])
     took = {}
-    for reader in quick:
+    for name, backend in native.BACKENDS.items():
         record = RequestRecord(index=0, request_id="r", scheduled_ns=0)
-        if reader(record, reads):
-            took[reader.__name__] = record
+        if read_stream_quick(record, reads, scan=backend.scan_stream):
+            took[name] = record
     try:
         pieces = dechunk(reads)
     except FramingError:

@@ -12,11 +12,17 @@ import pytest
 import tracefiles
 
 from latscope.errors import TraceFormatError
-from latscope.load.response import _read_stream, _read_stream_fast, dechunk
+from latscope import native
+from latscope.load.response import _read_stream, dechunk, read_stream_quick
 from latscope.model import RequestRecord
 from latscope.server.logs import parse_log
 from latscope.trace.analysis import intervals as iv
 from latscope.trace.readers import read_trace
+
+
+def _read_stream_fast(record, reads):
+    """The pure-Python quick pass (``latscope.fastread``), where a response is read."""
+    return read_stream_quick(record, reads, scan=native.PYTHON.scan_stream)
 
 
 def test_rocprof_v1_json_with_an_integer_wider_than_64_bits(tmp_path):

@@ -84,7 +84,7 @@ def test_every_guard_gets_its_own_interval_with_its_own_direction():
     exp.more_guard_values = {"steady_rps": {"A": [4.0, 4.4, 3.6], "B": [4.1, 4.3, 3.7]}}
     from latscope.analysis.tune import paired_change
     exp.result = paired_change(exp.a_values, exp.b_values, higher_better=False)
-    out = exp.to_dict()
+    out = exp.ab_result().to_dict()
     guards = {g["metric"]: g for g in out["guards"]}
     assert guards["long_e2e_mean_ms"]["verdict"] == "worse"  # E2E up ~50%, every pair
     assert guards["steady_rps"]["verdict"] == "no significant difference"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -24,7 +25,11 @@ def test_bench_prints_table_and_writes_run(tmp_path, capsys):
         assert word in text, word
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"]["completed"] == 12 and summary["goodput"]["good_requests"] == 12
-    assert len((out / "requests.jsonl").read_text().splitlines()) == 12
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert sum('"warmup":false' in line for line in lines) == 12  # the stagger's ramp past them
+    assert len(lines) == 12 + summary["requests"]["warmup_excluded"]
+    assert re.search(r"concurrency 3 \(held [0-9.]+ on average\)", text)
+    assert "of them the stagger's ramp" in text and summary["load"]["ramp_requests_excluded"]
 
 
 def test_open_loop_rate_from_cli(tmp_path, capsys):
@@ -35,8 +40,10 @@ def test_open_loop_rate_from_cli(tmp_path, capsys):
                    "--output-dir", str(out)])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
+    held = summary["load"].pop("mean_in_flight")
     assert summary["load"] == {"mode": "open", "concurrency": None, "rate": 200.0,
                                "burstiness": 0.5}
+    assert 0 < held < 20  # what the open loop had in flight, on average
     assert "open loop 200 req/s" in capsys.readouterr().out
 
 

@@ -1,7 +1,8 @@
 """The client's response reading: HTTP de-chunking and SSE, fed bytes split at awkward places.
 
-Every test here runs twice, once per quick reader (the C pass and the pure-Python one it
-replaces where no compiler is found): each must agree with the exact reader or decline."""
+Every test here runs twice, once per quick pass (the C one and its pure-Python twin, which
+``latscope.native`` takes where no compiler is found): each must agree with the exact reader or
+decline."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 
 import pytest
 
+from latscope import native
 from latscope.load import response
 from latscope.load.client import _Exchange
 from latscope.load.response import finalize
@@ -17,15 +19,11 @@ from latscope.model import RequestRecord
 
 @pytest.fixture(autouse=True, params=["c", "python"])
 def quick_reader(request, monkeypatch):
-    """The quick reader ``finalize`` (and ``_both_readers``) takes first, for this test."""
-    if request.param == "c":
-        if response._native is None:
-            pytest.skip("the C part is not built (tests/unit/test_native.py says why)")
-        reader = response._read_stream_c
-    else:
-        reader = response._read_stream_fast
-    monkeypatch.setattr(response, "read_stream_quick", reader)
-    return reader
+    """The backend whose quick pass ``finalize`` (and ``_both_readers``) takes first."""
+    if request.param not in native.BACKENDS:
+        pytest.skip("the C part is not built (tests/unit/test_native.py says why)")
+    monkeypatch.setattr(response, "scan_stream", native.BACKENDS[request.param].scan_stream)
+    return request.param
 
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -163,7 +161,7 @@ def test_fast_reader_declines_what_it_cannot_prove(quick_reader):
     split_event = [b'data: {"choices":[{"te', b'xt":"a"}]}\n\n', b"data: [DONE]\n\n"]
     # the C pass reads JSON spacing and an event split over chunks as the exact reader does;
     # neither quick reader takes usage per chunk (the exact reader counts tokens per chunk)
-    c_takes = {id(spaced), id(split_event)} if quick_reader is response._read_stream_c else set()
+    c_takes = {id(spaced), id(split_event)} if quick_reader == "c" else set()
     for events in (spaced, per_chunk, split_event):
         body = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
         took_fast, fast, exact, problem = _both_readers([(1, body)])

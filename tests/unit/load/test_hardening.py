@@ -44,7 +44,9 @@ def test_a_broken_response_head_is_named_and_the_run_exits_1(tmp_path, capsys, m
     assert err.startswith("error: all 4 requests failed (malformed_response 4)") and message in err
     assert "Traceback" not in err and err.count("\n") == 1
     _, records, summary = read_run(tmp_path / "run")
-    assert len(records) == 4 and all(message in r.error for r in records)
+    # 4 measured, and before them the stagger's ramp (warm-up requests), every one failed
+    assert sum(not r.warmup for r in records) == 4 and all(message in r.error for r in records)
+    assert summary["requests"]["warmup_excluded"] == len(records) - 4
     assert summary["error_examples"]["malformed_response"].startswith(message)
 
 
@@ -84,9 +86,12 @@ def test_duration_bounds_a_run_against_a_server_that_stalls(tmp_path):
     # 1 s of load + 1 s of grace (min(duration, 30 s)), not the 600 s request timeout
     assert 2.0 <= elapsed < 10, elapsed
     s = result.summary
-    assert s["errors"] == {"cancelled": 2} and s["requests"]["completed"] == 0
+    # slot 0's first request (the stagger's pilot: the ramp, warm-up) and slot 1's, which
+    # stopped waiting for it and began the measurement: both stalled, written as cancelled
+    assert s["errors"] == {"cancelled": 1} and s["requests"]["completed"] == 0
+    assert s["requests"]["warmup_excluded"] == 1
     assert "after --duration ended" in s["error_examples"]["cancelled"]
-    assert len(read_run(result.run_dir)[1]) == 2
+    assert [r.error_kind for r in read_run(result.run_dir)[1]] == ["cancelled"] * 2
 
 
 @pytest.mark.slow
@@ -179,7 +184,8 @@ def test_sigterm_keeps_everything_like_ctrl_c(tmp_path):
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in err, err
     _, records, summary = read_run(run_dir)
-    assert len(records) >= 8 and summary["requests"]["total"] == len(records)
+    warm = summary["requests"]["warmup_excluded"]  # the stagger's ramp, on disk as warm-up
+    assert len(records) >= 8 and summary["requests"]["total"] + warm == len(records)
     assert summary["errors"] == {"cancelled": 4}  # the 4 in flight, written, not dropped
 
 
@@ -194,9 +200,11 @@ def test_after_sigkill_the_summary_is_rebuilt_from_the_records(tmp_path, capsys)
     _, records, summary = read_run(run_dir)
     assert summary == {}  # killed: no summary written
     rebuilt = rebuild_summary(run_dir)
-    assert rebuilt["requests"]["total"] == len(records) >= 8
-    assert rebuilt["requests"]["completed"] == len(records)  # no in-flight record was written
-    assert rebuilt["ttft_ms"]["count"] == len(records) and "rebuilt" in rebuilt
+    measured = sum(not r.warmup for r in records)  # the stagger's ramp is warm-up
+    assert rebuilt["requests"]["total"] == measured and len(records) >= 8
+    assert rebuilt["requests"]["warmup_excluded"] == len(records) - measured
+    assert rebuilt["requests"]["completed"] == measured  # no in-flight record was written
+    assert rebuilt["ttft_ms"]["count"] == measured and "rebuilt" in rebuilt
     assert rebuilt["load"]["concurrency"] == 4 and rebuilt["latency_origin"] == "sent"
     # `latscope show` prints it (through load.rundir.rebuild_summary)
     assert main(["show", str(run_dir)]) == 0

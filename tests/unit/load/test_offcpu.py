@@ -15,6 +15,7 @@ from latscope.reliability import ClientReliability
 from latscope.load.offcpu import run_queue_wait_s
 from latscope.load.summary import client_warnings, off_cpu_share
 from latscope.load.workers import merged_client_figures
+from summaries import bench_summary  # tests/
 
 
 def test_the_wait_is_the_second_schedstat_field_and_none_where_the_kernel_does_not_say(tmp_path):
@@ -67,8 +68,8 @@ def test_a_client_kept_off_the_cpu_is_warned_of_and_past_a_quarter_not_trusted()
     assert "waited for a CPU 25% of the run" in warning
 
     def verdict(wait_s: float) -> ClientReliability:
-        return client_reliability({"client": {"run_queue_wait_s": wait_s, "wall_s": 10.0},
-                                   **summary}, None)
+        return client_reliability(bench_summary(client={"run_queue_wait_s": wait_s,
+                                                        "wall_s": 10.0}, **summary), None)
 
     assert verdict(1.0).reliable and verdict(1.0).off_cpu_share == 0.1
     unreliable = verdict(3.0)

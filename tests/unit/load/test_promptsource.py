@@ -124,16 +124,21 @@ def test_a_worker_builds_the_very_prompt_one_process_sends_for_each_index(tokeni
         srv.reset()
         two = run_workers(config("two"), 2)
         by_index_two = {rid.rsplit("-", 1)[1]: t.prompt for rid, t in srv.truth().items()}
-    assert len(by_index_one) == 42 and by_index_one == by_index_two
-    assert len(set(by_index_one.values())) == 42
+    # every index a process sent has its own prompt, the same whichever process sent it (a
+    # worker's indices are a stride of them: its stagger ramp's too)
+    common = by_index_one.keys() & by_index_two.keys()
+    assert len(common) >= 20 and all(by_index_one[k] == by_index_two[k] for k in common)
+    for sent in (by_index_one, by_index_two):
+        assert len(set(sent.values())) == len(sent) >= 42
     _, records, _ = read_run(two.run_dir)
-    assert sorted(r.index for r in records) == list(range(42))
-    assert one.summary["client"]["prompts"]["built_in_send"] == 0
-    # an -n run builds its 42 prompts once, before it, and none past its last index
-    assert one.summary["client"]["prompts"]["built_during_run"] == 0
-    built = two.summary["client"]["prompts"]  # each worker built its own share, before it
-    assert built["built_before_run"] == 40 + 2 and built["built_in_send"] == 0
-    assert built["built_during_run"] == 0
+    assert sum(not r.warmup for r in records) == 40
+    assert len({r.index for r in records}) == len(records)
+    # an -n run builds its prompts once, before it (the stagger ramp's with them), and none
+    # past them
+    for result in (one, two):
+        built = result.summary["client"]["prompts"]
+        assert built["built_in_send"] == 0 and built["built_during_run"] == 0
+        assert built["built_before_run"] >= len(result.records)
 
 
 def test_a_client_busy_building_prompts_is_told_so():

@@ -41,7 +41,7 @@ def test_truncated_last_line_is_skipped_but_other_damage_is_an_error(tmp_path):
     _, records, summary = read_run(tmp_path)
     assert len(records) == 1 and summary == {}
     (tmp_path / "requests.jsonl").write_text(good[:20] + "\n" + good + "\n")
-    with pytest.raises(ConfigError, match="requests.jsonl:1"):
+    with pytest.raises(ConfigError, match="requests.jsonl: line 1 is not JSON"):
         read_run(tmp_path)
 
 

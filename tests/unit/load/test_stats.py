@@ -168,22 +168,23 @@ def test_itl_gaps_kept_in_c_equal_numpys(cap):
     # the C store (latscope/_native.c GapStore) and its pure-Python twin (numpy's itls_ms) must
     # keep the same values, bit for bit, and the same count, sums and extremes; past a small
     # cap, the same histogram; past a cap smaller than one request, that request folded at once
-    from latscope import stats
+    from latscope import native, stats, twins
+    from latscope.itlpool import ItlPool
 
-    if stats._native is None:
+    if native.C is None:
         pytest.skip("the C part is not built (tests/unit/test_native.py says why)")
     rng = np.random.default_rng(7)
     requests = [list(np.cumsum(rng.integers(0, 50_000_000, size=n)) + 10**15)
                 for n in rng.integers(0, 120, size=40)]
     requests = [[int(t) for t in times] for times in requests]
     requests[5] = [requests[5][0]] * 30 + requests[5]  # one read's tokens: zero gaps
-    fast, slow = stats._Pooled(cap), stats._Pooled(cap, native=False)
+    fast, slow = ItlPool(cap, "c"), ItlPool(cap, "python")
     assert type(fast.store) is not type(slow.store)
     for i, times in enumerate(requests):
         if i % 3:
             fast.add_times(times)
-        else:  # as the driver adds a worker's line: gaps_ms's tuple
-            gaps = stats._native.gaps_ms(times)
+        else:  # as a line read back gives them: its gaps' tuple
+            gaps = twins.gaps_of(times)
             if gaps is not None:
                 fast.add_gaps(gaps)
         slow.extend(stats.itls_ms(RequestRecord(index=0, request_id="x", scheduled_ns=0,
@@ -204,10 +205,9 @@ def test_itl_gaps_kept_in_c_equal_numpys(cap):
 
 
 def test_the_gap_store_refuses_what_passes_its_cap_and_adds_nothing():
-    from latscope import stats
+    from latscope import native
 
-    kinds = [stats._GapStorePy] + ([stats._native.GapStore] if stats._native else [])
-    for kind in kinds:
+    for kind in (backend.GapStore for backend in native.BACKENDS.values()):
         store = kind(4)
         assert store.add_times([10, 10, 2_000_010]) and store.kept == 2
         assert store.add_times([5]) and store.count == 2  # one time: no gap
@@ -218,13 +218,13 @@ def test_the_gap_store_refuses_what_passes_its_cap_and_adds_nothing():
         assert store.kept == 0 and store.count == 2 and store.values() == b""
         store.add_sums(3, 9.0, 27.0, 1.0, 5.0)  # folded elsewhere: counted, not kept
         assert (store.kept, store.count, store.total, store.hi) == (0, 5, 11.0, 5.0)
-    if stats._native is not None:
+    if native.C is not None:
         with pytest.raises(TypeError):  # not a list (the C loop reads list items)
-            stats._native.GapStore(4).add_times((1, 2))
-        with pytest.raises(TypeError):  # not gaps_ms's tuple
-            stats._native.GapStore(4).add_gaps([b"", 0.0, 0.0, 0.0, 0.0])
+            native.C.GapStore(4).add_times((1, 2))
+        with pytest.raises(TypeError):  # not the gaps' tuple
+            native.C.GapStore(4).add_gaps([b"", 0.0, 0.0, 0.0, 0.0])
         with pytest.raises(OverflowError):  # past 64 bits: an error, nothing kept
-            bad = stats._native.GapStore(4)
+            bad = native.C.GapStore(4)
             bad.add_times([1, 2**70])
         assert bad.kept == bad.count == 0
 
@@ -270,9 +270,9 @@ def test_the_run_statistics_keep_the_one_definition_of_each_latency():
 
 
 @pytest.mark.parametrize("cap", [ITL_EXACT_MAX, 700, 40])
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("backend", ["c", "python"])
 @pytest.mark.parametrize("deal", ["random", "by time"])
-def test_workers_statistics_merged_are_the_runs(cap, native, deal):
+def test_workers_statistics_merged_are_the_runs(cap, backend, deal):
     # a run's records dealt to three "workers" (at random, or early / middle / late: a worker
     # whose completions wait for a later worker's sends to settle), each counting its own on
     # its own clock (shifted), merged on the driver's: the summary one process counting every
@@ -280,8 +280,11 @@ def test_workers_statistics_merged_are_the_runs(cap, native, deal):
     # merged; failures, warm-up, a goodput SLO and the steady window's pending completions
     import pickle
 
-    from latscope import stats
+    from latscope import native
+    from latscope.itlpool import ItlPool
 
+    if backend not in native.BACKENDS:
+        pytest.skip("the C part is not built")
     rng = np.random.default_rng(11)
     records = []
     for i in range(150):
@@ -298,7 +301,7 @@ def test_workers_statistics_merged_are_the_runs(cap, native, deal):
     offsets = [0, 7 * MS, -123 * MS]  # worker clock = driver clock + offset
     workers = [RunStats((50, 90, 99), slo, itl_cap=cap) for _ in offsets]
     for w in workers:
-        w.itl = stats._Pooled(cap, native)
+        w.itl = ItlPool(cap, backend)
     dealt = (rng.integers(0, 3, len(records)) if deal == "random"
              else [min(int(r.scheduled_ns / MS // 134), 2) for r in records])
     for r, k in zip(records, dealt):
@@ -321,11 +324,12 @@ def test_workers_statistics_merged_are_the_runs(cap, native, deal):
 
 
 def test_a_pickled_itl_store_keeps_its_values_sums_and_histogram():
-    from latscope import stats
+    from latscope import native
+    from latscope.itlpool import ItlPool
 
     rng = np.random.default_rng(5)
-    for native in (True, False):
-        pooled = stats._Pooled(50, native)
+    for backend in native.BACKENDS:
+        pooled = ItlPool(50, backend)
         for _ in range(7):
             pooled.add_times([int(t) for t in np.cumsum(rng.integers(1, 10**7, 20))])
         import pickle

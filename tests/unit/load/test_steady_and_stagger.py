@@ -141,3 +141,87 @@ def test_an_open_loops_warm_up_is_its_first_arrivals_at_the_rate(server, tmp_pat
         assert 0.4 < span < duration and len(measured) > 30
     else:
         assert len(measured) == 30
+
+
+def test_the_mean_in_flight_is_every_requests_time_in_flight_in_the_window_over_it():
+    # 2 slots of 100 ms requests, a send every 50 ms from 0 to 450 ms (the window), and a
+    # warm-up sent at -60 ms, in flight 40 ms of the window: in the window the measured ones
+    # spend 8 x 100 ms (those ending by 450) + 50 ms (the one sent at 400, up to 450) + 0 (sent
+    # at 450), the warm-up 40 ms: 890 ms over 450 ms
+    measured = [_rec(i, 50 * i, 100) for i in range(10)]
+    warm = [_rec(100, -60, 100, warmup=True)]
+    failed = _rec(11, 200, 10, error="http_5xx")  # in flight 10 ms: a failure counts too
+    want = (8 * 100 + 50 + 0 + 40 + 10) / 450
+    records = measured + warm + [failed]
+    for order in range(3):
+        random.Random(order).shuffle(records)
+        assert summarize(records)["throughput"]["mean_in_flight"] == pytest.approx(want)
+    # batched (numpy) and one by one alike, and merged from two shares on other clocks
+    slow = RunStats()
+    slow._FAST = False
+    for r in records:
+        slow.add(r)
+    assert slow.summary()["throughput"]["mean_in_flight"] == pytest.approx(want)
+    a, b = RunStats(), RunStats()
+    for i, r in enumerate(records):
+        shifted = RequestRecord.from_dict(r.to_dict())
+        if i % 2:
+            for name in ("scheduled_ns", "sent_ns", "first_token_ns", "end_ns"):
+                if getattr(shifted, name):
+                    setattr(shifted, name, getattr(shifted, name) + 7 * MS)
+        (b if i % 2 else a).add(shifted)
+    a.merge(b, 7 * MS)
+    assert a.summary()["throughput"]["mean_in_flight"] == pytest.approx(want)
+
+
+def _in_flight(records, lo: int, hi: int) -> float:
+    """Requests in flight over [lo, hi] on average, from the records themselves."""
+    busy = sum(max(0, min(r.end_ns, hi) - max(r.sent_ns, lo)) for r in records if r.end_ns)
+    return busy / (hi - lo)
+
+
+@pytest.mark.serial
+def test_a_closed_loop_reports_the_window_in_which_it_holds_its_concurrency(server, tmp_path):
+    # 8 slots of ~95 ms requests, 6 each, no warm-up: slot 0 sends alone, the others follow
+    # one by one (the stagger). Counted, that ramp held ~6.6 in flight on average over the
+    # statistics' window; the statistics now start at the send that makes 8 in flight, the
+    # ramp's sends come on top of -n as warm-up requests, and what was held is reported
+    result = _bench(server, tmp_path, concurrency=8, n=48, warmup=0, tokens=16)
+    s, records = result.summary, result.records
+    measured = [r for r in records if not r.warmup]
+    ramp = [r for r in records if r.warmup]
+    assert len(measured) == 48 == s["requests"]["total"] and s["requests"]["completed"] == 48
+    assert len(ramp) == s["load"]["ramp_requests_excluded"] == s["requests"]["warmup_excluded"]
+    assert len(ramp) >= 7  # slot 0's pilot and the other slots' first sends but the last's
+    held = min(r.sent_ns for r in measured)  # the last slot's first send
+    assert max(r.sent_ns for r in ramp) < held <= result.manifest["start_ns"] + 5 * MS
+    last = max(r.sent_ns for r in measured)
+    assert s["load"]["mean_in_flight"] == pytest.approx(_in_flight(records, held, last))
+    assert s["load"]["mean_in_flight"] > 7.0  # of 8 asked: only the client's gaps between
+    # a request's end and the slot's next send are missing
+    assert s["load"]["stagger"][0]["ramp_requests"] == len(ramp) and s["load"]["ramp_note"]
+
+
+def test_a_warm_up_absorbs_the_ramp_and_n_counts_measured_requests(server, tmp_path):
+    # 16 warm-up requests: the ramp's sends (about one a slot) are among them, and the 32
+    # measured requests are exactly the indices that follow the warm-up
+    result = _bench(server, tmp_path, concurrency=4, n=32, warmup=16, tokens=4)
+    measured = sorted(r.index for r in result.records if not r.warmup)
+    assert measured == list(range(16, 48))
+    assert result.summary["load"]["ramp_requests_excluded"] == 0
+
+
+@pytest.mark.serial
+def test_a_closed_loops_duration_runs_from_its_first_measured_send(server, tmp_path):
+    # --duration without warm-up: the ramp first (warm-up requests), then 0.6 s measured
+    server.reset()
+    config = BenchConfig(url=server.url, duration_s=0.6, concurrency=4, model="fake-model",
+                         output_dir=tmp_path / "run")
+    config.workload.output_len = "8"
+    result = run_bench(config)
+    start = result.manifest["start_ns"]
+    ramp = [r for r in result.records if r.warmup]
+    measured = [r for r in result.records if not r.warmup]
+    assert ramp and max(r.sent_ns for r in ramp) < start <= min(r.sent_ns for r in measured)
+    span = (max(r.sent_ns for r in measured) - start) / 1e9
+    assert 0.45 < span < 0.6  # sends stop at the duration's end, counted from the start

@@ -44,13 +44,17 @@ def test_split_proportionally_follows_weights_and_sums():
     assert sum(split_proportionally(1001, [3, 3, 2])) == 1001
 
 
-def test_closed_loop_shares_cover_the_requests_once():
+def test_closed_loop_shares_measure_the_requests_once_from_disjoint_indices():
+    # each worker measures its part of -n (by its slots) and draws its indices, its stagger
+    # ramp's too, from its own stride past the warm-up: no index is sent twice
     config = BenchConfig(url="http://127.0.0.1:1", num_requests=101, concurrency=10, warmup=4)
     shares = plan_shares(config, 3, 105)
-    indices = [i for s in shares for i in s.indices]
-    assert sorted(indices) == list(range(4, 105))  # every measured index once, warm-up excluded
     assert [s.concurrency for s in shares] == [4, 3, 3]
-    assert [len(s.indices) for s in shares] == split_proportionally(101, [4, 3, 3])
+    assert [s.size for s in shares] == split_proportionally(101, [4, 3, 3])
+    assert sum(s.size or 0 for s in shares) == 101
+    firsts = [set(s.indices[:200]) for s in shares]  # (the strides have no end)
+    assert all(min(f) >= 4 for f in firsts)
+    assert not (firsts[0] & firsts[1] or firsts[0] & firsts[2] or firsts[1] & firsts[2])
 
 
 def test_closed_loop_duration_shares_are_disjoint():
@@ -139,7 +143,11 @@ def test_two_workers_closed_loop_merge_everything_once(server, tmp_path, capfd):
     # closed and printed "RuntimeError: Event loop is closed" from each worker process
     assert "Traceback" not in capfd.readouterr().err
     workers = result.summary["workers"]
-    assert [w["requests"] for w in workers] == [30, 30]
+    assert [w["measured"] for w in workers] == [30, 30]
+    # each worker's stagger ramp (its slots starting one after another) on top, as warm-up
+    ramps = [sum(loop["ramp_requests"] for loop in w["stagger"]) for w in workers]
+    assert [w["requests"] - w["measured"] for w in workers] == ramps and min(ramps) >= 1
+    assert result.summary["load"]["ramp_requests_excluded"] == sum(ramps)
     # local workers on the driver's clock append their own lines (the driver writes none)
     assert [w["records_written_by"] for w in workers] == ["worker", "worker"]
     assert len({w["pid"] for w in workers}) == 2 and os.getpid() not in {w["pid"] for w in workers}
@@ -181,8 +189,8 @@ def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_p
     assert len(failed) == 1 and "worker 1" in failed[0] and "SIGKILL" in failed[0]
     _, records, summary = read_run(result.run_dir)
     by_worker = {w["worker"]: w for w in summary["workers"]}
-    assert by_worker[0]["requests"] == 100 and by_worker[0]["error"] is None
-    assert by_worker[1]["requests"] < 100 and by_worker[1]["requests_not_returned"] > 0
+    assert by_worker[0]["measured"] == 100 and by_worker[0]["error"] is None
+    assert by_worker[1]["measured"] < 100 and by_worker[1]["requests_not_returned"] > 0
     # the driver calls back per record here: the workers' lines come through it
     assert {w["records_written_by"] for w in summary["workers"]} == {"driver"}
     assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
@@ -192,7 +200,8 @@ def test_a_worker_that_dies_is_named_and_its_finished_records_kept(server, tmp_p
     # records are counted from requests.jsonl
     again = summarize(records, percentiles=config.percentiles)
     assert summary["requests"] == again["requests"]
-    assert summary["requests"]["total"] == len(records)
+    warm = summary["requests"]["warmup_excluded"]  # the stagger ramps: warm-up requests
+    assert summary["requests"]["total"] + warm == len(records) and warm >= 1
     assert summary["ttft_ms"]["p50"] == again["ttft_ms"]["p50"]
 
 
@@ -237,7 +246,10 @@ def test_workers_honour_duration_against_a_server_that_stalls(tmp_path):
     # processes takes tens of seconds on a loaded 2-core box: the bound is loose)
     assert took < 120, took
     s = result.summary
-    assert s["errors"] == {"cancelled": 4} and s["requests"]["completed"] == 0
+    # each worker's 2 slots: the pilot (its stagger's ramp: warm-up) and one measured request
+    assert s["errors"] == {"cancelled": 2} and s["requests"]["completed"] == 0
+    assert s["requests"]["warmup_excluded"] == 2
+    assert [r.error_kind for r in result.records] == ["cancelled"] * 4  # every one on disk
     assert "after --duration ended" in s["error_examples"]["cancelled"]
 
 
@@ -283,15 +295,22 @@ def test_a_workers_batch_is_its_records_requests_jsonl_lines(tmp_path):
     assert (tmp_path / "requests.jsonl").read_bytes() == b""  # the driver writes the run's file
 
 
-def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole():
-    # the driver's statistics read each worker's line with its token times left as text (the
-    # C part reads their gaps): the record is the one decoded whole but for chunk_ns, and the
-    # run's statistics come out identical; an unusual line is decoded whole instead
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_a_line_read_without_its_times_is_the_line_read_whole(backend, monkeypatch):
+    # a line is read back (a dead worker's, a run rebuilt, the decomposition) with its token
+    # times left as text (native.json_gaps reads their gaps): the record is the one decoded
+    # whole but for chunk_ns, and the run's statistics come out identical; an unusual line is
+    # decoded whole instead
     import orjson
 
-    from latscope.load.workers import read_for_merge
+    from latscope import native
     from latscope.rundir import record_line
+    from latscope.rundir import record_without_times as read_for_merge
     from latscope.stats import RunStats
+
+    if backend not in native.BACKENDS:
+        pytest.skip("the C part is not built")
+    monkeypatch.setattr(native, "json_gaps", native.BACKENDS[backend].json_gaps)
 
     t = 10**13
     records = [
@@ -333,7 +352,7 @@ def test_the_driver_reads_a_workers_line_without_its_times_as_it_reads_it_whole(
 def test_a_lines_index_is_read_off_its_start():
     # a dead worker's records are found in requests.jsonl by their index, read off the line's
     # start (record_line writes it first) without decoding the rest
-    from latscope.load.workers import _line_index
+    from latscope.load.merge import _line_index
     from latscope.rundir import record_line
 
     for index in (0, 7, 10**12):
@@ -386,7 +405,9 @@ def test_a_stopped_workers_run_keeps_every_workers_records_and_statistics(tmp_pa
     want = 128 + signal.SIGTERM if how.startswith("SIGTERM") else 130
     assert proc.returncode == want, err
     _, records, summary = read_run(run_dir)
-    assert summary["requests"]["total"] == len(records) >= 12
+    ramp = summary["load"]["ramp_requests_excluded"]  # warm-up requests: on disk, not counted
+    assert summary["requests"]["total"] + ramp == len(records) >= 12
+    assert summary["requests"]["warmup_excluded"] == ramp
     assert not summary["workers_failed"]
     assert all(w["error"] is None for w in summary["workers"])
     assert sum(w["requests"] for w in summary["workers"]) == len(records)
@@ -419,7 +440,7 @@ def test_a_dead_workers_records_are_counted_from_the_file_by_its_share(tmp_path)
     from types import SimpleNamespace
 
     from latscope.load.shares import Share
-    from latscope.load.workers import WorkerState, count_records_of
+    from latscope.load.merge import WorkerState, count_records_of
     from latscope.rundir import record_line
 
     t = 10**13
@@ -472,12 +493,12 @@ def test_a_dead_workers_own_appended_records_are_kept_and_counted(server, tmp_pa
     assert len(failed) == 1 and "worker 1" in failed[0] and "SIGKILL" in failed[0]
     _, records, summary = read_run(result.run_dir)  # readable: no torn line in the middle
     by_worker = {w["worker"]: w for w in summary["workers"]}
-    assert by_worker[0]["requests"] == 100
-    assert 0 < by_worker[1]["requests"] < 100
+    assert by_worker[0]["measured"] == 100
+    assert 0 < by_worker[1]["measured"] < 100
     assert {w["records_written_by"] for w in summary["workers"]} == {"worker"}
     assert len(records) == by_worker[0]["requests"] + by_worker[1]["requests"]
     assert len({r.request_id for r in records}) == len(records)
-    assert summary["requests"]["total"] == len(records)
+    assert summary["requests"]["total"] == sum(not r.warmup for r in records)
 
 
 def test_a_line_torn_by_a_killed_writer_is_mended_among_the_others(tmp_path):

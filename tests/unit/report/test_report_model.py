@@ -118,9 +118,9 @@ def test_a_stored_experiment_renders_each_arms_prefix_cache_hit_rate_not_n_a(tmp
 
 
 @pytest.mark.parametrize("priority", [False, True])
-def test_an_ab_of_either_producer_converts_with_every_key_in_its_place(priority):
-    # campaign.experiment's dict, and campaign.priority's (the same plus four keys): the report
-    # model forbids unknown keys, so a key a producer adds fails here instead of vanishing
+def test_an_ab_of_either_producer_reads_back_with_every_key_in_its_place(priority):
+    # campaign.experiment's A/B, and campaign.priority's (the same plus four keys), produced
+    # typed: report.json's dict of it reads back (unknown keys forbidden) key for key
     from latscope.analysis.tune import paired_change
     from latscope.campaign.experiment import Experiment as Run
     from latscope.campaign.proposals import Proposal
@@ -132,9 +132,12 @@ def test_an_ab_of_either_producer_converts_with_every_key_in_its_place(priority)
     run = Run(proposal, 16, a_values=[900.0, 1000.0], b_values=[210.0, 250.0], arms=["A", "B"] * 2,
               guard_values={"A": [2000.0, 2100.0], "B": [4300.0, 4400.0]})
     run.result = paired_change(run.a_values, run.b_values, higher_better=False)
-    data = run.to_dict()
+    produced = run.ab_result()
     if priority:
-        data.update(measured=True, server_policy={"A": "fcfs", "B": "priority"},
-                    outcome="helped", proposal="restart the server with ...")
+        produced.measured, produced.server_policy = True, {"A": "fcfs", "B": "priority"}
+        produced.outcome, produced.proposal = "helped", "restart the server with ..."
+    data = produced.to_dict()
+    tail = ["measured", "server_policy", "outcome", "proposal"] if priority else []
+    assert list(data)[-3 - len(tail):] == ["note", "guard", "guards", *tail]
     typed = section(data, Experiment)
     assert orjson.dumps(typed.to_dict()) == orjson.dumps(data)

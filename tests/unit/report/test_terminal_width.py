@@ -29,6 +29,7 @@ from latscope.report.sweep import sweep_table, trials_table
 from latscope.report.text import make_console
 from latscope.report.trace import comparison_tables, top_kernels_table
 from latscope.trace.analyze import analyze_trace
+from latscope.trace.results import TraceAnalysis
 from latscope.trace.compare import compare_results
 from latscope.trace.names import (kernel_name_forms, short_event_name, short_kernel_name,
                                   short_kernel_names)
@@ -47,7 +48,7 @@ def _log_file_console(monkeypatch):
     monkeypatch.delenv("FORCE_COLOR", raising=False)
 
 
-def _analysed(fixtures_dir: Path, name: str) -> dict:
+def _analysed(fixtures_dir: Path, name: str) -> TraceAnalysis:
     if name not in _cache:
         _cache[name] = analyze_trace(read_trace(fixtures_dir / "traces" / name))
     return _cache[name]
@@ -128,8 +129,8 @@ def test_short_names_of_one_table_stay_apart(fixtures_dir, trace, capsys):
     collisions = {}
     for width in (30, 48):
         clashes = 0
-        for dev in _analysed(fixtures_dir, trace)["devices"]:
-            names = [k["name"] for k in dev["kernels"]["top"]]
+        for dev in _analysed(fixtures_dir, trace).devices:
+            names = [k.name for k in dev.kernels.top]
             short = short_kernel_names(names, width)
             assert all(len(s) <= width for s in short)
             by_short = Counter(short)
@@ -187,7 +188,7 @@ def test_cli_trace_fits_80_columns_one_kernel_per_line(fixtures_dir, trace, tmp_
 
 
 def test_top_kernels_wide_console_adds_columns(fixtures_dir):
-    dev = _analysed(fixtures_dir, "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz")["devices"][0]
+    dev = _analysed(fixtures_dir, "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz").devices[0]
     narrow = _render(top_kernels_table(dev, 80), 80)
     wide = _render(top_kernels_table(dev, 160), 160)
     _assert_fits(narrow)

@@ -16,8 +16,7 @@ from latscope.errors import ConfigError, LatscopeError
 from latscope.model import RunContext
 from latscope.server.otlp import SpanCollector, parse_listen, remote_instructions
 from latscope.server.otlp_decode import decode_export_request
-from latscope.server.otlp_record import (RAW_FILE, SPANS_FILE, STATUS_FILE, SpanRecorder,
-                                         read_spans)
+from latscope.server.otlp_record import RAW_FILE, SPANS_FILE, STATUS_FILE, SpanRecorder, read_spans
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "otlp"
 
@@ -43,11 +42,11 @@ def test_decodes_a_real_vllm_export_request() -> None:
     spans = decode_export_request((DATA / "export_request.bin").read_bytes())
     assert spans, "the captured body holds at least one span"
     span = spans[0]
-    assert span["name"] == "llm_request" and span["kind"] == "server"
-    assert len(span["trace_id"]) == 32 and len(span["span_id"]) == 16
+    assert span.name == "llm_request" and span.kind == "server"
+    assert len(span.trace_id) == 32 and len(span.span_id) == 16
     # vLLM made it a child of the traceparent we sent: parent id = first 16 hex of the trace id
-    assert span["parent_span_id"] == span["trace_id"][:16]
-    attrs = span["attributes"]
+    assert span.parent_span_id == span.trace_id[:16]
+    attrs = span.attributes
     for key in ("gen_ai.latency.time_to_first_token", "gen_ai.latency.time_in_queue",
                 "gen_ai.latency.time_in_model_prefill", "gen_ai.latency.e2e"):
         assert isinstance(attrs[key], float)
@@ -55,8 +54,8 @@ def test_decodes_a_real_vllm_export_request() -> None:
     assert 0 < attrs["gen_ai.latency.time_to_first_token"] < 60
     assert attrs["gen_ai.latency.time_to_first_token"] >= (
         attrs["gen_ai.latency.time_in_queue"] + attrs["gen_ai.latency.time_in_model_prefill"])
-    assert span["end_unix_ns"] > span["start_unix_ns"] > 1.6e18
-    assert span["resource"]["vllm.instrumenting_module_name"] == "vllm.llm_engine"
+    assert span.end_unix_ns > span.start_unix_ns > 1.6e18
+    assert span.resource["vllm.instrumenting_module_name"] == "vllm.llm_engine"
 
 
 def test_garbage_is_refused_with_a_value_error() -> None:
@@ -126,8 +125,8 @@ def test_real_sdk_exporters_reach_the_receiver(tmp_path: Path, protocol: str) ->
         _sdk_exporter_send(exporter, trace_ids)
         asyncio.run(recorder.stop(_ctx(tmp_path)))
     spans = read_spans(tmp_path)
-    assert sorted(s["trace_id"] for s in spans) == [f"{t:032x}" for t in trace_ids]
-    assert all(s["attributes"]["gen_ai.latency.time_to_first_token"] == 0.25 for s in spans)
+    assert sorted(s.trace_id for s in spans) == [f"{t:032x}" for t in trace_ids]
+    assert all(s.attributes["gen_ai.latency.time_to_first_token"] == 0.25 for s in spans)
     assert recorder.status()["expected_missing"] == 0
 
 
@@ -147,12 +146,12 @@ def test_a_new_collector_on_the_port_gets_a_kept_alive_exporters_next_spans(
         asyncio.run(recorder.start(_ctx(tmp_path)))
         _sdk_exporter_send(exporter, [0x2 << 64 | 2])
         asyncio.run(recorder.stop(_ctx(tmp_path)))
-    assert [s["trace_id"] for s in read_spans(tmp_path)] == [f"{0x2 << 64 | 2:032x}"]
+    assert [s.trace_id for s in read_spans(tmp_path)] == [f"{0x2 << 64 | 2:032x}"]
 
 
 def test_stop_waits_for_expected_late_spans_and_no_longer(tmp_path: Path) -> None:
     body = (DATA / "export_request.bin").read_bytes()
-    late_trace = decode_export_request(body)[0]["trace_id"]
+    late_trace = decode_export_request(body)[0].trace_id
     with SpanCollector() as collector:
         recorder = SpanRecorder(collector, max_wait_s=5.0)
         recorder.expect(late_trace)
@@ -167,7 +166,7 @@ def test_stop_waits_for_expected_late_spans_and_no_longer(tmp_path: Path) -> Non
 
         waited = asyncio.run(run())
     assert 0.3 < waited < 4.0  # waited for the late batch, stopped once it came
-    assert late_trace in {s["trace_id"] for s in read_spans(tmp_path)}
+    assert late_trace in {s.trace_id for s in read_spans(tmp_path)}
 
 
 def test_stop_gives_up_at_max_wait_for_a_span_that_never_comes(tmp_path: Path) -> None:
@@ -194,17 +193,26 @@ def test_a_run_killed_before_stop_keeps_its_spans_raw_and_reads_them(tmp_path: P
         raw.write(b"\x01\x02\x03")  # a torn last frame
     spans = read_spans(tmp_path)
     assert len(spans) == 2 * len(decode_export_request(body))
-    assert all(s["received_unix_ns"] > 1.6e18 for s in spans)
+    assert all(s.received_unix_ns > 1.6e18 for s in spans)
 
 
 def test_read_spans_skips_a_torn_last_line_but_not_a_torn_middle(tmp_path: Path) -> None:
-    good = orjson.dumps({"trace_id": "a" * 32})
+    good = (DATA / SPANS_FILE).read_bytes().split(b"\n")[0]  # a span the recorder wrote
     (tmp_path / SPANS_FILE).write_bytes(good + b"\n" + good + b"\n{\"trace_")
     assert len(read_spans(tmp_path)) == 2
     (tmp_path / SPANS_FILE).write_bytes(good + b"\n{\"tra\n" + good + b"\n")
     with pytest.raises(LatscopeError, match="line 2"):
         read_spans(tmp_path)
     assert read_spans(tmp_path / "nothing-here") == []
+
+
+def test_a_line_that_is_json_but_no_span_is_refused_naming_the_key(tmp_path: Path) -> None:
+    good = (DATA / SPANS_FILE).read_bytes().split(b"\n")[0]
+    (tmp_path / SPANS_FILE).write_bytes(good + b"\n" + orjson.dumps({"trace_id": 7}) + b"\n")
+    with pytest.raises(LatscopeError) as err:
+        read_spans(tmp_path)
+    assert str(err.value) == (f"{tmp_path / SPANS_FILE}: line 2 is not a span latscope wrote "
+                              "(Expected `str`, got `int` - at `$.trace_id`)")
 
 
 def test_listen_addresses_and_remote_hints() -> None:

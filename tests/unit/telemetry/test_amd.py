@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from latscope.telemetry import amd
+from latscope.telemetry.files import DeviceInfo
+from latscope.telemetry.sample import GpuProcess
 from latscope.telemetry.sources import AmdCliSource, AmdLibSource
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "telemetry"
@@ -21,25 +23,25 @@ def _load(name: str):
 
 def test_rocm_smi_mi100_reads_every_card_and_skips_the_system_block():
     samples = amd.from_rocm_smi(_load("rocm-smi-mi100-rocm602.json"), 5, 1.5)
-    assert [s["gpu"] for s in samples] == [0, 1]
+    assert [s.gpu for s in samples] == [0, 1]
     s = samples[1]
-    assert s["util_pct"] == 0.0 and s["power_w"] == 44.0 and s["power_limit_w"] == 290.0
-    assert s["mem_total_bytes"] == 34342961152 and s["mem_used_bytes"] == 6750208
-    assert s["temp_c"] == 58.0  # junction, not edge
-    assert s["sm_clock_mhz"] == 300.0 and s["mem_clock_mhz"] == 1200.0
-    assert (s["pcie_gen"], s["pcie_width"]) == (4, 16)  # "0 (16.0GT/s x16)"
-    assert (s["t_ns"], s["wall_time"]) == (5, 1.5)
+    assert s.util_pct == 0.0 and s.power_w == 44.0 and s.power_limit_w == 290.0
+    assert s.mem_total_bytes == 34342961152 and s.mem_used_bytes == 6750208
+    assert s.temp_c == 58.0  # junction, not edge
+    assert s.sm_clock_mhz == 300.0 and s.mem_clock_mhz == 1200.0
+    assert (s.pcie_gen, s.pcie_width) == (4, 16)  # "0 (16.0GT/s x16)"
+    assert (s.t_ns, s.wall_time) == (5, 1.5)
 
 
 def test_amd_smi_power_example_reads_socket_power_and_throttle_status():
     [s] = amd.from_amd_smi_metric(_load("amd-smi-metric-power.json"), 1, 2.0)
-    assert s["gpu"] == 0 and s["power_w"] == 10.0 and s["reasons"] == []
-    assert "util_pct" not in s  # not in this output: absent, never zero
+    assert s.gpu == 0 and s.power_w == 10.0 and s.reasons == []
+    assert s.util_pct is None  # not in this output: absent, never zero
 
 
 def test_amd_smi_process_example_lists_both_processes():
     procs = amd.from_amd_smi_process(_load("amd-smi-process.json"))
-    assert procs == {0: [{"pid": 420157, "used_bytes": 0}, {"pid": 420315, "used_bytes": 0}]}
+    assert procs == {0: [GpuProcess(420157, 0), GpuProcess(420315, 0)]}
 
 
 def test_rocm7_gpu_data_shape_and_na_values():
@@ -55,10 +57,10 @@ def test_rocm7_gpu_data_shape_and_na_values():
         "pcie": {"width": 16, "speed": {"value": 32, "unit": "GT/s"}},
         "ecc": {"total_correctable_count": 2, "total_uncorrectable_count": 0}}]}
     [s] = amd.from_amd_smi_metric(payload, 0, 0.0)
-    assert s["util_pct"] == 100 and s["mem_used_bytes"] == 180000 * 2**20
-    assert s["sm_clock_mhz"] == 1700 and s["sm_clock_max_mhz"] == 2100
-    assert s["temp_c"] == 80 and (s["pcie_gen"], s["pcie_width"]) == (5, 16)
-    assert s["reasons"] == ["throttled"] and s["ecc_corrected"] == 2
+    assert s.util_pct == 100 and s.mem_used_bytes == 180000 * 2**20
+    assert s.sm_clock_mhz == 1700 and s.sm_clock_max_mhz == 2100
+    assert s.temp_c == 80 and (s.pcie_gen, s.pcie_width) == (5, 16)
+    assert s.reasons == ["throttled"] and s.ecc_corrected == 2
 
 
 def test_cli_source_runs_amd_smi_and_joins_its_processes():
@@ -72,8 +74,8 @@ def test_cli_source_runs_amd_smi_and_joins_its_processes():
 
     source = AmdCliSource("amd-smi", runner)
     [s] = source.read()
-    assert s["processes"][0]["pid"] == 420157 and s["power_w"] == 10.0
-    assert calls[0] == list(amd.AMD_SMI_METRIC) and source.devices == [{"index": 0}]
+    assert s.processes[0].pid == 420157 and s.power_w == 10.0
+    assert calls[0] == list(amd.AMD_SMI_METRIC) and source.devices == [DeviceInfo(index=0)]
 
 
 def test_cli_source_failure_is_an_error_with_the_tool_s_words():
@@ -108,7 +110,7 @@ def test_amdsmi_library_reader_maps_the_documented_dicts_and_survives_refusals()
         amdsmi_get_gpu_process_list=lambda h: [{"pid": 7, "memory_usage": {"vram_mem": 5}}])
     source = AmdLibSource(lib)
     [s] = source.read()
-    assert s["util_pct"] == 73 and s["power_w"] == 512 and s["power_limit_w"] == 750
-    assert s["mem_total_bytes"] == 196592 * 2**20 and s["sm_clock_max_mhz"] == 2100
-    assert (s["pcie_gen"], s["pcie_max_gen"]) == (4, 5)
-    assert "ecc_corrected" not in s and s["processes"] == [{"pid": 7, "used_bytes": 5}]
+    assert s.util_pct == 73 and s.power_w == 512 and s.power_limit_w == 750
+    assert s.mem_total_bytes == 196592 * 2**20 and s.sm_clock_max_mhz == 2100
+    assert (s.pcie_gen, s.pcie_max_gen) == (4, 5)
+    assert s.ecc_corrected is None and s.processes == [GpuProcess(7, 5)]

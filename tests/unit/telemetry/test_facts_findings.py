@@ -11,7 +11,8 @@ import pytest
 
 from latscope.findings.telemetry import telemetry_findings
 from latscope.report.telemetry import telemetry_lines
-from latscope.telemetry.facts import telemetry_facts, telemetry_section, utilisation_at_load
+from latscope.telemetry.facts import TelemetryFacts, telemetry_facts, utilisation_at_load
+from latscope.telemetry.series import telemetry_section
 
 T0 = 1_000_000_000_000  # perf_counter ns of the first scrape
 WALL0 = 1_790_000_000.0
@@ -61,8 +62,8 @@ def _ids(run: Path) -> dict[str, object]:
 def test_healthy_gpu_gives_only_its_state(tmp_path):
     run = make_run(tmp_path, QUEUED, HEALTHY)
     facts = telemetry_facts(run)
-    assert facts["queued"]["scrapes"] == 5 and facts["busy"]["scrapes"] == 6
-    assert facts["queued"]["limited_share"] == 0 and utilisation_at_load(facts) == 95
+    assert facts.queued.scrapes == 5 and facts.busy.scrapes == 6
+    assert facts.queued.limited_share == 0 and utilisation_at_load(facts) == 95
     found = _ids(run)
     assert list(found) == ["gpu.busy"]
     assert found["gpu.busy"].title.startswith("GPU busy 95% of the time")
@@ -144,13 +145,38 @@ def test_no_telemetry_is_one_info_line(tmp_path):
     assert telemetry_findings(telemetry_facts(tmp_path / "elsewhere")) == []  # no sampler
 
 
+def test_a_samples_file_latscope_did_not_write_is_unavailable_in_one_line(tmp_path):
+    run = make_run(tmp_path, QUEUED, HEALTHY)
+    with (run / "telemetry" / "samples.jsonl").open("a") as fh:
+        fh.write('{"t_ns": 1, "wall_time": 2.0, "gpus": [{"gpu": "zero"}]}\n{}\n')
+    facts = telemetry_facts(run)
+    assert facts.status == "unavailable" and "samples.jsonl: not a GPU sample" in facts.why
+    assert "\n" not in facts.why
+    [f] = telemetry_findings(facts)
+    assert f.id == "gpu.telemetry_unavailable"
+
+
+def test_samples_read_back_as_written(tmp_path):
+    # the sampler's keys, and a reading the driver did not answer absent, never zero
+    run = make_run(tmp_path, QUEUED, {**HEALTHY, "violation_s": {"power": 1.5}})
+    line = json.loads((run / "telemetry" / "samples.jsonl").read_text().splitlines()[0])
+    from latscope.telemetry.files import SampleLine, encode_line
+    from latscope.telemetry.sampler import read_telemetry
+
+    _, samples = read_telemetry(run)
+    again = json.loads(encode_line(SampleLine(samples[0].t_ns, samples[0].wall_time,
+                                              [samples[0]])))
+    assert again == line and "power_default_limit_w" not in again["gpus"][0]
+    assert samples[0].power_default_limit_w is None and samples[0].violation_s == {"power": 1.5}
+
+
 def test_report_series_share_the_server_time_axis(tmp_path):
     run = make_run(tmp_path, QUEUED, HEALTHY)
     section = telemetry_section([run])
-    assert section["status"] == "ok" and section["gpus"] == [0]
-    assert section["t_s"][0] == pytest.approx(0.005) and section["t_s"][-1] == pytest.approx(6.005)
-    assert section["util_pct"][0] == 95
-    assert section["mem_used_pct"][0] == pytest.approx(100 * 120 / 141)
+    assert section.status == "ok" and section.gpus == [0]
+    assert section.t_s[0] == pytest.approx(0.005) and section.t_s[-1] == pytest.approx(6.005)
+    assert section.util_pct[0] == 95
+    assert section.mem_used_pct[0] == pytest.approx(100 * 120 / 141)
 
 
 def test_terminal_lines_fit_80_columns(tmp_path):
@@ -164,11 +190,11 @@ def test_capacity_hint_names_the_limit_at_a_load(tmp_path):
     from latscope.findings.telemetry import capacity_hint
 
     bound = capacity_hint(telemetry_facts(make_run(tmp_path / "a", QUEUED, HEALTHY)))
-    assert bound["limit"] == "gpu" and bound["gpu_busy_pct"] == 95
+    assert bound.limit == "gpu" and bound.gpu_busy_pct == 95
     starved = capacity_hint(telemetry_facts(make_run(tmp_path / "b", QUEUED,
                                                      {**HEALTHY, "util_pct": 30})))
-    assert starved["limit"] == "not_gpu" and "not the GPU" in starved["text"]
-    assert capacity_hint({"status": "unavailable", "why": "x"}) is None
+    assert starved.limit == "not_gpu" and "not the GPU" in starved.text
+    assert capacity_hint(TelemetryFacts("unavailable", why="x")) is None
 
 
 def test_an_idle_gpu_under_a_queue_is_a_symptom_not_the_cause(tmp_path):

@@ -94,6 +94,7 @@ def test_a_recording_reads_back_as_a_run_directory(script, tmp_path, monkeypatch
     from latscope.findings.telemetry import telemetry_findings
     from latscope.telemetry.facts import telemetry_facts
     from latscope.telemetry.recording import recording_to_run
+    from latscope.telemetry.sample import GpuProcess
 
     me = os.getpid()
     gpus = [FakeGpu(processes=[(me, 60 * 2**30), (1, 2**30)], reasons=0x4,
@@ -104,8 +105,8 @@ def test_a_recording_reads_back_as_a_run_directory(script, tmp_path, monkeypatch
                         "--server-pid", str(me)]) == 0
     run = recording_to_run(rec, tmp_path / "run", interval_s=0.1)
     facts = telemetry_facts(run)
-    assert facts["status"] == "ok" and facts["gpus"] == [0]
-    assert facts["per_gpu"]["0"]["sm_clock_mhz_mean"] == 1500
-    assert facts["others"] == {"0": [{"pid": 1, "used_bytes": 2**30}]}
+    assert facts.status == "ok" and facts.gpus == (0,)
+    assert facts.per_gpu[0].sm_clock_mhz_mean == 1500
+    assert facts.others == {0: [GpuProcess(1, 2**30)]}
     ids = [f.id for f in telemetry_findings(facts)]
     assert ids == ["gpu.busy", "gpu.other_process"]  # no /metrics recorded: nothing "queued"

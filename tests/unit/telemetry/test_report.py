@@ -29,7 +29,7 @@ def _report(telemetry):
 
 def test_gpu_panels_stack_under_the_server_series_on_one_axis():
     r = _report(TELEMETRY)
-    spec = plots.timeseries_spec(typed(r).timeseries, r["telemetry"])
+    spec = plots.timeseries_spec(typed(r).timeseries, typed(r).telemetry)
     panels = spec["vconcat"]
     titles = [p["encoding"]["y"]["title"] for p in panels]
     assert titles[-4:] == ["GPU busy (%)", "SM clock (MHz), max dashed",

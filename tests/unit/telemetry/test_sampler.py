@@ -13,6 +13,7 @@ import pytest
 from fakenvml import FakeGpu
 
 from latscope.model import RunContext
+from latscope.telemetry.sample import GpuProcess
 from latscope.telemetry.sampler import TelemetrySampler, read_telemetry
 from latscope.telemetry.sources import NvmlSource, TelemetryUnavailable, open_source
 
@@ -44,7 +45,7 @@ def test_samples_at_the_interval_and_names_the_server_gpus_and_others(tmp_path):
     sampler = TelemetrySampler(0.1, server_pid=me, opener=lambda: NvmlSource(nvml))
     start = _run(sampler, tmp_path, until=lambda: len(sampler.samples) >= 2 * 5).start_ns
     summary, samples = read_telemetry(tmp_path)
-    assert summary["status"] == "ok" and summary["source"].startswith("NVML")
+    assert summary.status == "ok" and summary.source.startswith("NVML")
     lines = [json.loads(x) for x in (tmp_path / "telemetry" / "samples.jsonl").read_text()
              .splitlines()]
     assert len(lines) >= 6  # start, 4 ticks, stop (one more tick may land before the stop)
@@ -52,18 +53,20 @@ def test_samples_at_the_interval_and_names_the_server_gpus_and_others(tmp_path):
     # on the run's clock, never a burst: the i-th tick comes i intervals after the run's start
     # at the earliest (late on a busy machine, never early)
     assert all(line["t_ns"] - start >= i * 10**8 for i, line in enumerate(lines[1:-1], 1))
-    assert {s["gpu"] for s in samples} == {0, 1}
+    assert {s.gpu for s in samples} == {0, 1}
     first = samples[0]
-    assert first["util_pct"] == 97 and first["power_w"] == 650.0 and first["power_limit_w"] == 700
-    assert first["reasons"] == ["sw_power_cap"] and first["sm_clock_max_mhz"] == 1980
-    later = [s for s in samples if s["gpu"] == 0][1]
+    assert first.util_pct == 97 and first.power_w == 650.0 and first.power_limit_w == 700
+    assert first.reasons == ["sw_power_cap"] and first.sm_clock_max_mhz == 1980
+    later = [s for s in samples if s.gpu == 0][1]
     # byte counters: a rate from the second sample on (these stood still), NVML's 20 ms
     # throughput call is not needed
-    assert "pcie_tx_MBps" not in first and later["pcie_tx_MBps"] == 0.0
+    assert first.pcie_tx_MBps is None and later.pcie_tx_MBps == 0.0
+    assert "pcie_tx_MBps" not in lines[0]["gpus"][0]  # not read: absent from the file
     assert "nvmlDeviceGetPcieThroughput" not in nvml.calls
-    server = summary["server"]
+    server = json.loads((tmp_path / "telemetry" / "telemetry.json").read_text())["server"]
     assert server["gpus"] == [0] and server["gpus_from"] == "the GPUs' process lists"
     assert server["others"] == {"0": [{"pid": 1, "used_bytes": 4 * 2**30}]}
+    assert summary.server.others == {0: [GpuProcess(1, 4 * 2**30)]}
     assert nvml.shutdowns == 1
 
 
@@ -111,8 +114,10 @@ def test_unavailable_run_writes_the_reason_and_no_sample(tmp_path):
 
     _run(TelemetrySampler(0.05, opener=opener), tmp_path)  # nothing to wait for: no source
     summary, samples = read_telemetry(tmp_path)
-    assert summary == {"status": "unavailable", "interval_s": 0.05,
+    written = json.loads((tmp_path / "telemetry" / "telemetry.json").read_text())
+    assert written == {"status": "unavailable", "interval_s": 0.05,
                        "why": "NVIDIA: no driver (no pynvml, no nvidia-smi); AMD: none"}
+    assert summary.status == "unavailable" and summary.why == written["why"]
     assert samples == []
 
 
@@ -132,4 +137,4 @@ def test_a_read_that_fails_mid_run_is_noted_and_the_run_goes_on(tmp_path):
     source.read = flaky
     _run(TelemetrySampler(0.05, opener=lambda: source), tmp_path, until=lambda: calls["n"] >= 3)
     summary, samples = read_telemetry(tmp_path)
-    assert summary["errors"] == ["RuntimeError: GPU is lost"] and len(samples) >= 2
+    assert summary.errors == ["RuntimeError: GPU is lost"] and len(samples) >= 2

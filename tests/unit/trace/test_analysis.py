@@ -48,25 +48,25 @@ def test_clamp_reports_duration_lost_not_distance_moved():
                                  "sglang"])
 def test_breakdown_adds_up_to_the_window(key, loaded):
     result = analyze_trace(loaded(key))
-    for dev in result["devices"]:
-        b = dev["breakdown"]
-        parts = b["compute_ns"] + b["exposed_comm_ns"] + b["exposed_copy_ns"] + b["idle_ns"]
-        assert parts == b["window_ns"] == dev["window"]["length_ns"]
-        assert 0 <= b["busy_ns"] <= b["window_ns"]
-        for cat in dev["kernels"]["categories"]:
-            assert cat["union_ns"] <= cat["sum_ns"] and cat["union_ns"] <= b["busy_ns"]
+    for dev in result.devices:
+        b = dev.breakdown
+        parts = b.compute_ns + b.exposed_comm_ns + b.exposed_copy_ns + b.idle_ns
+        assert parts == b.window_ns == dev.window.length_ns
+        assert 0 <= b.busy_ns <= b.window_ns
+        for cat in dev.kernels.categories:
+            assert cat.union_ns <= cat.sum_ns and cat.union_ns <= b.busy_ns
 
 
 def test_b200_eager_gpu_idle_most_of_window_and_why(loaded):
     result = analyze_trace(loaded("b200"))
-    dev = result["devices"][0]
-    b = dev["breakdown"]
+    dev = result.devices[0]
+    b = dev.breakdown
     # SOURCES.md #6: "86 % GPU idle over 84 ms"
-    assert b["window_ns"] == pytest.approx(84e6, rel=0.02)
-    assert b["idle_share"] == pytest.approx(0.86, abs=0.01)
-    gaps = dev["gaps"]
-    assert gaps["by_cause"]["host_wait_ns"] > 0.9 * b["idle_ns"]
-    kinds = {k["kind"] for k in gaps["cpu_during_idle"]["self_time_by_kind"]}
+    assert b.window_ns == pytest.approx(84e6, rel=0.02)
+    assert b.idle_share == pytest.approx(0.86, abs=0.01)
+    gaps = dev.gaps
+    assert gaps.by_cause.host_wait_ns > 0.9 * b.idle_ns
+    kinds = {k.kind for k in gaps.cpu_during_idle.self_time_by_kind}
     assert {"python", "cpu_op", "runtime"} <= kinds
     idle = next(f for f in trace_findings(result) if f.id == "trace.gpu_idle")
     assert idle.severity == Severity.CRITICAL
@@ -78,41 +78,41 @@ def test_b200_eager_gpu_idle_most_of_window_and_why(loaded):
 
 def test_leading_warmup_gap_is_trimmed(loaded):
     # SOURCES.md #3: a 463 ms leading gap after one early kernel
-    dev = analyze_trace(loaded("sglang"))["devices"][0]
-    assert "trimmed a 463" in dev["window"]["method"]
-    assert dev["window"]["length_ns"] < 20e6
+    dev = analyze_trace(loaded("sglang")).devices[0]
+    assert "trimmed a 463" in dev.window.method
+    assert dev.window.length_ns < 20e6
 
 
 def test_steps_window_uses_annotations(loaded):
     trace = loaded("h100")
-    dev = analyze_trace(trace, AnalysisOptions(window="steps"))["devices"][0]
-    assert dev["window"]["method"] == "steps:gpu_annotation"
+    dev = analyze_trace(trace, AnalysisOptions(window="steps")).devices[0]
+    assert dev.window.method == "steps:gpu_annotation"
     r = trace.ranges
     gpu_steps = [i for i in range(len(r)) if trace.names[r.name[i]].startswith("ProfilerStep#")
                  and r.kind[i] == 3]
-    assert dev["window"]["length_ns"] == int(r.end[gpu_steps].max() - r.start[gpu_steps].min())
+    assert dev.window.length_ns == int(r.end[gpu_steps].max() - r.start[gpu_steps].min())
 
 
 def test_graph_launch_kernels_share_one_correlation(loaded):
     # SOURCES.md #1: 421 of 425 kernels share the correlation id of one hipGraphLaunch
-    dev = analyze_trace(loaded("fullgraph"))["devices"][0]
-    assert dev["gaps"]["launch_delay"]["graph_launched"] >= 421
+    dev = analyze_trace(loaded("fullgraph")).devices[0]
+    assert dev.gaps.launch_delay.graph_launched >= 421
 
 
 def test_amd_clamp_reported_and_optional(traces_dir):
     trace = read_trace(traces_dir / "amd_mi350x_rocprofv3_results.json.gz")
-    clamped = analyze_trace(trace)["devices"][0]
-    raw = analyze_trace(trace, AnalysisOptions(clamp_queues=False))["devices"][0]
-    assert clamped["queue_clamp"]["activities_clamped"] > 0
-    assert raw["queue_clamp"]["activities_clamped"] == 0
-    assert raw["queue_clamp"]["overlapping_pairs"] == clamped["queue_clamp"]["overlapping_pairs"]
+    clamped = analyze_trace(trace).devices[0]
+    raw = analyze_trace(trace, AnalysisOptions(clamp_queues=False)).devices[0]
+    assert clamped.queue_clamp.activities_clamped > 0
+    assert raw.queue_clamp.activities_clamped == 0
+    assert raw.queue_clamp.overlapping_pairs == clamped.queue_clamp.overlapping_pairs
     assert any(f.id == "trace.queue_overlap" for f in trace_findings(analyze_trace(trace)))
 
 
 def test_generic_kernels_found_on_both_vendors(loaded):
     for key in ("mi300x_hf", "h100"):
-        kernels = analyze_trace(loaded(key))["devices"][0]["kernels"]
-        rules = {r["rule"] for r in kernels["fallbacks"]}
+        kernels = analyze_trace(loaded(key)).devices[0].kernels
+        rules = {r.rule for r in kernels.fallbacks}
         assert "elementwise_strided" in rules
 
 
@@ -120,9 +120,9 @@ def test_nsys_pageable_copies_found(traces_dir):
     result = analyze_trace(read_trace(traces_dir / "nvidia_a100_nsys2022.2_saxpy.sqlite.gz"))
     ids = {f.id for f in trace_findings(result)}
     assert "trace.pageable_copies" in ids and "trace.blocking_copies" in ids
-    rows = {r["direction"]: r for r in result["devices"][0]["copies"]["by_direction"]}
-    assert rows["H2D"]["count"] == 10 and rows["D2H"]["count"] == 5
-    assert rows["H2D"]["bytes"] == 10 * 262144000
+    rows = {r.direction: r for r in result.devices[0].copies.by_direction}
+    assert rows["H2D"].count == 10 and rows["D2H"].count == 5
+    assert rows["H2D"].bytes == 10 * 262144000
 
 
 def test_cpu_only_trace_is_skipped(fixtures_dir):
@@ -149,10 +149,10 @@ def test_rocm_host_memory_inference_only_for_large_slow_copies():
 def test_explicit_window_and_bad_spec(loaded):
     from latscope.errors import ConfigError
 
-    dev = analyze_trace(loaded("b200"), AnalysisOptions(window="10:20"))["devices"][0]
-    assert dev["window"]["method"] == "explicit" and dev["window"]["length_ns"] == 10_000_000
-    b = dev["breakdown"]
-    parts = b["compute_ns"] + b["exposed_comm_ns"] + b["exposed_copy_ns"] + b["idle_ns"]
+    dev = analyze_trace(loaded("b200"), AnalysisOptions(window="10:20")).devices[0]
+    assert dev.window.method == "explicit" and dev.window.length_ns == 10_000_000
+    b = dev.breakdown
+    parts = b.compute_ns + b.exposed_comm_ns + b.exposed_copy_ns + b.idle_ns
     assert parts == 10_000_000
     with pytest.raises(ConfigError):
         analyze_trace(loaded("b200"), AnalysisOptions(window="20:10"))
@@ -162,14 +162,14 @@ def test_explicit_window_and_bad_spec(loaded):
 
 def test_trailing_gap_of_explicit_window_is_not_blamed_on_earlier_work(loaded):
     trace = loaded("h100")
-    auto = analyze_trace(trace)["devices"][0]
-    assert auto["window"]["method"] == "auto"
-    span_ms = auto["window"]["length_ns"] / 1e6
-    wide = analyze_trace(trace, AnalysisOptions(window=f"0:{span_ms + 50}"))["devices"][0]
-    extra_idle = wide["gaps"]["idle_ns"] - auto["gaps"]["idle_ns"]
+    auto = analyze_trace(trace).devices[0]
+    assert auto.window.method == "auto"
+    span_ms = auto.window.length_ns / 1e6
+    wide = analyze_trace(trace, AnalysisOptions(window=f"0:{span_ms + 50}")).devices[0]
+    extra_idle = wide.gaps.idle_ns - auto.gaps.idle_ns
     assert extra_idle > 49e6  # the 50 ms added after the last activity
     # nothing issued the (absent) work after it: the added idle is "unknown", not "queued"
-    assert (wide["gaps"]["by_cause"]["queued_ns"] - auto["gaps"]["by_cause"]["queued_ns"]
+    assert (wide.gaps.by_cause.queued_ns - auto.gaps.by_cause.queued_ns
             < 1e6)
-    assert wide["gaps"]["by_cause"]["unknown_ns"] - auto["gaps"]["by_cause"]["unknown_ns"] \
+    assert wide.gaps.by_cause.unknown_ns - auto.gaps.by_cause.unknown_ns \
         >= extra_idle - 1e6

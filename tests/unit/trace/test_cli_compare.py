@@ -37,18 +37,18 @@ def test_compare_twins_by_category_and_family(loaded):
     amd = analyze_trace(loaded("mi300x_hf"))
     nvidia = analyze_trace(loaded("h100"))
     diff = compare_results(amd, nvidia)
-    cats = {r["key"]: r for r in diff["categories"]}
+    cats = {r.key: r for r in diff.categories}
     assert {"gemm", "attention", "elementwise"} <= set(cats)
     for key in ("gemm", "attention"):
-        assert cats[key]["a_ns"] > 0 and cats[key]["b_ns"] > 0
-    fams = {r["key"]: r for r in diff["families"]}
+        assert cats[key].a_ns > 0 and cats[key].b_ns > 0
+    fams = {r.key: r for r in diff.families}
     # vendor GEMM families exist on one side only; PyTorch's own kernels match by name
-    assert fams["Cijk_* (Tensile/hipBLASLt GEMM)"]["b_ns"] == 0
-    assert fams["sm*_xmma_gemm (cuBLAS GEMM)"]["a_ns"] == 0
+    assert fams["Cijk_* (Tensile/hipBLASLt GEMM)"].b_ns == 0
+    assert fams["sm*_xmma_gemm (cuBLAS GEMM)"].a_ns == 0
     shared = fams["at::native::vectorized_elementwise_kernel"]
-    assert shared["a_ns"] > 0 and shared["b_ns"] > 0
+    assert shared.a_ns > 0 and shared.b_ns > 0
     # the ROCm-only manual-unroll elementwise path (trace-formats.md section 4)
-    assert fams["at::native::elementwise_kernel_manual_unroll"]["b_ns"] == 0
+    assert fams["at::native::elementwise_kernel_manual_unroll"].b_ns == 0
 
 
 def test_cli_compare(kineto_path, tmp_path, capsys):

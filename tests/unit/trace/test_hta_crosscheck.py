@@ -71,17 +71,17 @@ def test_idle_matches_hta_once_its_rounding_is_applied(key, kineto_path, loaded,
     assert idle_us == hta["idle_time(us)"]
     # and the unrounded latscope numbers differ from HTA's by no more than that rounding
     # (under 1 us at each of the two ends of every event)
-    ours = analyze_trace(trace)["devices"][0]["breakdown"]
-    assert abs(ours["idle_ns"] / 1000 - hta["idle_time(us)"]) < 2 * len(starts)
+    ours = analyze_trace(trace).devices[0].breakdown
+    assert abs(ours.idle_ns / 1000 - hta["idle_time(us)"]) < 2 * len(starts)
 
 
 def test_b200_compute_differs_by_the_all_reduce_kernels(kineto_path, loaded, tmp_path):
     hta = _hta_breakdown(kineto_path("b200"), tmp_path)
-    dev = analyze_trace(loaded("b200"))["devices"][0]
-    ours_compute_us = dev["breakdown"]["compute_ns"] / 1000
-    multimem = next(r for r in dev["kernels"]["top"] if "multimem_all_reduce" in r["name"])
+    dev = analyze_trace(loaded("b200")).devices[0]
+    ours_compute_us = dev.breakdown.compute_ns / 1000
+    multimem = next(r for r in dev.kernels.top if "multimem_all_reduce" in r.name)
     # HTA counts the all-reduce as compute: its compute is larger by about that kernel's time
     # (minus HTA's inward rounding of ~1 us per kernel, which only shrinks its number)
     gap_us = hta["compute_time(us)"] - ours_compute_us
-    assert 0 < gap_us <= multimem["total_ns"] / 1000
-    assert gap_us > 0.5 * multimem["total_ns"] / 1000
+    assert 0 < gap_us <= multimem.total_ns / 1000
+    assert gap_us > 0.5 * multimem.total_ns / 1000

@@ -66,10 +66,10 @@ def test_impossible_event_is_skipped_and_counted(tmp_path, fmt, kind):
     assert len(trace.gpu) == 3
     assert trace.meta.skipped == {reason: 1}
     result = analyze_trace(trace)
-    assert result["source"]["skipped"] == {reason: 1}
-    b = result["devices"][0]["breakdown"]
-    assert b["window_ns"] == 25_000 and b["compute_ns"] + b["idle_ns"] == 25_000
-    assert any("skipped 1 event that cannot be real" in n for n in result["source"]["notes"])
+    assert result.source.skipped == {reason: 1}
+    b = result.devices[0].breakdown
+    assert b.window_ns == 25_000 and b.compute_ns + b.idle_ns == 25_000
+    assert any("skipped 1 event that cannot be real" in n for n in result.source.notes)
     skipped = [f for f in trace_findings(result) if f.id == "trace.skipped_events"]
     assert len(skipped) == 1 and reason in skipped[0].title
 
@@ -130,9 +130,9 @@ def test_same_kernel_on_concurrent_streams_has_share_of_busy_at_most_one(tmp_pat
     share of busy is its union, so 100 %, never 200 %."""
     events = [_kernel(0.0, 10.0, 7), _kernel(0.0, 10.0, 8)]
     result = analyze_trace(read_trace(_write_events(tmp_path, events)))
-    top = result["devices"][0]["kernels"]["top"][0]
-    assert top["total_ns"] == 20_000 and top["union_ns"] == 10_000
-    assert top["share_of_busy"] == 1.0
+    top = result.devices[0].kernels.top[0]
+    assert top.total_ns == 20_000 and top.union_ns == 10_000
+    assert top.share_of_busy == 1.0
 
 
 def test_cpu_self_time_during_idle_stays_within_idle(tmp_path):
@@ -151,13 +151,13 @@ def test_cpu_self_time_during_idle_stays_within_idle(tmp_path):
              "ts": 6.0, "dur": 95.0},
         ]
     result = analyze_trace(read_trace(_write_events(tmp_path, events)))
-    cpu = result["devices"][0]["gaps"]["cpu_during_idle"]
-    assert cpu["idle_ns"] == 100_000 and cpu["launching_threads"] == 2
-    kinds = {k["kind"]: k for k in cpu["self_time_by_kind"]}
-    assert kinds["python"]["self_ns"] == 2 * 5_000  # outer minus the part of its child inside it
-    assert kinds["cpu_op"]["self_ns"] == 2 * 5_000  # the child, clipped to its parent
-    assert all(0 <= k["share_of_idle"] <= 1 for k in kinds.values())
-    assert sum(k["share_of_idle"] for k in kinds.values()) <= 1 + 1e-9
+    cpu = result.devices[0].gaps.cpu_during_idle
+    assert cpu.idle_ns == 100_000 and cpu.launching_threads == 2
+    kinds = {k.kind: k for k in cpu.self_time_by_kind}
+    assert kinds["python"].self_ns == 2 * 5_000  # outer minus the part of its child inside it
+    assert kinds["cpu_op"].self_ns == 2 * 5_000  # the child, clipped to its parent
+    assert all(0 <= k.share_of_idle <= 1 for k in kinds.values())
+    assert sum(k.share_of_idle for k in kinds.values()) <= 1 + 1e-9
 
 
 def test_zero_length_window_is_refused_not_divided_by_zero(tmp_path):
@@ -170,8 +170,8 @@ def test_zero_length_device_is_left_out_of_a_multi_device_trace(tmp_path):
     events = [_kernel(0.0, 5.0, 7), _kernel(10.0, 5.0, 7),
               {**_kernel(3.0, 0.0, 9), "args": {"device": 1, "stream": 9}}]
     result = analyze_trace(read_trace(_write_events(tmp_path, events)))
-    assert [d["device"] for d in result["devices"]] == [0]
-    assert any("device 1" in n and "0 ns" in n for n in result["source"]["notes"])
+    assert [d.device for d in result.devices] == [0]
+    assert any("device 1" in n and "0 ns" in n for n in result.source.notes)
 
 
 @pytest.mark.parametrize("result", [

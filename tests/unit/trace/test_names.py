@@ -32,20 +32,20 @@ def _md_kernel_cells(text: str) -> list[str]:
 
 
 def test_report_md_shortens_kernels_as_the_terminal_does(b200):
-    top = b200["devices"][0]["kernels"]["top"]
-    assert any(len(k["name"]) > 70 for k in top)  # the real trace has names to shorten
+    top = b200.devices[0].kernels.top
+    assert any(len(k.name) > 70 for k in top)  # the real trace has names to shorten
     section = TraceSection(source=B200, device=None, window_ms=1.0, breakdown={}, categories=[],
-                           top_kernels=[TopKernel(name=k["name"], ms=1.0, count=k["count"],
+                           top_kernels=[TopKernel(name=k.name, ms=1.0, count=k.count,
                                                   share=None, category=None) for k in top])
     cells = _md_kernel_cells(markdown._trace(section))
-    assert cells == names.short_kernel_names([k["name"] for k in top], 70)
+    assert cells == names.short_kernel_names([k.name for k in top], 70)
     assert all(len(c) <= 70 for c in cells)
-    assert len(set(cells)) == len({k["name"] for k in top})  # rows stay apart
+    assert len(set(cells)) == len({k.name for k in top})  # rows stay apart
 
 
 def test_trace_findings_shorten_cpu_events_by_the_same_rule(b200):
-    events = [e["name"] for d in b200["devices"]
-              for e in d["gaps"]["cpu_during_idle"]["top_events"][:3]]
+    events = [e.name for d in b200.devices
+              for e in d.gaps.cpu_during_idle.top_events[:3]]
     idle = [f for f in trace_findings(b200) if f.id.endswith("idle")]
     assert idle and events
     text = " ".join(str(e.value) for f in idle for e in f.evidence)

@@ -11,6 +11,7 @@ import pytest
 from latscope.errors import LatscopeError
 from latscope.trace.analyze import AnalysisOptions
 from latscope.trace.parallel import analyze_files, collective_skew, cross_rank
+from latscope.trace.results import RankSummary
 
 TRACE = "nvidia_b200_vllm_eager_tp8.pt.trace.json.gz"
 
@@ -19,19 +20,21 @@ def test_collective_skew_finds_the_rank_the_others_wait_for():
     seqs = {("a", 0): (["ar", "ar", "ag"], [5000, 5000, 100]),
             ("b", 0): (["ar", "ar", "ag"], [2000, 3000, 100]),
             ("c", 0): (["ar", "ar"], [4000, 3000])}
-    rows = {k: {"window_ns": 100_000, "rank": i} for i, k in enumerate(seqs)}
+    rows = {k: RankSummary(path=k[0], rank=i, device=0, window_ns=100_000, busy_ns=0,
+                           idle_share=0.0, comm_share=0.0, exposed_comm_share=0.0)
+            for i, k in enumerate(seqs)}
     out = collective_skew(seqs, rows)
-    assert out["matched"] == 2  # the shortest sequence bounds the match
-    waits = {r["path"]: r["wait_ns"] for r in out["per_rank"]}
+    assert out.matched == 2  # the shortest sequence bounds the match
+    waits = {r.path: r.wait_ns for r in out.per_rank}
     assert waits == {"a": 3000 + 2000, "b": 0, "c": 2000 + 0}
-    assert out["straggler"]["path"] == "b" and out["skew_max_ns"] == 3000
-    assert out["notes"]  # says that the ranks ran different numbers of collectives
+    assert out.straggler.path == "b" and out.skew_max_ns == 3000
+    assert out.notes  # says that the ranks ran different numbers of collectives
 
 
 def test_positions_with_different_kernels_are_not_matched():
     seqs = {("a", 0): (["ar", "x"], [10, 10]), ("b", 0): (["ar", "y"], [4, 1])}
     out = collective_skew(seqs, {})
-    assert out["matched"] == 1 and out["skew_max_ns"] == 6
+    assert out.matched == 1 and out.skew_max_ns == 6
 
 
 @pytest.fixture()
@@ -54,12 +57,12 @@ def test_jobs_give_the_same_results_as_one_process(rank_files, tmp_path):
     for a, b in zip(serial, parallel):
         assert a.path == b.path
         if a.result is not None:
-            assert a.result["devices"][0]["breakdown"] == b.result["devices"][0]["breakdown"]
+            assert a.result.devices[0].breakdown == b.result.devices[0].breakdown
             assert a.collectives == b.collectives
     assert {a.pid for a in serial} == {os.getpid()}
     assert os.getpid() not in {b.pid for b in parallel}
     view = cross_rank(parallel)
-    assert len(view["ranks"]) == 3  # the broken file is a worker entry with its error
-    assert [w["error"] is not None for w in view["workers"]] == [False, True, False, False]
-    coll = view["collectives"]
-    assert coll["matched"] > 0 and coll["skew_max_ns"] == 0  # identical copies
+    assert len(view.ranks) == 3  # the broken file is a worker entry with its error
+    assert [w.error is not None for w in view.workers] == [False, True, False, False]
+    coll = view.collectives
+    assert coll.matched > 0 and coll.skew_max_ns == 0  # identical copies

@@ -120,7 +120,7 @@ def _make_rocpd(path, *, views=True):
 
 
 def _device0_breakdown(trace):
-    return next(d for d in analyze_trace(trace)["devices"] if d["device"] == 0)
+    return next(d for d in analyze_trace(trace).devices if d.device == 0)
 
 
 @pytest.mark.parametrize("views", [True, False])
@@ -157,12 +157,12 @@ def test_rocpd_api_joined_by_correlation_and_markers_are_ranges(tmp_path):
 
 def test_rocpd_breakdown_adds_up_and_is_a_union(tmp_path):
     dev = _device0_breakdown(read_trace(_make_rocpd(tmp_path / "r.db")))
-    b = dev["breakdown"]
+    b = dev.breakdown
     # Device 0 activities: copy 100-400, kernels 1000-2000 and 1500-3000 (two queues), copy
     # 3500-3800. Window 100..3800 = 3700; kernel union 2000 (a sum would say 2500); copies 600.
-    assert b["window_ns"] == 3700
-    assert b["compute_ns"] == 2000 and b["exposed_copy_ns"] == 600 and b["idle_ns"] == 1100
-    assert b["compute_ns"] + b["exposed_comm_ns"] + b["exposed_copy_ns"] + b["idle_ns"] == 3700
+    assert b.window_ns == 3700
+    assert b.compute_ns == 2000 and b.exposed_copy_ns == 600 and b.idle_ns == 1100
+    assert b.compute_ns + b.exposed_comm_ns + b.exposed_copy_ns + b.idle_ns == 3700
 
 
 def test_rocpd_truncated_file_is_one_line_error(tmp_path):
@@ -230,9 +230,9 @@ def test_rocprof_v1_csv_kernels(tmp_path):
     assert list(gpu.device) == [0, 0, 1] and list(gpu.stream) == [0, 1, 0]
     assert list(gpu.start) == [1000, 1500, 5000] and list(gpu.end) == [2000, 3000, 6000]
     dev = _device0_breakdown(trace)
-    b = dev["breakdown"]
-    assert b["window_ns"] == 2000 and b["busy_ns"] == 2000  # union 1000..3000, not 2500
-    assert b["compute_ns"] + b["exposed_comm_ns"] + b["exposed_copy_ns"] + b["idle_ns"] == 2000
+    b = dev.breakdown
+    assert b.window_ns == 2000 and b.busy_ns == 2000  # union 1000..3000, not 2500
+    assert b.compute_ns + b.exposed_comm_ns + b.exposed_copy_ns + b.idle_ns == 2000
 
 
 def test_rocprof_v1_csv_missing_column_and_truncated_row(tmp_path):
@@ -287,12 +287,12 @@ def test_rocprof_v1_json_kernels_copies_api(tmp_path):
     assert np.all(gpu.device == 0)
     assert list(gpu.stream[gpu.kind == GpuKind.KERNEL]) == [1, 2]
     assert trace.names[trace.api.name[0]] == "hipLaunchKernel" and len(trace.ranges) == 1
-    b = _device0_breakdown(trace)["breakdown"]
+    b = _device0_breakdown(trace).breakdown
     # same shape as the rocpd case, in us: window 3.7 ms, kernel union 2 ms, copies 0.6 ms
-    assert b["window_ns"] == 3_700_000 and b["compute_ns"] == 2_000_000
-    assert b["exposed_copy_ns"] == 600_000
-    parts = b["compute_ns"] + b["exposed_comm_ns"] + b["exposed_copy_ns"] + b["idle_ns"]
-    assert parts == b["window_ns"]
+    assert b.window_ns == 3_700_000 and b.compute_ns == 2_000_000
+    assert b.exposed_copy_ns == 600_000
+    parts = b.compute_ns + b.exposed_comm_ns + b.exposed_copy_ns + b.idle_ns
+    assert parts == b.window_ns
 
 
 def test_rocprof_v1_json_without_args_uses_string_microseconds(tmp_path):

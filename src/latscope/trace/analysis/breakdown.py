@@ -21,9 +21,10 @@ from latscope.errors import TraceFormatError
 from latscope.trace.analysis import intervals as iv
 from latscope.trace.analysis.device import COMM, COMPUTE, COPY, DeviceActivities
 from latscope.trace.analysis.window import Window
+from latscope.trace.results import Breakdown
 
 
-def breakdown(dev: DeviceActivities, window: Window) -> dict[str, float | int]:
+def breakdown(dev: DeviceActivities, window: Window) -> Breakdown:
     if window.length <= 0:
         raise TraceFormatError(f"device {dev.device}: the analysis window is 0 ns long "
                                "(every activity at one instant): nothing to break down")
@@ -46,8 +47,11 @@ def breakdown(dev: DeviceActivities, window: Window) -> dict[str, float | int]:
     if total != window.length or min(parts.values()) < 0:  # a bug in the union code: refuse
         raise AssertionError(f"breakdown parts {parts} do not split the {window.length} ns "
                              "window")
-    out: dict[str, float | int] = {"window_ns": window.length, "busy_ns": busy,
-                                   "communication_ns": comm_only, **parts}
-    for key, value in parts.items():
-        out[key.replace("_ns", "_share")] = value / window.length
-    return out
+    n = window.length
+    return Breakdown(window_ns=n, busy_ns=busy, communication_ns=comm_only,
+                     compute_ns=parts["compute_ns"], exposed_comm_ns=parts["exposed_comm_ns"],
+                     exposed_copy_ns=parts["exposed_copy_ns"], idle_ns=parts["idle_ns"],
+                     compute_share=parts["compute_ns"] / n,
+                     exposed_comm_share=parts["exposed_comm_ns"] / n,
+                     exposed_copy_share=parts["exposed_copy_ns"] / n,
+                     idle_share=parts["idle_ns"] / n)

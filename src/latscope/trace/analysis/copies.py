@@ -9,8 +9,6 @@ buffer. The method is written into the result so nobody mistakes it for a measur
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from latscope.trace.analysis import intervals as iv
@@ -18,6 +16,7 @@ from latscope.trace.analysis.device import COMPUTE, DeviceActivities
 from latscope.trace.analysis.join import BLOCKING_COPY, name_flags
 from latscope.trace.analysis.window import Window
 from latscope.trace.model import CopyDir, GpuKind, HostMem, TraceEvents
+from latscope.trace.results import CopyDirection, CopyStats
 
 SMALL_COPY_BYTES = 64 * 1024
 INFER_MIN_BYTES = 1 << 20
@@ -30,7 +29,7 @@ INFERENCE_METHOD = (f"ROCm: host memory kind not recorded; copies >= {INFER_MIN_
 
 
 def copy_stats(trace: TraceEvents, dev: DeviceActivities, window: Window,
-               api_row: np.ndarray) -> dict[str, Any]:
+               api_row: np.ndarray) -> CopyStats:
     gpu = dev.gpu
     in_window = (gpu.start >= window.start) & (gpu.start < window.end)
     is_copy = in_window & (gpu.kind == GpuKind.MEMCPY)
@@ -48,32 +47,32 @@ def copy_stats(trace: TraceEvents, dev: DeviceActivities, window: Window,
         known = mask & (gpu.bytes >= 0)
         nbytes, known_time = int(gpu.bytes[known].sum()), int(dur[known].sum())
         pageable, pinned = mask & (hostmem == HostMem.PAGEABLE), mask & (hostmem == HostMem.PINNED)
-        rows.append({
-            "direction": direction.name, "count": int(mask.sum()),
-            "bytes": nbytes if known.any() else None, "time_ns": int(dur[mask].sum()),
-            "gbps": nbytes / known_time if known_time and known.any() else None,
-            "small_count": int((mask & (gpu.bytes >= 0) & (gpu.bytes < SMALL_COPY_BYTES)).sum()),
-            "pageable_count": int(pageable.sum()),
-            "pageable_time_ns": int(dur[pageable].sum()),
-            "pageable_gbps": _gbps(gpu.bytes, dur, pageable),
-            "pinned_count": int(pinned.sum()),
-            "pinned_gbps": _gbps(gpu.bytes, dur, pinned),
-            "blocking_count": int((mask & blocking).sum()),
-            "blocking_time_ns": int(dur[mask & blocking].sum()),
-        })
+        rows.append(CopyDirection(
+            direction=direction.name, count=int(mask.sum()),
+            bytes=nbytes if known.any() else None, time_ns=int(dur[mask].sum()),
+            gbps=nbytes / known_time if known_time and known.any() else None,
+            small_count=int((mask & (gpu.bytes >= 0) & (gpu.bytes < SMALL_COPY_BYTES)).sum()),
+            pageable_count=int(pageable.sum()),
+            pageable_time_ns=int(dur[pageable].sum()),
+            pageable_gbps=_gbps(gpu.bytes, dur, pageable),
+            pinned_count=int(pinned.sum()),
+            pinned_gbps=_gbps(gpu.bytes, dur, pinned),
+            blocking_count=int((mask & blocking).sum()),
+            blocking_time_ns=int(dur[mask & blocking].sum()),
+        ))
     compute = iv.union(*iv.clip(gpu.start[dev.role == COMPUTE], gpu.end[dev.role == COMPUTE],
                                 window.start, window.end))
     copies = iv.union(*iv.clip(gpu.start[is_copy], gpu.end[is_copy], window.start, window.end))
     not_overlapped = iv.length(*copies) - int(iv.overlap_with(copies[0], copies[1], *compute).sum())
-    return {
-        "by_direction": rows,
-        "memset_count": int((in_window & (gpu.kind == GpuKind.MEMSET)).sum()),
-        "copy_union_ns": iv.length(*copies),
-        "not_overlapped_by_compute_ns": not_overlapped,
-        "small_copy_bytes": SMALL_COPY_BYTES,
-        "host_memory_method": ("recorded by the profiler" if trace.meta.vendor == "nvidia"
-                               else INFERENCE_METHOD),
-    }
+    return CopyStats(
+        by_direction=rows,
+        memset_count=int((in_window & (gpu.kind == GpuKind.MEMSET)).sum()),
+        copy_union_ns=iv.length(*copies),
+        not_overlapped_by_compute_ns=not_overlapped,
+        small_copy_bytes=SMALL_COPY_BYTES,
+        host_memory_method=("recorded by the profiler" if trace.meta.vendor == "nvidia"
+                            else INFERENCE_METHOD),
+    )
 
 
 def _gbps(nbytes: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> float | None:

@@ -18,15 +18,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from latscope.trace.analysis import intervals as iv
 from latscope.trace.analysis.device import DeviceActivities
 from latscope.trace.analysis.join import GRAPH_LAUNCH, name_flags
 from latscope.trace.analysis.window import Window
-from latscope.trace.model import RangeKind, TraceEvents
+from latscope.trace.model import RangeKind, Table, TraceEvents
+from latscope.trace.results import (
+    CpuDuringIdle,
+    CpuEvent,
+    Gap,
+    GapAnalysis,
+    GapBucket,
+    GapCauses,
+    IdleEvent,
+    KindTime,
+    LaunchDelay,
+)
 
 BUCKETS_NS = (0, 10_000, 100_000, 1_000_000, 10_000_000)
 BUCKET_LABELS = ("<10us", "10-100us", "100us-1ms", "1-10ms", ">=10ms")
@@ -36,35 +45,36 @@ _RANGE_LABEL = {RangeKind.CPU_OP: "cpu_op", RangeKind.ANNOTATION: "annotation",
 
 
 def gap_analysis(trace: TraceEvents, dev: DeviceActivities, window: Window,
-                 api_row: np.ndarray, top_n: int = 5) -> dict[str, Any]:
+                 api_row: np.ndarray, top_n: int = 5) -> GapAnalysis:
     gpu = dev.gpu
     busy = iv.union(*iv.clip(gpu.start, gpu.end, window.start, window.end))
     gs, ge = iv.complement(*busy, window.start, window.end)
     glen = ge - gs
     issue_start = _issue_start_of_next(gpu, api_row, trace, ge)
     kind = np.where(issue_start < 0, 2, np.where(issue_start > gs, 0, 1))
-    classes = {f"{label}_ns": int(glen[kind == k].sum())
-               for k, label in enumerate(("host_wait", "queued", "unknown"))}
+    causes = GapCauses(host_wait_ns=int(glen[kind == 0].sum()),
+                       queued_ns=int(glen[kind == 1].sum()),
+                       unknown_ns=int(glen[kind == 2].sum()))
     cpu = _cpu_events(trace, api_row)
     largest = np.argsort(-glen, kind="stable")[:top_n]
-    return {
-        "count": int(len(gs)), "idle_ns": int(glen.sum()),
-        "distribution": _distribution(glen),
-        "by_cause": classes,
-        "largest": [_describe_gap(trace, cpu, int(gs[i]), int(ge[i]), int(issue_start[i]))
-                    for i in largest],
-        "cpu_during_idle": _cpu_during(trace, cpu, gs, ge),
-        "launch_delay": launch_delay(trace, gpu, api_row),
-    }
+    return GapAnalysis(
+        count=int(len(gs)), idle_ns=int(glen.sum()),
+        distribution=_distribution(glen),
+        by_cause=causes,
+        largest=[_describe_gap(trace, cpu, int(gs[i]), int(ge[i]), int(issue_start[i]))
+                 for i in largest],
+        cpu_during_idle=_cpu_during(trace, cpu, gs, ge),
+        launch_delay=launch_delay(trace, gpu, api_row),
+    )
 
 
-def _distribution(glen: np.ndarray) -> list[dict[str, Any]]:
+def _distribution(glen: np.ndarray) -> list[GapBucket]:
     which = np.searchsorted(np.asarray(BUCKETS_NS), glen, side="right") - 1
-    return [{"bucket": label, "count": int((which == i).sum()),
-             "time_ns": int(glen[which == i].sum())} for i, label in enumerate(BUCKET_LABELS)]
+    return [GapBucket(bucket=label, count=int((which == i).sum()),
+                      time_ns=int(glen[which == i].sum())) for i, label in enumerate(BUCKET_LABELS)]
 
 
-def _issue_start_of_next(gpu, api_row: np.ndarray, trace: TraceEvents,
+def _issue_start_of_next(gpu: Table, api_row: np.ndarray, trace: TraceEvents,
                          gap_end: np.ndarray) -> np.ndarray:
     """Start of the CPU call that issued the first activity starting at each gap's end."""
     found = np.searchsorted(gpu.start, gap_end)
@@ -144,16 +154,16 @@ def _top_by_name(trace: TraceEvents, cpu: dict[str, np.ndarray], self_time: np.n
 
 
 def _describe_gap(trace: TraceEvents, cpu: dict[str, np.ndarray], g0: int, g1: int,
-                  issue_start: int) -> dict[str, Any]:
+                  issue_start: int) -> Gap:
     self_time = _self_overlap(cpu, np.array([g0]), np.array([g1]))
     top = _top_by_name(trace, cpu, self_time, 3)
-    return {"start_ns": g0, "length_ns": g1 - g0,
-            "next_issued_after_gap_start_ns": (issue_start - g0) if issue_start >= 0 else None,
-            "cpu_top": [{"name": n, "kind": k, "self_ns": v} for n, k, v in top]}
+    return Gap(start_ns=g0, length_ns=g1 - g0,
+               next_issued_after_gap_start_ns=(issue_start - g0) if issue_start >= 0 else None,
+               cpu_top=[CpuEvent(name=n, kind=k, self_ns=v) for n, k, v in top])
 
 
 def _cpu_during(trace: TraceEvents, cpu: dict[str, np.ndarray], gs: np.ndarray,
-                ge: np.ndarray, top_n: int = 8) -> dict[str, Any]:
+                ge: np.ndarray, top_n: int = 8) -> CpuDuringIdle:
     idle = int((ge - gs).sum())
     covered = iv.union(cpu["start"], cpu["end"])
     covered_idle = int(iv.overlap_with(*covered, gs, ge).sum()) if len(gs) else 0
@@ -164,23 +174,23 @@ def _cpu_during(trace: TraceEvents, cpu: dict[str, np.ndarray], gs: np.ndarray,
     def share(value: float) -> float:
         return float(value / (idle * threads)) if idle else 0.0
 
-    return {
-        "idle_ns": idle,
-        "launching_threads": threads,
-        "cpu_recorded_ns": covered_idle,
-        "cpu_recorded_share": share(covered_idle),
-        "self_time_by_kind": [{"kind": _label(k), "self_ns": int(by_kind[k]),
-                               "share_of_idle": share(by_kind[k])}
-                              for k in np.argsort(-by_kind) if by_kind[k] > 0],
-        "top_events": [{"name": n, "kind": k, "self_ns": v, "share_of_idle": share(v)}
-                       for n, k, v in _top_by_name(trace, cpu, self_time, top_n)],
-    }
+    return CpuDuringIdle(
+        idle_ns=idle,
+        launching_threads=threads,
+        cpu_recorded_ns=covered_idle,
+        cpu_recorded_share=share(covered_idle),
+        self_time_by_kind=[KindTime(kind=_label(k), self_ns=int(by_kind[k]),
+                                    share_of_idle=share(by_kind[k]))
+                           for k in np.argsort(-by_kind) if by_kind[k] > 0],
+        top_events=[IdleEvent(name=n, kind=k, self_ns=v, share_of_idle=share(v))
+                    for n, k, v in _top_by_name(trace, cpu, self_time, top_n)],
+    )
 
 
-def launch_delay(trace: TraceEvents, gpu, api_row: np.ndarray) -> dict[str, Any]:
+def launch_delay(trace: TraceEvents, gpu: Table, api_row: np.ndarray) -> LaunchDelay:
     has = api_row >= 0
     if not has.any():
-        return {"count": 0, "graph_launched": 0}
+        return LaunchDelay(count=0, graph_launched=0)
     graph_name = name_flags(trace, GRAPH_LAUNCH)
     rows = api_row[has]
     from_graph = graph_name[trace.api.name[rows]]
@@ -192,7 +202,7 @@ def launch_delay(trace: TraceEvents, gpu, api_row: np.ndarray) -> dict[str, Any]
     keep = ~from_graph | first_of_corr
     delay = (gpu.start[has] - trace.api.end[rows])[keep]
     if len(delay) == 0:
-        return {"count": 0, "graph_launched": int(from_graph.sum())}
-    return {"count": int(len(delay)), "graph_launched": int(from_graph.sum()),
-            "median_ns": float(np.median(delay)), "p90_ns": float(np.percentile(delay, 90)),
-            "max_ns": int(delay.max()), "negative_count": int((delay < 0).sum())}
+        return LaunchDelay(count=0, graph_launched=int(from_graph.sum()))
+    return LaunchDelay(count=int(len(delay)), graph_launched=int(from_graph.sum()),
+                       median_ns=float(np.median(delay)), p90_ns=float(np.percentile(delay, 90)),
+                       max_ns=int(delay.max()), negative_count=int((delay < 0).sum()))

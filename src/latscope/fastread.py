@@ -1,7 +1,8 @@
-"""The pure-Python quick reader of a finished stream: whole-buffer C-level ``bytes`` counts instead
-of a Python loop per event. It runs where the C pass (``latscope/_native.c``) was not built; like
-it, it answers exactly what the exact reader (``latscope.load.response._read_stream``) answers,
-or declines to it, and every reading test runs with both.
+"""The pure-Python twin of the C stream pass (``_native.scan_stream``): whole-buffer C-level
+``bytes`` counts instead of a Python loop per event. ``latscope.native`` takes it where the C pass
+was not built; like the pass, it answers exactly what the exact reader
+(``latscope.load.response._read_stream``) answers, or declines to it, and every reading test runs
+with both.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ import operator
 import re
 
 import numpy as np
-
-from latscope.load.streamtail import keep_server_metrics, last_int, set_tokens
-from latscope.model import RequestRecord
 
 _FAST_MARKS = (b'"text":"', b'"content":"', b'"reasoning_content":"', b'"reasoning":"')
 _FAST_KEYS = tuple(mark[:-2] for mark in _FAST_MARKS)  # the key alone, quoted
@@ -46,12 +44,14 @@ def _fast_marks(raw: bytes, first: bytes, first_end: int) -> tuple[list[bytes], 
     return marks, total
 
 
-def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]], skip: int = 0) -> bool:
-    """The usual stream, read with whole-buffer C-level counts instead of a Python loop per event.
+def scan_stream(reads: list[tuple[int, bytes]], skip: int = 0) -> tuple[list[int], bytes] | None:
+    """The usual stream's token times and tail, read with whole-buffer C-level counts instead of
+    a Python loop per event: what ``_native.scan_stream`` answers (the tail here is still
+    chunked: the usage counts and the server's metrics are read from it alike).
 
     Applies only when the raw chunked body proves to be the common shape: compact JSON, one
     ``data: {...}`` line per event, events never split across HTTP chunks, no CR inside events,
-    no per-chunk usage, no error event, ``[DONE]`` last. Any doubt returns False and the exact
+    no per-chunk usage, no error event, ``[DONE]`` last. Any doubt returns None and the exact
     per-event reader runs instead (the two agree on every stream the tests feed them).
 
     Cost bounds one process's ceiling where the C pass is not built
@@ -70,26 +70,26 @@ def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]], skip
     first_end = raw.find(b"\n\n")
     if (not raw.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
             or b'"usage"' in raw[:first_end]):  # per-chunk usage: read each event
-        return False
+        return None
     parts = raw.split(b"\r\n")
     cr, lf = _byte_counts(raw)
     if cr != len(parts) - 1:  # CRs only in chunk framing
-        return False
+        return None
     events = _events_one_per_chunk(parts, lf)
     if events is None:  # several events in a chunk (a proxy's coalescing?): prove it by counts
         events = _events_by_counts(raw, parts, lf)
     if events is None:  # damaged framing, or a shape not proved here: the exact reader says how
-        return False
+        return None
     found = _fast_marks(raw, raw[:first_end], first_end)
     if found is None:
-        return False  # an error event, a late role announcement, a token key spaced
+        return None  # an error event, a late role announcement, a token key spaced
     marks, total_marks = found
     # token marks inside a chat role announcement: its first event, if any
     role_marks = _count_marks(raw[:first_end], marks) if b'"role"' in raw[:first_end] else 0
     if _first_token_event_counts(raw, marks, first_end if role_marks else 0):
-        return False  # usage per token event (no "usage" key): the exact reader counts per chunk
+        return None  # usage per token event (no "usage" key): the exact reader counts per chunk
     if total_marks > events - 1:
-        return False  # two marks in one event (e.g. content and reasoning): read exactly
+        return None  # two marks in one event (e.g. content and reasoning): read exactly
     chunk_ns: list[int] | None
     if len(reads) == 1:
         chunk_ns = [reads[0][0]] * total_marks
@@ -98,17 +98,11 @@ def read_stream_fast(record: RequestRecord, reads: list[tuple[int, bytes]], skip
     else:
         chunk_ns = _times_of_split_reads(reads, marks, events)
     if chunk_ns is None or len(chunk_ns) != total_marks:
-        return False  # a mark or an event end split across two reads: count exactly instead
+        return None  # a mark or an event end split across two reads: count exactly instead
     del chunk_ns[:role_marks]
-    tail = raw[_last_events_start(raw, 3):]  # where the exact reader looks for usage too
-    keep_server_metrics(record, tail)
-    completion = last_int(tail, b'"completion_tokens"')
     if not chunk_ns and events > 1:
-        return False  # tokens but no compact "text":"..." marks (e.g. '"text": "'): read exactly
-    record.chunk_ns = chunk_ns
-    record.first_token_ns = chunk_ns[0] if chunk_ns else None
-    set_tokens(record, completion, last_int(tail, b'"prompt_tokens"'), len(chunk_ns))
-    return True
+        return None  # tokens but no compact "text":"..." marks (e.g. '"text": "'): read exactly
+    return chunk_ns, raw[_last_events_start(raw, 3):]  # where the exact reader looks for usage
 
 
 def _first_token_event_counts(raw: bytes, marks: list[bytes], start: int) -> bool:
