@@ -74,7 +74,11 @@ def _write_run(run: Path, n: int, traced: bool) -> None:
                 server={"metrics": {"queue_time_ms": 1.0, "time_to_first_token_ms": 9.0,
                                     "generation_time_ms": 25.0}})))
             if traced:
-                spans.append(orjson.dumps({"trace_id": trace, "name": "llm_request",
+                spans.append(orjson.dumps({"trace_id": trace, "span_id": f"{i + 1:016x}",
+                                           "parent_span_id": "", "name": "llm_request",
+                                           "kind": "server", "start_unix_ns": sent,
+                                           "end_unix_ns": times[-1], "resource": {},
+                                           "scope": "vllm", "received_unix_ns": times[-1],
                                            "attributes": {
                                                "gen_ai.latency.time_to_first_token": 0.012,
                                                "gen_ai.latency.time_in_queue": 0.001,
@@ -93,11 +97,12 @@ def _passes_peak(run: Path) -> int:
     try:
         split = decompose_run(run).split
         rebuilt = rebuild_summary(run)
-        return tracemalloc.get_traced_memory()[1]
+        peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-        assert rebuilt["requests"]["completed"] > 0
-        assert split is not None and split.joined == rebuilt["requests"]["completed"]
+    assert rebuilt["requests"]["completed"] > 0
+    assert split is not None and split.joined == rebuilt["requests"]["completed"]
+    return peak
 
 
 def test_the_passes_after_a_run_hold_bytes_a_request_not_its_records(tmp_path):
