@@ -1,6 +1,6 @@
 """The fleet's rules on facts whose truth is known by construction: where the thresholds lie,
 what a verdict names, and that alike replicas give no imbalance (the recorded real fleets are in
-tests/unit/fleet/test_window.py)."""
+tests/unit/fleet/test_fleet_window.py)."""
 
 from __future__ import annotations
 
