@@ -70,21 +70,44 @@ command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 
 # `test`: the browser test of report.html (tests/integration/test_report_browser.py) opens it in
 # Debian's chromium; fonts-liberation has Arial's metrics, which the charts are laid out with.
+# The fleet tests (tests/integration/test_fleet_vllm.py) start Debian's prometheus and nginx
+# themselves, on 127.0.0.1 with generated configs; the packages' own services must not start
+# (they would listen on every interface): a policy-rc.d denies every start during the install.
 # Installed only if missing, non-interactively; needs root and apt-get.
+deny_service_starts() {
+  local policy=/usr/sbin/policy-rc.d
+  [ -e "$policy" ] && mv "$policy" "$policy.latscope-saved"
+  printf '#!/bin/sh\n# latscope install: no service starts\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  trap restore_service_policy EXIT
+}
+restore_service_policy() {
+  local policy=/usr/sbin/policy-rc.d
+  rm -f "$policy"
+  [ -e "$policy.latscope-saved" ] && mv "$policy.latscope-saved" "$policy"
+  trap - EXIT
+}
 if [ "${1:-}" = "test" ]; then
   missing=""
-  for pkg in chromium fonts-liberation; do
+  for pkg in chromium fonts-liberation prometheus nginx; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       export DEBIAN_FRONTEND=noninteractive
       apt_install() { apt-get install -y -q --no-install-recommends $missing >/dev/null; }
+      deny_service_starts
       apt_install || { apt-get update -q >/dev/null && apt_install; }
+      restore_service_policy
       echo "installed:$missing"
+      # nothing of theirs may be left listening (prometheus :9090, nginx :80)
+      if command -v ss >/dev/null 2>&1 && ss -ltnH '( sport = :9090 or sport = :80 )' | grep -q .; then
+        echo "warning: something listens on :9090 or :80 after the install: check" \
+             "\`ss -ltnp\`" >&2
+      fi
     else
       echo "warning:$missing missing and not installable here (needs root + apt-get);" \
-           "the report browser test will fail" >&2
+           "the report browser and fleet tests will fail" >&2
     fi
   fi
 fi

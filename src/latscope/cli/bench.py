@@ -43,6 +43,10 @@ def _target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--per-chunk-usage", action="store_true",
                         help="ask vLLM for usage in every chunk (tokens per chunk)")
     target.add_argument("--extra-body", help="JSON object merged into every request body")
+    target.add_argument("--replica", action="append", default=[], metavar="URL",
+                        help="a replica behind --url (a balancer): its /metrics is scraped "
+                        "instead of --url's, and the client's TTFT is set beside the "
+                        "replicas' own (repeat it for each; docs/fleet.md)")
     target.add_argument("--priority-by", choices=("cost",), default=None,
                         help="set vLLM's `priority` from each request's prompt tokens + "
                         "max_tokens (its power-of-two bucket, lower first; needs a server "
@@ -135,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     from latscope.runfiles import summary_of
 
     console = Console()
+    if args.replica and not args.url:
+        from latscope.errors import ConfigError
+
+        raise ConfigError("--replica needs --url BALANCER: the load goes through it")
     with contextlib.ExitStack() as stack:
         collector = _collector(args, console, stack)
         url, tokenizer_dir = stack.enter_context(_target(args, console, collector))
@@ -162,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
             return 128 + exc.signum
     print_bench(summary_of(result.summary), console)
     console.print(f"run directory: {result.run_dir}")
-    if observers or recorder:
+    if args.replica and observers:
+        _print_fleet(result, args.replica)
+    elif observers or recorder:
         _print_decomposition(result, console)
     for failure in result.summary.get("workers_failed", []):
         console.print(f"[bold red]error:[/bold red] {failure}; its finished records are kept")
@@ -330,6 +340,11 @@ def _observers(args: argparse.Namespace, url: str) -> list[Any]:
     from latscope.env.hostload import HostLoadSampler
     from latscope.server.scrape import MetricsScraper
 
+    if args.replica:  # a balancer's /metrics would be any replica's: each replica's own
+        from latscope.fleet.replicas import ReplicaScrapers
+
+        return [ReplicaScrapers(args.replica, args.scrape_interval)]
+
     # the host's CPUs over the run (host/cpu.json): a run on a host busy with other work is
     # named as such, and `latscope compare` will not hold it against a run on a quiet one
     return [MetricsScraper(interval_s=args.scrape_interval),
@@ -346,6 +361,13 @@ def _local_server_pids(url: str) -> set[int]:
     port = url_port(url)
     pid = find_listening_pid(HostView(), port) if is_local(url) and port else None
     return {pid} if pid else set()
+
+
+def _print_fleet(result: Any, replicas: list[str]) -> None:
+    from latscope.campaign.fleetload import bench_fleet_report
+    from latscope.report.fleet import print_fleet_report, typed_fleet_report
+
+    print_fleet_report(typed_fleet_report(bench_fleet_report(result, replicas)))
 
 
 def _print_decomposition(result: Any, console: Any) -> None:

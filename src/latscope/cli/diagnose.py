@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("-o", "--output-dir", help="run directory (default: "
                      "./latscope-runs/diagnose-TIME)")
     run.add_argument("--json", action="store_true", help="the report as JSON on stdout, only")
+    from latscope.cli.fleet import add_fleet_arguments
+
+    add_fleet_arguments(parser)
 
 
 def parse_duration(text: str) -> float:
@@ -144,6 +147,10 @@ def build_options(args: argparse.Namespace) -> DiagnoseOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    from latscope.cli.fleet import run_fleet, wants_fleet
+
+    if wants_fleet(args):  # a fleet of replicas: docs/fleet.md
+        return run_fleet(args)
     import orjson
 
     from latscope.campaign.diagnose import diagnose

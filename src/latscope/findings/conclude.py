@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from latscope.findings.abtest import with_proof
 from latscope.findings.capacity import GpuBusy, Point, capacity_finding
 from latscope.findings.causes import ACTING, as_symptom, causes_of, join_causes
+from latscope.findings.fleet import fleet_findings, fleet_healthy
 from latscope.findings.host import contention_finding
 from latscope.findings.inputs import ConclusionInputs, Measured, ServerLimits
 from latscope.findings.latency import Context, findings_from_decomposition
@@ -113,7 +114,8 @@ def _all_findings(inputs: ConclusionInputs) -> list[Finding]:
     at_levels = [f for m in _named(inputs)
                  for f in findings_at(m, inputs.same_host, inputs.limits)]
     return (_doctor(inputs) + _net(inputs) + at_levels + _log(inputs) + _trace(inputs)
-            + traffic_findings(inputs))
+            + traffic_findings(inputs)
+            + (fleet_findings(inputs.fleet) if inputs.fleet is not None else []))
 
 
 def _doctor(inputs: ConclusionInputs) -> list[Finding]:
@@ -278,6 +280,8 @@ DECODE_COST = ("server.enforce_eager", "gpu.launch_blocking", "gpu.serialize")
 def healthy_split(inputs: ConclusionInputs) -> HealthySplit | None:
     """Where the TTFT goes at the knee (or the highest load, or light load): the figures a
     healthy or at-capacity verdict reports, from one run."""
+    if inputs.fleet is not None:  # the fleet's rate and TTFT over its window
+        return fleet_healthy(inputs.fleet)
     levels = inputs.levels
     load = levels.knee or levels.top or levels.light
     m = inputs.at(load)

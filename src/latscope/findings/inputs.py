@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from latscope.analysis.spanwindow import SpanWindow
     from latscope.analysis.traffic import WindowFacts
     from latscope.env.hostload import HostCpu
+    from latscope.fleet.model import FleetFacts
     from latscope.server.logs import ServerLog
     from latscope.telemetry.facts import TelemetryFacts
     from latscope.trace.files import StoredTrace
@@ -130,9 +131,10 @@ class TraceFacts:
 
 @dataclass(frozen=True, slots=True)
 class ConclusionInputs:
-    """Everything a conclusion is drawn from. ``kind``: "load" (latscope's own load, a sweep)
-    or "passive" (a window of the server's own traffic: ``traffic`` holds it, ``spans`` the
-    requests' own spans in it, and ``measured`` its one ``Measured``, with no load)."""
+    """Everything a conclusion is drawn from. ``kind``: "load" (latscope's own load, a sweep),
+    "passive" (a window of the server's own traffic: ``traffic`` holds it, ``spans`` the
+    requests' own spans in it, and ``measured`` its one ``Measured``, with no load) or "fleet"
+    (several replicas' windows: ``fleet``)."""
 
     kind: str = "load"
     measured: tuple[Measured, ...] = ()
@@ -150,6 +152,9 @@ class ConclusionInputs:
     slo: str | None = None
     traffic: WindowFacts | None = None
     spans: SpanWindow | None = None
+    # several replicas over one window (kind "fleet": diagnose --prometheus / --replica): their
+    # facts and each replica's own conclusion; the fleet's rules are findings.fleet's
+    fleet: FleetFacts | None = None
 
     def at(self, load: float | None) -> Measured | None:
         return next((m for m in self.measured if m.load == load), None) \

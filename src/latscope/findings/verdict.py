@@ -250,7 +250,8 @@ def layer_words(f: Finding) -> str:
         return "the API server's own processing"
     return {"queue": "queueing", "network": "the network", "frontend": "the HTTP frontend",
             "prefill": "prefill", "decode": "decode", "gpu": "GPU time", "config": "configuration",
-            "host": "the host", "capacity": "the server's capacity"}.get(f.layer, f.layer or "this")
+            "host": "the host", "capacity": "the server's capacity",
+            "stall": "waiting on a stalled engine"}.get(f.layer, f.layer or "this")
 
 
 def verdict_matches(given: dict[str, Any], expect: dict[str, Any]) -> tuple[bool, str]:

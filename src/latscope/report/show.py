@@ -108,8 +108,19 @@ def _findings_only(run: RunDir, console: Console, show_ok: bool) -> None:
         console.print("no findings.json in this run directory")
 
 
+def _fleet(run: RunDir, console: Console, show_ok: bool) -> None:
+    from latscope.report.fleet import render_fleet_text, typed_fleet_report
+
+    report = run.read("report.json")
+    if report is None:
+        console.print("no report.json (the fleet run did not finish): findings so far")
+        _findings_only(run, console, show_ok)
+        return
+    console.print(render_fleet_text(typed_fleet_report(report)), markup=False, highlight=False)
+
+
 _RENDERERS: dict[str, Callable[[RunDir, Console, bool], None]] = {
     "bench": _bench, "diagnose": _diagnose, "sweep": _sweep, "tune": _tune,
     "watch": _diagnose,  # a watch's run directory is a passive diagnose's
-    "compare": _compare,
+    "compare": _compare, "fleet": _fleet,
 }

@@ -31,6 +31,10 @@ def write_reports(run_dir: str | Path, report: dict[str, Any]) -> dict[str, Path
     from latscope.report.markdown import render_markdown
 
     check_version(report)
+    if report.get("kind") == "fleet":  # a fleet's report has its own model (docs/fleet.md)
+        from latscope.report.fleet import write_fleet_reports
+
+        return write_fleet_reports(run_dir, report)
     run_dir = Path(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+import os
 from pathlib import Path
 
 import orjson
@@ -36,8 +37,10 @@ from latscope.trace.names import (kernel_name_forms, short_event_name, short_ker
 from latscope.trace.readers import read_trace
 from latscope.trace.taxonomy import classify_names
 
-TRACES = sorted(p.name for p in (Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
-                                 / "traces").glob("*.gz"))
+# where tests/conftest.py looks for them ($LATSCOPE_FIXTURES, else ../shared/fixtures)
+_FIXTURES = Path(os.environ.get("LATSCOPE_FIXTURES")
+                 or Path(__file__).resolve().parents[3].parent / "shared" / "fixtures")
+TRACES = sorted(p.name for p in (_FIXTURES / "traces").glob("*.gz"))
 _cache: dict[str, dict] = {}
 
 
