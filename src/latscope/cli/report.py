@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     """What `show` shares with `report`."""
     parser.add_argument("-o", "--output", metavar="FILE",
-                        help="write there instead of stdout (html opens offline)")
+                        help="write it there instead of stdout, whole or not at all "
+                             "(an html page opens offline)")
     parser.add_argument("--all", action="store_true",
                         help="text: also the checks that passed or were skipped")
 
