@@ -22,11 +22,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import orjson
 from rich.console import Console
 
+from latscope.analysis import compare_model, sweepfile
+from latscope.analysis.compare_model import Comparison, load_comparison
+from latscope.analysis.sweepfile import SweepFile, read_sweep
+from latscope.analysis.tune import STATE_VERSION, TuneState
 from latscope.errors import ConfigError
-from latscope.rundir import MANIFEST, SCHEMA_VERSION, RunDir, read_json, write_bytes
+from latscope.report import compare_html, compare_md
+from latscope.report.fleet import render_fleet_markdown, typed_fleet_report
+from latscope.report.fleethtml import render_fleet_html
+from latscope.report.fleetmodel import FLEET_SCHEMA_VERSION, FleetReport
+from latscope.report.html import render_html
+from latscope.report.markdown import render_markdown
+from latscope.report.model import SCHEMA_VERSION as REPORT_VERSION
+from latscope.report.model import Report
+from latscope.report.show import show
+from latscope.report.write import typed_report
+from latscope.results import to_json_builtins
+from latscope.rundir import (
+    MANIFEST,
+    SCHEMA_VERSION,
+    SUMMARY_SCHEMA_VERSION,
+    RunDir,
+    read_json,
+    write_bytes,
+)
+from latscope.runfiles import BenchSummary, summary_of
+from latscope.trace import files as tracefiles
+from latscope.trace.files import TraceRunFile, as_json, from_json
 
 FORMATS = ("text", "md", "html", "json", "files")
 PAGES = {"md": "report.md", "html": "report.html"}  # what ``files`` rewrites
@@ -37,11 +63,11 @@ class KindView:
     """How one kind of run is read and which renderings it has."""
 
     main: str  # the run's main document
+    newest: int | None  # the newest version of it this latscope reads (None: not versioned)
     read: Callable[[RunDir, Any], Any]  # (run, main document's JSON) -> its typed model
     json: Callable[[Any], Any]  # the typed model as its file's JSON values
     md: Callable[[Any], str] | None = None
     html: Callable[[Any], str] | None = None
-    newest: int = 1  # the newest version of the main document this latscope reads
     version_key: str = "schema_version"
 
     def formats(self) -> tuple[str, ...]:
@@ -56,61 +82,39 @@ class KindView:
         return renderer
 
 
-def _report(_: RunDir, data: Any) -> Any:
-    from latscope.report.write import typed_report
-
+def _report(_: RunDir, data: Any) -> Report:
     return typed_report(data)
 
 
-def _fleet(_: RunDir, data: Any) -> Any:
-    from latscope.report.fleet import typed_fleet_report
-
+def _fleet(_: RunDir, data: Any) -> FleetReport:
     return typed_fleet_report(data)
 
 
-def _summary(run: RunDir, data: Any) -> Any:
-    from latscope.runfiles import summary_of
-
+def _summary(run: RunDir, data: Any) -> BenchSummary:
     return summary_of(data, str(run.file("summary.json")))
 
 
-def _sweep(run: RunDir, _: Any) -> Any:
-    from latscope.analysis.sweepfile import read_sweep
-
+def _sweep(run: RunDir, _: Any) -> SweepFile:
     return read_sweep(run.file("sweep.json"))
 
 
-def _tune(run: RunDir, _: Any) -> Any:
-    from latscope.analysis.tune import TuneState
-
+def _tune(run: RunDir, _: Any) -> TuneState:
     return TuneState.load(run.path)
 
 
-def _comparison(run: RunDir, data: Any) -> Any:
-    from latscope.analysis.compare_model import load_comparison
-
+def _comparison(run: RunDir, data: Any) -> Comparison:
     try:
         return load_comparison(data)
     except ValueError as exc:
         raise ConfigError(f"{run.file('compare.json')}: {exc}") from None
 
 
-def _trace(run: RunDir, data: Any) -> Any:
-    import msgspec
-
-    from latscope.trace.files import TraceRunFile, from_json
-
+def _trace(run: RunDir, data: Any) -> TraceRunFile:
     try:
         return from_json(data, TraceRunFile)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{run.file('trace.json')}: not a trace run latscope wrote "
                           f"({exc})") from None
-
-
-def _builtins(model: Any) -> Any:
-    from latscope.results import to_json_builtins
-
-    return to_json_builtins(model)
 
 
 def _as_read(_: RunDir, data: Any) -> Any:
@@ -121,64 +125,24 @@ def _same(data: Any) -> Any:
     return data
 
 
-def _md(model: Any) -> str:
-    from latscope.report.markdown import render_markdown
-
-    return render_markdown(model)
-
-
-def _html(model: Any) -> str:
-    from latscope.report.html import render_html
-
-    return render_html(model)
-
-
-def _fleet_md(model: Any) -> str:
-    from latscope.report.fleet import render_fleet_markdown
-
-    return render_fleet_markdown(model)
-
-
-def _fleet_html(model: Any) -> str:
-    from latscope.report.fleethtml import render_fleet_html
-
-    return render_fleet_html(model)
-
-
-def _compare_md(model: Any) -> str:
-    from latscope.report.compare_md import render_markdown
-
-    return render_markdown(model)
-
-
-def _compare_html(model: Any) -> str:
-    from latscope.report.compare_html import render_html
-
-    return render_html(model)
-
-
-def _trace_json(model: Any) -> Any:
-    from latscope.trace.files import as_json
-
-    return as_json(model)
-
-
-_DIAGNOSE = KindView("report.json", _report, lambda r: r.to_dict(), _md, _html)
+_DIAGNOSE = KindView("report.json", REPORT_VERSION, _report, Report.to_dict, render_markdown,
+                     render_html)
 KINDS: dict[str, KindView] = {
     "diagnose": _DIAGNOSE,  # a passive one (diagnose --passive) too
     "watch": _DIAGNOSE,  # a watch's run directory is a passive diagnose's
-    "fleet": KindView("report.json", _fleet, lambda r: r.to_dict(), _fleet_md, _fleet_html),
-    "compare": KindView("compare.json", _comparison, lambda c: c.to_dict(), _compare_md,
-                        _compare_html),
-    "bench": KindView("summary.json", _summary, _builtins),
-    "sweep": KindView("sweep.json", _sweep, _builtins),
-    "tune": KindView("tune.json", _tune, lambda s: s.file_data(), newest=2,
+    "fleet": KindView("report.json", FLEET_SCHEMA_VERSION, _fleet, FleetReport.to_dict,
+                      render_fleet_markdown, render_fleet_html),
+    "compare": KindView("compare.json", compare_model.SCHEMA_VERSION, _comparison,
+                        Comparison.to_dict, compare_md.render_markdown, compare_html.render_html),
+    "bench": KindView("summary.json", SUMMARY_SCHEMA_VERSION, _summary, to_json_builtins),
+    "sweep": KindView("sweep.json", sweepfile.SCHEMA_VERSION, _sweep, to_json_builtins),
+    "tune": KindView("tune.json", STATE_VERSION, _tune, TuneState.file_data,
                      version_key="version"),
-    "trace": KindView("trace.json", _trace, _trace_json),
-    # no model yet: their file as the verb wrote it (and printed it with --json)
-    "doctor": KindView("doctor.json", _as_read, _same),
-    "net": KindView("net.json", _as_read, _same),
-    "logs": KindView("log.json", _as_read, _same),
+    "trace": KindView("trace.json", tracefiles.SCHEMA_VERSION, _trace, as_json),
+    # no model and no version yet: their file as the verb wrote it (and printed with --json)
+    "doctor": KindView("doctor.json", None, _as_read, _same),
+    "net": KindView("net.json", None, _as_read, _same),
+    "logs": KindView("log.json", None, _as_read, _same),
 }
 
 
@@ -233,8 +197,6 @@ def rewrite_pages(run: RunDir) -> dict[str, Path]:
 def text_view(run: RunDir, console: Console | None = None, *, show_ok: bool = False) -> str:
     """The terminal view as text, whole (a refusal half-way prints nothing): laid out for
     ``console`` (colour on a terminal), or for a file: 80 columns, no colour codes."""
-    from latscope.report.show import show
-
     if console is None:
         console = Console(file=io.StringIO(), width=80, color_system=None, highlight=False,
                           emoji=False, force_terminal=False)
@@ -266,7 +228,7 @@ def _main_document(run: RunDir, view: KindView) -> Any:
                           "--format text shows what it gathered)")
     data = read_json(path)
     version = data.get(view.version_key) if isinstance(data, dict) else None
-    if isinstance(version, int) and version > view.newest:
+    if view.newest is not None and isinstance(version, int) and version > view.newest:
         raise ConfigError(f"{path}: {view.version_key} {version} is newer than this latscope "
                           f"reads ({view.newest}): a newer latscope wrote it")
     return data
