@@ -79,7 +79,7 @@ def test_show_rebuilds_a_killed_bench_and_refuses_unknown_schemas(tmp_path, caps
     manifest = tmp_path / "b" / "manifest.json"
     data = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**data, "schema_version": 99}))
-    assert main(["show", str(tmp_path / "b")]) == 1
+    assert main(["show", str(tmp_path / "b")]) == 2  # `report --format text`'s exit
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "schema_version 99" in err[0]
 

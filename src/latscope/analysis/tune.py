@@ -196,13 +196,18 @@ class TuneState:
                                                         stored.result)
         return state
 
-    def save(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        data = to_json_builtins(TuneFile(spec=self.spec, trials=self.trials,
-                                         validation=self.validation, result=self.result))
+    def file_data(self) -> dict[str, Any]:
+        """tune.json's content (``TuneFile``) as the plain values the file holds."""
+        data: dict[str, Any] = to_json_builtins(TuneFile(
+            spec=self.spec, trials=self.trials, validation=self.validation, result=self.result))
         for trial in data["trials"]:
             if math.isinf(trial["value"]):  # JSON has no infinity: its name instead
                 trial["value"] = "-inf" if trial["value"] < 0 else "inf"
+        return data
+
+    def save(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        data = self.file_data()
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
         os.replace(tmp, self.path)  # a reader (or a resume after a crash) never sees half a file

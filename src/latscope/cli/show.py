@@ -1,22 +1,19 @@
-"""`latscope show RUN_DIR`: re-render a run directory's terminal view from disk (no server)."""
+"""`latscope show DIR`: `latscope report DIR --format text`, by its older name (same code)."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "re-render any run directory's terminal view from disk, without touching a server"
+from latscope.cli import report
+
+HELP = "re-print any run directory's terminal view from disk (= report DIR --format text)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a directory a latscope verb wrote")
-    parser.add_argument("--all", action="store_true", help="also passed and skipped checks")
+    parser.add_argument("run_dir", metavar="DIR", help="a run directory a latscope verb wrote")
+    report.add_view_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from latscope.report.show import show
-    from latscope.report.text import make_console
-    from latscope.rundir import RunDir
-
-    run_dir = RunDir.open(args.run_dir)
-    show(run_dir, make_console(), show_ok=args.all)
-    return 0
+    args.format = "text"
+    return report.run(args)

@@ -62,19 +62,3 @@ def typed_report(report: dict[str, Any]) -> Report:
     except msgspec.ValidationError as exc:
         raise ReportError(f"report.json does not fit this latscope's report model: {exc}") from None
 
-
-def read_report(run_dir: str | Path) -> dict[str, Any]:
-    """The report.json of ``run_dir``, version-checked; ConfigError/ReportError in one line."""
-    path = Path(run_dir) / REPORT_JSON
-    if not Path(run_dir).is_dir():
-        raise ConfigError(f"{run_dir}: no such run directory")
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found (is {run_dir} a `latscope diagnose` run?)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror}") from None
-    except orjson.JSONDecodeError as exc:
-        raise ReportError(f"{path}: not valid JSON ({exc})") from None
-    check_version(data)
-    return data

@@ -209,7 +209,7 @@ def test_show_marks_the_steps_the_sweep_marked_its_slo_included(tmp_path, capsys
     doc = json.loads((out / "sweep.json").read_text())
     doc["analysis"]["knee"] = 5
     (out / "sweep.json").write_text(json.dumps(doc))
-    assert main(["show", str(out)]) == 1
+    assert main(["show", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "sweep.json: not a sweep latscope wrote" in err
     assert "Traceback" not in err

@@ -82,5 +82,5 @@ def test_a_section_the_report_model_refuses_fails_the_run_with_every_section_kep
     assert (run / "findings.json").is_file() and (run / "sweep.json").is_file()
     from latscope.cli.main import main
 
-    assert main(["report", str(run)]) == 1  # refused in one line that says why
+    assert main(["report", str(run)]) == 2  # refused in one line that says why
     assert "could not be rendered: report.json does not fit" in capsys.readouterr().err

@@ -74,6 +74,22 @@ def test_show_and_report_read_the_fleet_run_back(fleet_run):
     assert json.loads((out / "report.json").read_text())["verdict"] == report["verdict"]
 
 
+def test_report_renders_the_fleet_run_in_every_format(fleet_run, capsys, tmp_path):
+    from latscope.cli.main import main
+
+    out, report = fleet_run
+    pages = {}
+    for fmt in ("text", "md", "json", "html"):
+        capsys.readouterr()
+        assert main(["report", str(out), "--format", fmt, "-o", str(tmp_path / fmt)]) == 0
+        assert capsys.readouterr().out == ""
+        pages[fmt] = (tmp_path / fmt).read_text()
+    assert f"replica {SLOW} has 14.0x" in pages["text"]
+    assert pages["md"] == (out / "report.md").read_text()  # what the run wrote, again
+    assert json.loads(pages["json"]) == report  # its typed model gives back every key
+    assert pages["html"].startswith("<!DOCTYPE html>") and "<script" not in pages["html"]
+
+
 def test_replay_re_derives_the_run_without_prometheus(fleet_run, tmp_path):
     out, report = fleet_run  # the recorded Prometheus is gone: only the run directory is read
     done = subprocess.run([sys.executable, "-m", "latscope", "diagnose", "--replay", str(out),

@@ -1,4 +1,6 @@
-"""write_reports and `latscope report RUN_DIR`: atomic files, refusals in one line."""
+"""write_reports and `latscope report RUN_DIR` on a folder holding a report.json alone (a report
+copied out of its run): atomic files, refusals in one line, exit 2 (tests/unit/report/
+test_rerender.py has every kind of run directory)."""
 
 from __future__ import annotations
 
@@ -52,22 +54,22 @@ def test_cli_report_regenerates_html_and_md(tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     (b'{"schema_version": 7, "verdict": {"text": "x"}}',
-     "error: report.json schema_version 7 is not supported (this latscope reads version 1)"),
+     "report.json: schema_version 7 is newer than this latscope reads (1)"),
     (b'{"schema_version": 1, ', "not valid JSON"),
-    (None, "report.json: not found"),
+    (None, "not a latscope run directory (no manifest.json)"),
 ])
 def test_cli_report_refuses_in_one_line(tmp_path, capsys, content, message):
     if content is not None:
         (tmp_path / "report.json").write_bytes(content)
-    assert main(["report", str(tmp_path)]) == 1
+    assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "report.html").exists()
 
 
 def test_cli_report_missing_run_dir(tmp_path, capsys):
-    assert main(["report", str(tmp_path / "nope")]) == 1
-    assert "no such run directory" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "nope: not a directory" in capsys.readouterr().err
 
 
 def test_cli_report_refuses_a_report_json_that_does_not_fit_the_model_naming_the_field(
@@ -76,7 +78,7 @@ def test_cli_report_refuses_a_report_json_that_does_not_fit_the_model_naming_the
     r = full_report()
     r["sweep"]["points"][2]["ttft_p50_ms"] = "fast"
     (tmp_path / "report.json").write_bytes(orjson.dumps(r))
-    assert main(["report", str(tmp_path)]) == 1
+    assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "does not fit" in err and "$.sweep.points[2].ttft_p50_ms" in err
