@@ -1,5 +1,6 @@
 """Recorded passive runs replayed in CI: each planted fault's run directory
-(``tests/data/passive/NAME.tgz``, recorded by ``benchmarks/diagnose_matrix.py passive``, its
+(``tests/data/passive/NAME.tgz`` on the local CPU vLLM, ``tests/data/passive-gpu/NAME.tgz`` on an
+H200 with vLLM 0.26, recorded by ``benchmarks/diagnose_matrix.py passive``, its
 expected verdict in ``scenario.json`` written before it ran) is concluded again from its stored
 files alone, and must give that verdict; the replay must agree with what the live run said."""
 
@@ -17,16 +18,18 @@ from latscope.campaign.replay import replay
 from latscope.findings.verdict import verdict_matches
 from latscope.server.scrape import read_snapshots
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "passive"
-RECORDED = sorted(p.stem for p in DATA.glob("*.tgz"))
+DATA = Path(__file__).resolve().parents[2] / "data"
+RECORDED = sorted(f"{p.parent.name}/{p.stem}" for folder in ("passive", "passive-gpu")
+                  for p in (DATA / folder).glob("*.tgz"))
 
 
 @pytest.fixture(scope="module", params=RECORDED)
 def recorded(request, tmp_path_factory) -> tuple[Path, dict]:
-    into = tmp_path_factory.mktemp(request.param)
-    with tarfile.open(DATA / f"{request.param}.tgz") as tar:
+    folder, name = request.param.split("/")
+    into = tmp_path_factory.mktemp(name)
+    with tarfile.open(DATA / folder / f"{name}.tgz") as tar:
         tar.extractall(into, filter="data")
-    run = into / request.param
+    run = into / name
     return run, json.loads((run / "scenario.json").read_text())
 
 
@@ -89,13 +92,14 @@ def test_every_planted_passive_scenario_has_a_recording():
     matrix = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("diagnose_matrix", matrix)  # dataclasses look their module up
     spec.loader.exec_module(matrix)
-    assert {s.name for s in matrix.PASSIVE} <= set(RECORDED), RECORDED
+    for folder in ("passive", "passive-gpu"):  # the CPU vLLM's and the H200's
+        assert {f"{folder}/{s.name}" for s in matrix.PASSIVE} <= set(RECORDED), RECORDED
 
 
 def test_a_spike_names_the_gpu_busy_while_it_lasted_only_when_it_was(tmp_path):
     from latscope.analysis.traffic import window_facts
 
-    with tarfile.open(DATA / "passive-debug-logging.tgz") as tar:
+    with tarfile.open(DATA / "passive" / "passive-debug-logging.tgz") as tar:
         tar.extractall(tmp_path, filter="data")
     snaps = read_snapshots(tmp_path / "passive-debug-logging")
     first, last = snaps[0].wall_time, snaps[-1].wall_time
@@ -114,7 +118,7 @@ def test_a_queue_the_gauges_missed_is_read_from_the_histograms_by_littles_law(tm
     counters and histograms are as vLLM wrote them."""
     import dataclasses
 
-    with tarfile.open(DATA / "passive-max-num-seqs.tgz") as tar:
+    with tarfile.open(DATA / "passive" / "passive-max-num-seqs.tgz") as tar:
         tar.extractall(tmp_path, filter="data")
     snaps = read_snapshots(tmp_path / "passive-max-num-seqs")
     for snap in snaps:
