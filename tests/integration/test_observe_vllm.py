@@ -80,9 +80,15 @@ def test_queue_time_grows_with_concurrency(vllm_target_constrained, tmp_path):
     low_p50, high_p50 = low.component("ttft.server"), high.component("ttft.server")
     assert high_p50.p50_lower_ms >= low_p50.p50_lower_ms + low_p50.p50_error_ms, (
         high_p50, low_p50)
-    # the split is consistent: the server's TTFT never exceeds what the client saw
+    # the split is consistent: the server's TTFT is a share of what the client saw, or, where
+    # its window's requests differ from the client's (a ramp's warm-up ending in it; seen: 106%
+    # at c=8), no share at all and the reason said -- never an impossible share
     for result in (low, high):
-        assert result.component("ttft.server").mean_ms <= result.component("ttft").mean_ms
+        server, client = result.component("ttft.server"), result.component("ttft")
+        if server.mean_ms <= client.mean_ms:
+            assert server.share is None or 0.0 <= server.share <= 1.0, server
+        else:
+            assert server.share is None and "not a share" in server.note, server
 
 
 def test_constrained_server_names_queueing(vllm_target_constrained, tmp_path):

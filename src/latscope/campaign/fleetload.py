@@ -127,16 +127,23 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
     from latscope.runfiles import summary_of
     from latscope.stats import lag_in_latency_ms, ttft_ms
 
-    done = [r for r in records if r.ok and not r.warmup and r.first_token_ns is not None]
-    ttfts = [t for r in done if (t := ttft_ms(r)) is not None]
-    if not ttfts:
-        return None
     total = count = 0.0
+    first_ns, last_ns = None, None
     for series in snaps.values():
         if len(series) >= 2:
             d = histogram_delta(series[0], series[-1], "vllm:time_to_first_token_seconds")
             if d is not None and d.count > 0:
                 total, count = total + d.sum, count + d.count
+            first_ns = min(first_ns or series[0].t_ns, series[0].t_ns)
+            last_ns = max(last_ns or series[-1].t_ns, series[-1].t_ns)
+    # the requests the replicas' histograms counted: every one that ended between the scrapes
+    # that bracket the run, the closed loop's ramp (warm-up, sent before the first scrape)
+    # among them, so that both means are over the same requests
+    done = [r for r in records if r.ok and r.first_token_ns is not None
+            and (first_ns is None or first_ns < (r.end_ns or 0) <= (last_ns or 0))]
+    ttfts = [t for r in done if (t := ttft_ms(r)) is not None]
+    if not ttfts:
+        return None
     if count <= 0:
         return None
     lags = [lag for r in done if (lag := lag_in_latency_ms(r)) is not None]

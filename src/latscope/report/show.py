@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from rich.console import Console
@@ -13,7 +14,8 @@ from latscope.runfiles import manifest_of, summary_of
 
 def show(run: RunDir, console: Console, *, show_ok: bool = False) -> None:
     m = manifest_of(run.manifest, str(run.file("manifest.json")))
-    started = m.started or (m.created_wall if isinstance(m.created_wall, float) else "?")
+    started = m.started or (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.created_wall))
+                            if isinstance(m.created_wall, float) else "?")
     console.print(f"{m.kind or '?'} run, status {m.status or 'unknown'}, started {started}")
     console.print(f"directory: {run.path}")
     if m.command:
