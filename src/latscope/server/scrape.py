@@ -25,10 +25,12 @@ import contextlib
 import json
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import numpy as np
 import orjson
 
@@ -44,6 +46,17 @@ _MAX_FAILURES_TIMED = 1000  # scrape.json's failure_log: when each failed, for a
 # A vLLM page is ~50 kB (~1 MB with many LoRA adapters or engines); a page far larger is not
 # one to parse every few seconds (prometheus_client's parser: ~1 s a MB): it is refused
 MAX_PAGE_BYTES = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RawPage:
+    """One scrape as it came, before its page is parsed (a line of ``raw.jsonl``, its text
+    beside these)."""
+
+    t_ns: int  # perf_counter_ns when the response headers arrived
+    wall_time: float
+    scrape_ms: float = 0.0
+    bytes: int = 0
 
 
 class MetricsScraper:
@@ -158,7 +171,7 @@ class MetricsScraper:
             return
         scrape_ms = (done_ns - sent_ns) / 1e6
         text = body.decode("utf-8", errors="replace")
-        raw = {"t_ns": t_ns, "wall_time": wall, "scrape_ms": scrape_ms, "bytes": len(body)}
+        raw = RawPage(t_ns, wall, scrape_ms, len(body))
         if not self.parse_during_run:
             self._raw_count += 1
             await asyncio.to_thread(self._append_raw, raw, text, first or self._raw_count == 1)
@@ -168,11 +181,11 @@ class MetricsScraper:
         except ScrapeError as exc:
             self._note_error(f"{url}: {exc}")
 
-    def _append_raw(self, raw: dict[str, Any], text: str, first: bool) -> None:
+    def _append_raw(self, raw: RawPage, text: str, first: bool) -> None:
         """Worker thread, during the run: keep the page as it came (no parsing)."""
         assert self._dir is not None
         with self._ingest_lock, (self._dir / RAW).open("ab") as fh:
-            fh.write(orjson.dumps({**raw, "text": text}) + b"\n")
+            fh.write(orjson.dumps({**asdict(raw), "text": text}) + b"\n")
         if first:
             (self._dir / "first.prom").write_text(text)
         self._last_raw = text
@@ -181,12 +194,12 @@ class MetricsScraper:
         """Worker thread, after the run: parse every stored page into snapshots.jsonl."""
         assert self._dir is not None
         raw_path = self._dir / RAW
-        for raw in iter_jsonl(raw_path):
-            text = raw.pop("text")
+        for line in iter_jsonl(raw_path):
+            text = line.pop("text")
             try:
-                self._ingest(text, raw, False)
+                self._ingest(text, msgspec.convert(line, RawPage, strict=False), False)
             except ScrapeError as exc:
-                self._note_error(f"page at t_ns={raw.get('t_ns')}: {exc}")
+                self._note_error(f"page at t_ns={line.get('t_ns')}: {exc}")
         if not self.keep_raw:
             raw_path.unlink(missing_ok=True)
 
@@ -197,7 +210,7 @@ class MetricsScraper:
         if len(self._errors) < _MAX_ERRORS_KEPT:
             self._errors.append(message)
 
-    def _ingest(self, text: str, raw: dict[str, Any], first: bool) -> None:
+    def _ingest(self, text: str, raw: RawPage, first: bool) -> None:
         """Parse one page, append it to snapshots.jsonl (and keep it as first/last raw page)."""
         with self._ingest_lock:  # a scrape cancelled at stop() may still be in its thread
             parse_start = time.perf_counter_ns()
@@ -206,7 +219,7 @@ class MetricsScraper:
             self._has_vllm = bool(self._has_vllm) or has_vllm_series(snap)
             assert self._dir is not None
             with (self._dir / SNAPSHOTS).open("ab") as fh:
-                fh.write(orjson.dumps({**snap.to_dict(), "bytes": raw["bytes"],
+                fh.write(orjson.dumps({**snap.to_dict(), "bytes": raw.bytes,
                                        "parse_ms": parse_ms}) + b"\n")
             if first:
                 (self._dir / "first.prom").write_text(text)
@@ -216,8 +229,8 @@ class MetricsScraper:
             self._first_t_ns = self._first_t_ns or snap.t_ns
             if self.keep_last is not None and len(self.snapshots) > 2 * self.keep_last:
                 del self.snapshots[:-self.keep_last]
-            self._stats.append({"scrape_ms": raw["scrape_ms"], "parse_ms": parse_ms,
-                                "bytes": raw["bytes"]})
+            self._stats.append({"scrape_ms": raw.scrape_ms, "parse_ms": parse_ms,
+                                "bytes": raw.bytes})
 
     def _write_summary(self) -> None:
         if self._dir is None:
@@ -272,13 +285,13 @@ def _size_words(length: int | None) -> str:
     return f"{length / (1 << 20):.0f} MB announced" if length else "streamed, no length given"
 
 
-def _snapshot(text: str, raw: dict[str, Any],
+def _snapshot(text: str, raw: RawPage,
               renamed: dict[str, str] | None = None) -> MetricSnapshot:
     page = parse_metrics_text(text)
     if renamed is not None:
         renamed.update(page.renamed)
-    return MetricSnapshot(t_ns=raw["t_ns"], wall_time=raw["wall_time"], samples=page.samples,
-                          scrape_ms=raw.get("scrape_ms", 0.0))
+    return MetricSnapshot(t_ns=raw.t_ns, wall_time=raw.wall_time, samples=page.samples,
+                          scrape_ms=raw.scrape_ms)
 
 
 def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
@@ -294,7 +307,8 @@ def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
         except (KeyError, TypeError):
             break
     if not out:
-        for raw in iter_jsonl(metrics / RAW):
-            with contextlib.suppress(ScrapeError, KeyError):
-                out.append(_snapshot(raw.pop("text"), raw))
+        for line in iter_jsonl(metrics / RAW):
+            with contextlib.suppress(ScrapeError, KeyError, msgspec.ValidationError):
+                out.append(_snapshot(line.pop("text"),
+                                     msgspec.convert(line, RawPage, strict=False)))
     return sorted(out, key=lambda s: s.t_ns)
