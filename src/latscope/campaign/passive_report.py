@@ -10,7 +10,7 @@ import time
 from typing import Any, Sequence
 
 from latscope.analysis.traffic import WindowFacts
-from latscope.analysis.window import quantile_dict
+from latscope.analysis.window import BucketedQuantile
 from latscope.campaign.passive import PassiveConclusion
 from latscope.campaign.state import StageRecord
 from latscope.findings.traffic import HISTOGRAM_SOURCE, SPANS_SOURCE, covers
@@ -91,7 +91,7 @@ def window_section(c: PassiveConclusion, passive: dict[str, Any],
 def latency_rows(c: PassiveConclusion) -> list[LatencyRow]:
     rows = []
     for name, lat in c.facts.latency.items():
-        rows.append(LatencyRow(name, lat.count, lat.mean_ms, lat.p50, lat.p99,
+        rows.append(LatencyRow(name, lat.count, lat.mean_ms, _bounds(lat.p50), _bounds(lat.p99),
                                f"{lat.family} (histogram over the window)"))
     if c.spans is not None:
         for key, name in (("server_ttft_ms", "ttft"), ("queue_ms", "queue"),
@@ -103,6 +103,11 @@ def latency_rows(c: PassiveConclusion) -> list[LatencyRow]:
                                        _exact(d["p50"]), _exact(d["p99"]),
                                        "per-request spans (OTLP): exact"))
     return rows
+
+
+def _bounds(q: BucketedQuantile | None) -> dict[str, float | None] | None:
+    """As report.json holds a quantile: ``{"value", "lower", "upper"}``."""
+    return None if q is None else {"value": q.value, "lower": q.lower, "upper": q.upper}
 
 
 def _exact(value: float | None) -> dict[str, float | None] | None:
@@ -155,7 +160,7 @@ def _ms_of(q: Any) -> float | None:
 
 
 def _spike_row(s: Any) -> SpikeRow:
-    return SpikeRow(s.start_s, s.end_s, s.ttft_mean_ms, s.ttft_p99, s.queue_share,
+    return SpikeRow(s.start_s, s.end_s, s.ttft_mean_ms, _bounds(s.ttft_p99), s.queue_share,
                     s.waiting_max, s.kv_max, s.preemptions, list(s.binding))
 
 
@@ -197,5 +202,5 @@ def _scrape_cost(scrape: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: scrape.get(k) for k in keep if k in scrape}
 
 
-__all__ = ["latency_rows", "passive_report", "quantile_dict", "unseen", "window_points",
+__all__ = ["latency_rows", "passive_report", "unseen", "window_points",
            "window_section"]

@@ -19,6 +19,7 @@ from msgspec.structs import replace
 
 from latscope.analysis.spanwindow import SpanWindow
 from latscope.analysis.traffic import WindowFacts
+from latscope.analysis.window import BucketedQuantile
 from latscope.findings.causes import ACTING
 from latscope.findings.traffic import covers
 from latscope.findings.verdict import HealthySplit, VerdictInputs, at_words, no_verdict, verdict
@@ -87,16 +88,16 @@ def _healthy(facts: WindowFacts, split: Any) -> HealthySplit | None:
                         facts.traffic.finished_rps or 0.0)
 
 
-def ms_words(q: dict[str, Any] | None) -> str:
+def ms_words(q: BucketedQuantile | None) -> str:
     """A bucketed quantile in words, with its bucket as the error bound: ``466 ms [250-500]``,
     ``<= 300 ms`` in the first bucket, ``> 2560 s`` above the top one."""
     if not q:
         return "n/a"
-    if q.get("upper") is None:
-        return f"> {_ms(q['lower'])}"
-    if not q.get("lower"):
-        return f"<= {_ms(q['upper'])}"
-    return f"{_ms(q['value'])} [{_ms(q['lower'], unit=False)}-{_ms(q['upper'])}]"
+    if q.upper is None:
+        return f"> {_ms(q.lower)}"
+    if not q.lower:
+        return f"<= {_ms(q.upper)}"
+    return f"{_ms(q.value)} [{_ms(q.lower, unit=False)}-{_ms(q.upper)}]"
 
 
 def _ms(value: float, unit: bool = True) -> str:
