@@ -9,6 +9,8 @@ import dataclasses
 import time
 from typing import Any, Sequence
 
+from msgspec import UNSET
+
 from latscope.analysis.traffic import WindowFacts
 from latscope.analysis.window import BucketedQuantile
 from latscope.campaign.passive import PassiveConclusion
@@ -28,6 +30,7 @@ from latscope.report.model import (
     section,
 )
 from latscope.rundir import RunDir
+from latscope.server.scrape import ScrapeSummary
 
 _SPLIT_LABELS = {"queue": "queue (QUEUED -> SCHEDULED)",
                  "prefill": "prefill (SCHEDULED -> first token)",
@@ -35,7 +38,7 @@ _SPLIT_LABELS = {"queue": "queue (QUEUED -> SCHEDULED)",
 
 
 def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[StageRecord],
-                   scrape: dict[str, Any] | None, notes: Sequence[str], broken: str | None,
+                   scrape: ScrapeSummary | None, notes: Sequence[str], broken: str | None,
                    elapsed_s: float) -> dict[str, Any]:
     """report.json's dict; without a conclusion (``broken``: a bug), the stages and notes
     with a verdict saying why there is none."""
@@ -68,7 +71,7 @@ def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[Sta
 
 
 def window_section(c: PassiveConclusion, passive: dict[str, Any],
-                   scrape: dict[str, Any] | None) -> WindowSection:
+                   scrape: ScrapeSummary | None) -> WindowSection:
     facts = c.facts
     w = facts.window
     use_spans = c.spans is not None and covers(c.spans, facts)
@@ -194,12 +197,13 @@ def unseen(facts: WindowFacts, c: PassiveConclusion) -> list[str]:
     return out
 
 
-def _scrape_cost(scrape: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not scrape:
+def _scrape_cost(scrape: ScrapeSummary | None) -> dict[str, Any] | None:
+    """The scraper's cost as report.json's window holds it."""
+    if scrape is None:
         return None
     keep = ("status", "interval_s", "scrapes", "failures", "scrape_ms", "parse_ms", "bytes",
             "busy_fraction", "errors")
-    return {k: scrape.get(k) for k in keep if k in scrape}
+    return {k: v for k in keep if (v := getattr(scrape, k)) is not UNSET}
 
 
 __all__ = ["latency_rows", "passive_report", "unseen", "window_points",

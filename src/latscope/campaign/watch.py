@@ -204,8 +204,8 @@ class _Ticker:
                          gpu=_gpu_now(self.observers), max_num_seqs=self.max_num_seqs,
                          scrapes=self.scraper.scrapes)
         log = self.scraper.failure_log
-        if log and (not snaps or log[-1]["wall_time"] > snaps[-1].wall_time):
-            frame.extra["last_error"] = log[-1]["error"]  # the last scrape failed: say why
+        if log and (not snaps or log[-1].wall_time > snaps[-1].wall_time):
+            frame.extra["last_error"] = log[-1].error  # the last scrape failed: say why
         self.show(frame)
 
 
