@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -17,13 +18,38 @@ from latscope.model import MetricSnapshot, RequestRecord
 from latscope.stats import e2e_ms, latency_origin, ttft_ms
 
 
-def client_stats(values: Iterable[float] | array) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RowStats:
+    """One row's figures in ms, as its source gave them: a mean always (None: not measured),
+    percentiles where the source has them, a histogram's bucket around each (its width as the
+    error, its lower edge) where they are estimated from buckets."""
+
+    mean_ms: float | None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    p50_error_ms: float | None = None
+    p99_error_ms: float | None = None
+    p50_lower_ms: float | None = None
+    p99_lower_ms: float | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFigures:
+    """The client's four figures of a run, each over its measured requests."""
+
+    ttft: RowStats
+    lag: RowStats  # origin -> send
+    e2e: RowStats
+    decode: RowStats
+
+
+def client_stats(values: Iterable[float] | array) -> RowStats:
     arr = np.asarray(values, dtype=float)
     if not arr.size:
-        return {"mean_ms": None, "count": 0}
+        return RowStats(None, count=0)
     p50, p99 = np.percentile(arr, [50, 99])
-    return {"mean_ms": float(arr.mean()), "p50_ms": float(p50), "p99_ms": float(p99),
-            "count": int(arr.size)}
+    return RowStats(float(arr.mean()), float(p50), float(p99), count=int(arr.size))
 
 
 def per_request_server_timings(record: RequestRecord) -> dict[str, float] | None:
@@ -95,9 +121,9 @@ class ClientFold:
         self.per_req_records += other.per_req_records
         self.origins |= other.origins
 
-    def figures(self) -> dict[str, dict[str, Any]]:
-        return {"ttft": client_stats(self.ttft), "lag": client_stats(self.lag),
-                "e2e": client_stats(self.e2e), "decode": client_stats(self.decode)}
+    def figures(self) -> ClientFigures:
+        return ClientFigures(client_stats(self.ttft), client_stats(self.lag),
+                             client_stats(self.e2e), client_stats(self.decode))
 
 
 class Folds:

@@ -32,9 +32,11 @@ from typing import Any, Iterable
 import orjson
 
 from latscope.analysis.clientside import (
+    ClientFigures,
     ClientFold,
     Folds,
     RowFile,
+    RowStats,
     client_stats,
     per_request_server_timings,
 )
@@ -109,26 +111,26 @@ class Decomposition:
         return data
 
 
-def _hist_stats(h: HistogramDelta | None) -> dict[str, Any] | None:
+def _hist_stats(h: HistogramDelta | None) -> RowStats | None:
     if h is None or h.count <= 0:
         return None
-    out: dict[str, Any] = {"mean_ms": (h.mean or 0.0) * 1e3, "count": int(h.count)}  # count > 0
+    bucketed: dict[str, float] = {}  # a quantile above the top bucket is not known
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         est = h.quantile(q)
         if est is not None and not est.above_top_bucket:
-            out[f"{name}_ms"] = est.value * 1e3
-            out[f"{name}_error_ms"] = est.error_bound * 1e3
-            out[f"{name}_lower_ms"] = est.lower * 1e3
-    return out
+            bucketed[f"{name}_ms"] = est.value * 1e3
+            bucketed[f"{name}_error_ms"] = est.error_bound * 1e3
+            bucketed[f"{name}_lower_ms"] = est.lower * 1e3
+    return RowStats((h.mean or 0.0) * 1e3, count=int(h.count), **bucketed)  # count > 0
 
 
 def _span_stats(split: PerRequestSplit | None, name: str, shift_ms: float = 0.0
-                ) -> dict[str, Any] | None:
+                ) -> RowStats | None:
     s = split.stats.get(name) if split is not None else None
     if not s or not s.get("count"):
         return None
-    return {"mean_ms": s["mean"] - shift_ms, "p50_ms": s["p50"] - shift_ms,
-            "p99_ms": s["p99"] - shift_ms, "count": s["count"]}
+    return RowStats(s["mean"] - shift_ms, s["p50"] - shift_ms, s["p99"] - shift_ms,
+                    count=int(s["count"]))
 
 
 @dataclass(slots=True)
@@ -146,7 +148,7 @@ class _Window:
     spans: PerRequestSplit | None  # the joined spans, when they cover enough of the run
     notes: list[str]
 
-    def server_part(self, part: str, hname: str) -> tuple[dict[str, Any] | None, str]:
+    def server_part(self, part: str, hname: str) -> tuple[RowStats | None, str]:
         """One server interval's figures from the best source: spans, then per-request
         timings (when every request has them), then the histogram delta."""
         if (stats := _span_stats(self.spans, f"{part}_ms")) is not None:
@@ -164,9 +166,9 @@ class _Rows:
         self.rows: list[Component] = []
 
     def add(self, key: str, label: str, parent: str | None, source: str,
-            stats: dict[str, Any] | None, total: float | None, note: str = "") -> Component:
-        stats = stats or {"mean_ms": None}
-        share = (stats["mean_ms"] / total if stats.get("mean_ms") is not None and total else None)
+            stats: RowStats | None, total: float | None, note: str = "") -> Component:
+        stats = stats or RowStats(None)
+        share = (stats.mean_ms / total if stats.mean_ms is not None and total else None)
         if share is not None and not -1e-9 <= share <= 1 + 1e-9:
             # not a share of the client's total: the server's window also holds other requests
             # (warm-up requests still finishing, other clients), or the parts disagree
@@ -174,10 +176,9 @@ class _Rows:
                 f"{share:.0%} of the client's total: not a share (the server's window holds "
                 "other requests too)")
             share = None
-        comp = Component(key, label, parent, source, stats.get("mean_ms"), stats.get("p50_ms"),
-                         stats.get("p99_ms"), stats.get("p50_error_ms"), stats.get("p99_error_ms"),
-                         stats.get("p50_lower_ms"), stats.get("p99_lower_ms"),
-                         stats.get("count"), share, note)
+        comp = Component(key, label, parent, source, stats.mean_ms, stats.p50_ms, stats.p99_ms,
+                         stats.p50_error_ms, stats.p99_error_ms, stats.p50_lower_ms,
+                         stats.p99_lower_ms, stats.count, share, note)
         self.rows.append(comp)
         return comp
 
@@ -262,14 +263,14 @@ def _select_window(folds: Folds, snaps: list[MetricSnapshot],
     return _Window(client, late_warmups, snaps, first, last, vllm, hist, spans, notes)
 
 
-def _ttft_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origin: str,
+def _ttft_rows(rows: _Rows, w: _Window, client: ClientFigures, origin: str,
                client_loop_lag_ms: float | None, network_rtt_ms: float | None
-               ) -> dict[str, Any] | None:
+               ) -> RowStats | None:
     """Client TTFT and its parts; returns the server TTFT's figures (None: no server data)."""
-    total = client["ttft"]["mean_ms"]
+    total = client.ttft.mean_ms
     rows.add("ttft", "TTFT (client)", None, f"client records: first chunk - {origin}",
-             client["ttft"], total)
-    client_part = _client_part(client["lag"], client_loop_lag_ms)
+             client.ttft, total)
+    client_part = _client_part(client.lag, client_loop_lag_ms)
     rows.add("ttft.client", "latscope client (send + receive delay)", "ttft",
              "client records: send - latency origin" + (
                  f", + mean event-loop lag {client_loop_lag_ms:.2f} ms (receive delay estimate)"
@@ -277,7 +278,7 @@ def _ttft_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origi
     s_ttft, s_ttft_src = w.server_part("server_ttft", H_TTFT)
     q_stats, q_src = w.server_part("queue", H_QUEUE)
     p_stats, p_src = w.server_part("prefill", H_PREFILL)
-    _outside_rows(rows, w, client["ttft"], client_part, s_ttft, client_loop_lag_ms, network_rtt_ms)
+    _outside_rows(rows, w, client.ttft, client_part, s_ttft, client_loop_lag_ms, network_rtt_ms)
     rows.add("ttft.server", "server TTFT (arrival -> first token)", "ttft", s_ttft_src, s_ttft,
              total)
     rows.add("ttft.server.queue", "queue (QUEUED -> SCHEDULED)", "ttft.server", q_src, q_stats,
@@ -294,12 +295,12 @@ def _ttft_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origi
     return s_ttft
 
 
-def _outside_rows(rows: _Rows, w: _Window, ttft: dict[str, Any], client_part: dict[str, Any] | None,
-                  s_ttft: dict[str, Any] | None, client_loop_lag_ms: float | None,
+def _outside_rows(rows: _Rows, w: _Window, ttft: RowStats, client_part: RowStats | None,
+                  s_ttft: RowStats | None, client_loop_lag_ms: float | None,
                   network_rtt_ms: float | None) -> None:
     """What lies between latscope's client and the engine: the network (when probed) and the
     HTTP frontend with first-chunk delivery."""
-    total = ttft["mean_ms"]
+    total = ttft.mean_ms
     # With spans, per request: TTFT - send delay - server TTFT, less the run's mean loop lag
     # (the receive delay estimate, a constant) and the probed round trip.
     shift = max(0.0, client_loop_lag_ms or 0.0) + (network_rtt_ms or 0.0)
@@ -315,19 +316,19 @@ def _outside_rows(rows: _Rows, w: _Window, ttft: dict[str, Any], client_part: di
         return
     rows.add("ttft.network", "network round trip", "ttft",
              "net probe: keep-alive GET /health p50 on the same path",
-             {"mean_ms": network_rtt_ms}, total)
-    frontend = outside if per_request_outside else _diff(outside, {"mean_ms": network_rtt_ms})
+             RowStats(network_rtt_ms), total)
+    frontend = outside if per_request_outside else _diff(outside, RowStats(network_rtt_ms))
     rows.add("ttft.frontend", "HTTP frontend + first-chunk delivery", "ttft",
              f"{how}: TTFT - client - network - {server_name}", frontend, total,
              note=_negative_note(frontend))
 
 
-def _e2e_rows(rows: _Rows, w: _Window, client: dict[str, dict[str, Any]], origin: str) -> None:
-    total = client["e2e"]["mean_ms"]
-    rows.add("e2e", "E2E (client)", None, f"client records: end - {origin}", client["e2e"], total)
-    rows.add("e2e.ttft", "TTFT (client)", "e2e", "client records", client["ttft"], total)
+def _e2e_rows(rows: _Rows, w: _Window, client: ClientFigures, origin: str) -> None:
+    total = client.e2e.mean_ms
+    rows.add("e2e", "E2E (client)", None, f"client records: end - {origin}", client.e2e, total)
+    rows.add("e2e.ttft", "TTFT (client)", "e2e", "client records", client.ttft, total)
     rows.add("e2e.decode", "decode (client: first chunk -> end)", "e2e", "client records",
-             client["decode"], total)
+             client.decode, total)
     d_stats, d_src = w.server_part("decode", H_DECODE)
     rows.add("e2e.decode.engine", "decode in the engine (first -> last token)", "e2e.decode", d_src,
              d_stats, total)
@@ -367,22 +368,23 @@ def _peak_gauges(snaps: list[MetricSnapshot]) -> dict[str, Any]:
     return out
 
 
-def _client_part(lag: dict[str, Any], loop_lag_ms: float | None) -> dict[str, Any] | None:
-    if lag.get("mean_ms") is None:
+def _client_part(lag: RowStats, loop_lag_ms: float | None) -> RowStats | None:
+    if lag.mean_ms is None:
         return None
-    return {"mean_ms": lag["mean_ms"] + max(0.0, loop_lag_ms or 0.0), "count": lag.get("count")}
+    return RowStats(lag.mean_ms + max(0.0, loop_lag_ms or 0.0), count=lag.count)
 
 
-def _diff(total: dict[str, Any] | None, *parts: dict[str, Any] | None) -> dict[str, Any] | None:
-    if total is None or total.get("mean_ms") is None:
+def _diff(total: RowStats | None, *parts: RowStats | None) -> RowStats | None:
+    if total is None or total.mean_ms is None:
         return None
-    if any(p is None or p.get("mean_ms") is None for p in parts):
+    means = [p.mean_ms for p in parts if p is not None and p.mean_ms is not None]
+    if len(means) < len(parts):
         return None
-    return {"mean_ms": total["mean_ms"] - sum(p["mean_ms"] for p in parts)}  # type: ignore[index]
+    return RowStats(total.mean_ms - sum(means))
 
 
-def _negative_note(stats: dict[str, Any] | None) -> str:
-    if stats and stats.get("mean_ms") is not None and stats["mean_ms"] < 0:
+def _negative_note(stats: RowStats | None) -> str:
+    if stats and stats.mean_ms is not None and stats.mean_ms < 0:
         return "negative: smaller than the error of the figures it is computed from"
     return ""
 

@@ -24,9 +24,17 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
-from latscope.analysis.window import Hist, Interval, Window, build_window, merge_hists, quantile_dict
+from latscope.analysis.window import (
+    BucketedQuantile,
+    Hist,
+    Interval,
+    Window,
+    bucketed,
+    build_window,
+    merge_hists,
+)
 from latscope.model import MetricSnapshot
 
 # 3x, not 2x: a healthy CPU server at 2 req/s had one 1 s interval at 2.0x the median (four
@@ -48,8 +56,8 @@ class Latency:
     family: str
     count: float
     mean_ms: float | None
-    p50: dict[str, Any] | None  # quantile_dict: value, lower, upper (ms)
-    p99: dict[str, Any] | None
+    p50: BucketedQuantile | None  # in ms
+    p99: BucketedQuantile | None
     smallest_bucket_ms: float | None  # the first finite edge: below it only the mean says
 
 
@@ -80,11 +88,11 @@ class Traffic:
     dispersion: float | None  # variance / mean of arrivals per interval
     bursts: int
     prompt_tokens_mean: float | None
-    prompt_tokens_p50: dict[str, Any] | None  # in tokens (quantile_dict with scale 1)
-    prompt_tokens_p99: dict[str, Any] | None
+    prompt_tokens_p50: BucketedQuantile | None  # in tokens
+    prompt_tokens_p99: BucketedQuantile | None
     output_tokens_mean: float | None
-    output_tokens_p50: dict[str, Any] | None
-    output_tokens_p99: dict[str, Any] | None
+    output_tokens_p50: BucketedQuantile | None
+    output_tokens_p99: BucketedQuantile | None
     prompt_tps: float | None
     generation_tps: float | None
     prefix_hit_rate: float | None
@@ -102,7 +110,7 @@ class Spike:
     start_s: float
     end_s: float
     ttft_mean_ms: float
-    ttft_p99: dict[str, Any] | None
+    ttft_p99: BucketedQuantile | None
     queue_share: float | None  # the spike's mean queue time / its mean TTFT
     waiting_max: float | None
     waiting_mean: float | None  # Little's law over the spike
@@ -182,7 +190,7 @@ def _latency(name: str, h: Hist) -> Latency:
 
     edges = [le for le, _ in h.buckets or () if le != float("inf")]
     return Latency(name, HISTOGRAMS[name], h.count, h.mean * 1e3 if h.mean is not None else None,
-                   quantile_dict(h.quantile(0.5)), quantile_dict(h.quantile(0.99)),
+                   bucketed(h.quantile(0.5)), bucketed(h.quantile(0.99)),
                    edges[0] * 1e3 if edges else None)
 
 
@@ -236,8 +244,8 @@ def _per_request(h: Hist | None, counted: float | None, finished: float) -> floa
     return counted / finished if counted is not None and finished > 0 else None
 
 
-def _tokens(h: Hist | None, q: float) -> dict[str, Any] | None:
-    return quantile_dict(h.quantile(q), scale=1.0) if h is not None else None
+def _tokens(h: Hist | None, q: float) -> BucketedQuantile | None:
+    return bucketed(h.quantile(q), scale=1.0) if h is not None else None
 
 
 def _bursts(intervals: Sequence[Interval], rate: float) -> int:
@@ -301,7 +309,7 @@ def _spike(run: list[Interval], limits: _Limits) -> Spike:
     queue_share = queue.mean / ttft.mean if queue is not None and queue.mean is not None \
         and ttft.mean > 0 else None
     spike = Spike(run[0].start_s, run[-1].end_s, ttft.mean * 1e3,
-                  quantile_dict(ttft.quantile(0.99)), queue_share, peak["waiting"],
+                  bucketed(ttft.quantile(0.99)), queue_share, peak["waiting"],
                   queue.sum / seconds if queue is not None and seconds > 0 else None,
                   peak["running"], peak["kv"], preempted,
                   sum(arrived) / seconds if arrived and seconds > 0 else None, (),

@@ -28,7 +28,7 @@ import math
 import statistics
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from latscope.model import MetricSnapshot
 from latscope.server.metrics import QuantileEstimate, bucket_quantile, canonical_name
@@ -338,10 +338,20 @@ def sub_window(window: Window, start_s: float, end_s: float) -> list[Interval]:
     return [i for i in window.intervals if start_s < i.end_s <= end_s]
 
 
-def quantile_dict(est: QuantileEstimate | None, scale: float = 1e3) -> dict[str, Any] | None:
-    """A quantile in ms with its bucket: ``{"value", "lower", "upper"}`` (upper None: above the
-    top finite bucket, the value is then only a lower bound)."""
+@dataclass(frozen=True, slots=True)
+class BucketedQuantile:
+    """A quantile with the bucket it lies in, scaled (ms, or tokens): upper None above the top
+    finite bucket, the value then only a lower bound. Written as ``{"value", "lower",
+    "upper"}``."""
+
+    value: float
+    lower: float
+    upper: float | None
+
+
+def bucketed(est: QuantileEstimate | None, scale: float = 1e3) -> BucketedQuantile | None:
+    """A histogram's quantile estimate in ms (``scale``) with its bucket."""
     if est is None:
         return None
     upper = None if math.isinf(est.upper) else est.upper * scale
-    return {"value": est.value * scale, "lower": est.lower * scale, "upper": upper}
+    return BucketedQuantile(est.value * scale, est.lower * scale, upper)

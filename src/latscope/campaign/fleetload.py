@@ -23,6 +23,7 @@ from latscope.fleet.model import RouterFacts
 from latscope.fleet.replicas import ReplicaScrapers, read_replica_snapshots, replica_name
 from latscope.model import MetricSnapshot, RequestRecord
 from latscope.rundir import RunDir
+from latscope.runfiles import BenchSummary, summary_of
 from latscope.server.metrics import histogram_delta
 
 LOAD_DIR = "load"
@@ -65,7 +66,7 @@ def diagnose_balancer(opts: BalancerOptions, progress: Progress) -> dict:
                  f"{', '.join(scrapers.urls)} every {opts.scrape_interval_s:g} s")
         result = run_load(config, 1, [scrapers])
         gathered = balancer_gathered(result.run_dir, result.records, list(scrapers.urls),
-                                     opts.url, result.summary, hop)
+                                     opts.url, summary_of(result.summary), hop)
         gathered.notes += [f"replica {n}: /metrics {s}" for n, s in scrapers.status().items()
                            if s != "ok"]
         return conclude_and_write(run, gathered, window=None, t0=t0,
@@ -101,7 +102,8 @@ class Hop:
 
 
 def balancer_gathered(load_dir: Path, records: list[RequestRecord], names: list[str],
-                      balancer: str, summary: dict[str, Any], hop: Hop | None = None) -> Gathered:
+                      balancer: str, summary: BenchSummary, hop: Hop | None = None
+                      ) -> Gathered:
     """Each replica's scrapes of a run and the router's facts (client beside replicas)."""
     snaps = read_replica_snapshots(load_dir, names)
     gathered = Gathered(snaps, {n: {"url": n} for n in names})
@@ -120,11 +122,10 @@ def balancer_gathered(load_dir: Path, records: list[RequestRecord], names: list[
 
 
 def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnapshot]],
-                 balancer: str, summary: dict[str, Any]) -> RouterFacts | None:
+                 balancer: str, summary: BenchSummary) -> RouterFacts | None:
     """The client's mean TTFT through the balancer beside the replicas' own mean TTFT over the
     run (their histograms between the scrapes that bracket it, weighted by requests)."""
     from latscope.campaign.observe import client_reliability
-    from latscope.runfiles import summary_of
     from latscope.stats import lag_in_latency_ms, ttft_ms
 
     total = count = 0.0
@@ -147,7 +148,7 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
     if count <= 0:
         return None
     lags = [lag for r in done if (lag := lag_in_latency_ms(r)) is not None]
-    client = client_reliability(summary_of(summary), None)
+    client = client_reliability(summary, None)
     return RouterFacts(source=f"latscope's client through {balancer}",
                        front_ttft_s=float(np.mean(ttfts)) / 1000, front_count=len(ttfts),
                        replica_ttft_s=total / count, replica_count=count,
@@ -160,7 +161,7 @@ def bench_fleet_report(result: Any, urls: list[str]) -> dict:
     replicas' scrapes beside the client), built from the bench run directory, not written."""
     names = [replica_name(u) for u in urls]
     gathered = balancer_gathered(result.run_dir, result.records, names, result.config.url,
-                                 result.summary)
+                                 summary_of(result.summary))
     report, _ = conclude_gathered(RunDir.open(result.run_dir), gathered, window=None,
                                   t0=time.monotonic(), source="latscope's scrapes of each "
                                   "replica", progress=lambda line: None,

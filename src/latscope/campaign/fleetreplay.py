@@ -72,6 +72,7 @@ def _active_gathered(src: RunDir) -> Gathered:
     from latscope.campaign.fleetload import LOAD_DIR, Hop, balancer_gathered
     from latscope.fleet.replicas import replica_name
     from latscope.rundir import read_run
+    from latscope.runfiles import summary_of
 
     target = src.manifest.get("target") or {}
     urls = list(target.get("replicas") or ())
@@ -84,4 +85,4 @@ def _active_gathered(src: RunDir) -> Gathered:
     hop = Hop(stored.get("front_rtt_s"), stored.get("direct_rtt_s"), stored.get("probes", 0),
               stored.get("note", "")) if isinstance(stored, dict) else None
     return balancer_gathered(load, records, [replica_name(u) for u in urls],
-                             target.get("balancer") or "", summary, hop)
+                             target.get("balancer") or "", summary_of(summary), hop)

@@ -203,7 +203,7 @@ def _window(state: PassiveRun) -> str:
     if ended:
         state.notes.append(ended)
     if len(scraper.snapshots) < 2:
-        first = scraper.failure_log[0]["error"] if scraper.failure_log else "none came back"
+        first = scraper.failure_log[0].error if scraper.failure_log else "none came back"
         raise DiagnoseFailed(f"{len(scraper.snapshots)} of {len(scraper.snapshots) + scraper.failures}"
                              f" /metrics scrapes succeeded, a window needs two; the first "
                              f"failure: {first}")

@@ -19,6 +19,7 @@ from latscope.campaign.passive import PassiveConclusion, conclude_window
 from latscope.campaign.state import StageRecord
 from latscope.model import Finding
 from latscope.rundir import RunDir
+from latscope.server.scrape import ScrapeSummary, read_scrape_summary
 
 if TYPE_CHECKING:
     from latscope.telemetry.facts import TelemetryFacts
@@ -41,7 +42,7 @@ def conclude_dir(run: RunDir, *, stages: Sequence[StageRecord] | None = None,
 
     if stages is None:
         stages = [StageRecord(**s) for s in run.read("stages.json", [])]
-    scrape = run.read("metrics/scrape.json")
+    scrape = read_scrape_summary(run.path)
     inputs = read_inputs(run)
     all_notes = list(notes) + scrape_notes(scrape)
     try:
@@ -113,26 +114,25 @@ def _stored(data: dict[str, Any] | None) -> _Stored | None:
                    data.get("facts") or {})
 
 
-def scrape_notes(scrape: dict[str, Any] | None) -> list[str]:
+def scrape_notes(scrape: ScrapeSummary | None) -> list[str]:
     """What the scraper has to say: failures (with when the first and last were), a page it
     refused, vLLM's old series names read under their new ones, no /metrics at all."""
     if not scrape:
         return ["no /metrics scrape was recorded"]
     out = []
-    status = scrape.get("status")
+    status = scrape.status
     if status == "no_metrics_endpoint":
         out.append("the server has no /metrics endpoint (HTTP 404): nothing of its queue, "
                    "batch or latency could be seen")
     elif status == "unreachable":
         out.append("no scrape of /metrics succeeded")
-    log = scrape.get("failure_log") or []
+    log = scrape.failure_log
     if log:
         first, last = log[0], log[-1]
-        out.append(f"{scrape.get('failures', len(log))} scrape(s) failed, "
-                   f"{_utc(first['wall_time'])} to {_utc(last['wall_time'])} UTC; the first: "
-                   f"{first['error']}" + (f"; the last: {last['error']}" if len(log) > 1 else ""))
-    families = sorted({(_family(old), _family(new))
-                       for old, new in (scrape.get("renamed") or {}).items()})
+        out.append(f"{scrape.failures} scrape(s) failed, "
+                   f"{_utc(first.wall_time)} to {_utc(last.wall_time)} UTC; the first: "
+                   f"{first.error}" + (f"; the last: {last.error}" if len(log) > 1 else ""))
+    families = sorted({(_family(old), _family(new)) for old, new in scrape.renamed.items()})
     if families:
         out.append("older vLLM series read under their current names: " + ", ".join(
             f"{old} -> {new}" for old, new in families))

@@ -9,8 +9,10 @@ import dataclasses
 import time
 from typing import Any, Sequence
 
+from msgspec import UNSET
+
 from latscope.analysis.traffic import WindowFacts
-from latscope.analysis.window import quantile_dict
+from latscope.analysis.window import BucketedQuantile
 from latscope.campaign.passive import PassiveConclusion
 from latscope.campaign.state import StageRecord
 from latscope.findings.traffic import HISTOGRAM_SOURCE, SPANS_SOURCE, covers
@@ -28,6 +30,7 @@ from latscope.report.model import (
     section,
 )
 from latscope.rundir import RunDir
+from latscope.server.scrape import ScrapeSummary
 
 _SPLIT_LABELS = {"queue": "queue (QUEUED -> SCHEDULED)",
                  "prefill": "prefill (SCHEDULED -> first token)",
@@ -35,7 +38,7 @@ _SPLIT_LABELS = {"queue": "queue (QUEUED -> SCHEDULED)",
 
 
 def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[StageRecord],
-                   scrape: dict[str, Any] | None, notes: Sequence[str], broken: str | None,
+                   scrape: ScrapeSummary | None, notes: Sequence[str], broken: str | None,
                    elapsed_s: float) -> dict[str, Any]:
     """report.json's dict; without a conclusion (``broken``: a bug), the stages and notes
     with a verdict saying why there is none."""
@@ -68,7 +71,7 @@ def passive_report(run: RunDir, c: PassiveConclusion | None, *, stages: list[Sta
 
 
 def window_section(c: PassiveConclusion, passive: dict[str, Any],
-                   scrape: dict[str, Any] | None) -> WindowSection:
+                   scrape: ScrapeSummary | None) -> WindowSection:
     facts = c.facts
     w = facts.window
     use_spans = c.spans is not None and covers(c.spans, facts)
@@ -91,7 +94,7 @@ def window_section(c: PassiveConclusion, passive: dict[str, Any],
 def latency_rows(c: PassiveConclusion) -> list[LatencyRow]:
     rows = []
     for name, lat in c.facts.latency.items():
-        rows.append(LatencyRow(name, lat.count, lat.mean_ms, lat.p50, lat.p99,
+        rows.append(LatencyRow(name, lat.count, lat.mean_ms, _bounds(lat.p50), _bounds(lat.p99),
                                f"{lat.family} (histogram over the window)"))
     if c.spans is not None:
         for key, name in (("server_ttft_ms", "ttft"), ("queue_ms", "queue"),
@@ -103,6 +106,11 @@ def latency_rows(c: PassiveConclusion) -> list[LatencyRow]:
                                        _exact(d["p50"]), _exact(d["p99"]),
                                        "per-request spans (OTLP): exact"))
     return rows
+
+
+def _bounds(q: BucketedQuantile | None) -> dict[str, float | None] | None:
+    """As report.json holds a quantile: ``{"value", "lower", "upper"}``."""
+    return None if q is None else {"value": q.value, "lower": q.lower, "upper": q.upper}
 
 
 def _exact(value: float | None) -> dict[str, float | None] | None:
@@ -155,7 +163,7 @@ def _ms_of(q: Any) -> float | None:
 
 
 def _spike_row(s: Any) -> SpikeRow:
-    return SpikeRow(s.start_s, s.end_s, s.ttft_mean_ms, s.ttft_p99, s.queue_share,
+    return SpikeRow(s.start_s, s.end_s, s.ttft_mean_ms, _bounds(s.ttft_p99), s.queue_share,
                     s.waiting_max, s.kv_max, s.preemptions, list(s.binding))
 
 
@@ -189,13 +197,14 @@ def unseen(facts: WindowFacts, c: PassiveConclusion) -> list[str]:
     return out
 
 
-def _scrape_cost(scrape: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not scrape:
+def _scrape_cost(scrape: ScrapeSummary | None) -> dict[str, Any] | None:
+    """The scraper's cost as report.json's window holds it."""
+    if scrape is None:
         return None
     keep = ("status", "interval_s", "scrapes", "failures", "scrape_ms", "parse_ms", "bytes",
             "busy_fraction", "errors")
-    return {k: scrape.get(k) for k in keep if k in scrape}
+    return {k: v for k in keep if (v := getattr(scrape, k)) is not UNSET}
 
 
-__all__ = ["latency_rows", "passive_report", "quantile_dict", "unseen", "window_points",
+__all__ = ["latency_rows", "passive_report", "unseen", "window_points",
            "window_section"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from latscope.analysis.traffic import window_facts
-from latscope.analysis.window import Interval, build_window
+from latscope.analysis.window import Interval, bucketed, build_window
 from latscope.campaign.passive import conclude_window
 from latscope.model import MetricSnapshot, RunContext
 from latscope.rundir import RunDir
@@ -36,6 +36,15 @@ class WatchOptions:
     argv: list[str] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GpuNow:
+    """The server's GPUs at the last telemetry sample (this host only): the busiest's figures."""
+
+    gpus: int
+    util_pct: float | None
+    mem_used_pct: float | None
+
+
 @dataclass(frozen=True)
 class Frame:
     """What one refresh shows: the last interval's numbers, the gauges, the GPU, the top finding
@@ -46,7 +55,7 @@ class Frame:
     interval: Interval | None
     latency: dict[str, dict[str, Any]]  # ttft / itl / e2e / queue -> mean_ms, p50, p99
     split: dict[str, float]  # queue / prefill / other -> share of the interval's mean TTFT
-    gpu: dict[str, Any] | None  # util_pct, mem_used_pct of the server's GPUs (this host)
+    gpu: GpuNow | None
     top: str  # the last minute's top finding, or "nothing to act on"
     scrape_ms: float | None
     page_kb: float | None
@@ -57,7 +66,7 @@ class Frame:
 
 
 def frame_of(snapshots: list[MetricSnapshot], *, start_wall: float, failures: int = 0,
-             gpu: dict[str, Any] | None = None, max_num_seqs: int | None = None,
+             gpu: GpuNow | None = None, max_num_seqs: int | None = None,
              scrapes: int | None = None) -> Frame:
     """A frame from the scrapes so far (pure: ``watch``'s tests feed it recorded pages)."""
     last = snapshots[-1] if snapshots else None
@@ -68,8 +77,10 @@ def frame_of(snapshots: list[MetricSnapshot], *, start_wall: float, failures: in
         for name in ("ttft", "itl", "e2e", "queue"):
             h = interval.hists.get(name)
             if h is not None and h.count > 0:
+                p50, p99 = bucketed(h.quantile(0.5)), bucketed(h.quantile(0.99))
                 latency[name] = {"count": h.count, "mean_ms": (h.mean or 0) * 1e3,
-                                 "p50": _q(h.quantile(0.5)), "p99": _q(h.quantile(0.99))}
+                                 "p50": asdict(p50) if p50 else None,
+                                 "p99": asdict(p99) if p99 else None}
     return Frame(
         t_s=(last.wall_time - start_wall) if last else 0.0,
         wall_time=last.wall_time if last else time.time(), interval=interval,
@@ -78,12 +89,6 @@ def frame_of(snapshots: list[MetricSnapshot], *, start_wall: float, failures: in
         page_kb=None, scrapes=scrapes if scrapes is not None else len(snapshots),
         failures=failures,
         has_vllm=bool(pair and pair.has_vllm))
-
-
-def _q(est: Any) -> dict[str, Any] | None:
-    from latscope.analysis.window import quantile_dict
-
-    return quantile_dict(est)
 
 
 def _split(interval: Interval | None) -> dict[str, float]:
@@ -199,8 +204,8 @@ class _Ticker:
                          gpu=_gpu_now(self.observers), max_num_seqs=self.max_num_seqs,
                          scrapes=self.scraper.scrapes)
         log = self.scraper.failure_log
-        if log and (not snaps or log[-1]["wall_time"] > snaps[-1].wall_time):
-            frame.extra["last_error"] = log[-1]["error"]  # the last scrape failed: say why
+        if log and (not snaps or log[-1].wall_time > snaps[-1].wall_time):
+            frame.extra["last_error"] = log[-1].error  # the last scrape failed: say why
         self.show(frame)
 
 
@@ -211,7 +216,7 @@ def _cap_of(follower: Any) -> int | None:
     return None if follower.head is None else effective_max_num_seqs(follower.head)[0]
 
 
-def _gpu_now(observers: list[Any]) -> dict[str, Any] | None:
+def _gpu_now(observers: list[Any]) -> GpuNow | None:
     from latscope.telemetry.sampler import TelemetrySampler
 
     sampler = next((o for o in observers if isinstance(o, TelemetrySampler)), None)
@@ -222,5 +227,4 @@ def _gpu_now(observers: list[Any]) -> dict[str, Any] | None:
     util = [s.util_pct for s in now if s.util_pct is not None]
     mem = [100 * s.mem_used_bytes / s.mem_total_bytes for s in now
            if s.mem_total_bytes and s.mem_used_bytes is not None]
-    return {"gpus": len(now), "util_pct": max(util) if util else None,
-            "mem_used_pct": max(mem) if mem else None}
+    return GpuNow(len(now), max(util) if util else None, max(mem) if mem else None)

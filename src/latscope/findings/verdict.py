@@ -16,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec.structs import replace
+
 from latscope.findings.abtest import experiment_text
 from latscope.findings.causes import ACTING, symptom_of
 from latscope.findings.impact import IMPACT_TARGETS, describe, where_words
 from latscope.model import Finding, Severity
-from latscope.results import ABResult, Proposal, Verdict, section
+from latscope.results import ABResult, Proposal, Verdict
 
 # A symptom (its cause not named) is the verdict only from this share of its target on: a
 # smaller one is where time goes, not a fault (the healthy local target's API server takes a
@@ -56,27 +58,24 @@ class VerdictInputs:
 
 def verdict(ranked: list[Finding], inputs: VerdictInputs | None = None) -> Verdict:
     """The verdict over the ranked findings (``findings.conclude`` calls it)."""
-    return section(_verdict(ranked, inputs or VerdictInputs()), Verdict)
-
-
-def _verdict(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
+    inputs = inputs or VerdictInputs()
     host = next((f for f in ranked if f.id == HOST_BUSY and f.severity in ACTING), None)
     resent = next((f for f in ranked if f.id == RESENT and f.severity in ACTING), None)
     result = _pick(ranked, inputs)
     if resent is not None:
         # a caveat on the measurement, never the verdict: the prefills came from the cache
-        result["text"] = (f"Measured on prompts the server had seen: {resent.title}; TTFT below "
-                          f"reads lower than new prompts get. " + result["text"])
-        result["prompts_resent"] = True
-    if host is not None and result.get("finding_id") != HOST_BUSY:
+        result = replace(result, prompts_resent=True, text=(
+            f"Measured on prompts the server had seen: {resent.title}; TTFT below reads lower "
+            f"than new prompts get. " + result.text))
+    if host is not None and result.finding_id != HOST_BUSY:
         # named before any verdict: every figure after it was measured on a busy host
-        result["text"] = (f"This host was busy with other work: {host.title}; every latency "
-                          f"below is slower than the server alone. " + result["text"])
-        result["host_busy"] = True
+        result = replace(result, host_busy=True, text=(
+            f"This host was busy with other work: {host.title}; every latency below is slower "
+            f"than the server alone. " + result.text))
     return result
 
 
-def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
+def _pick(ranked: list[Finding], inputs: VerdictInputs) -> Verdict:
     acting = [f for f in ranked if f.severity in ACTING and f.layer != "client"]
     measured = [f for f in acting if (f.impact or {}).get("share") is not None
                 and not _unreliable_remainder(f)]
@@ -107,21 +106,20 @@ def _pick(ranked: list[Finding], inputs: VerdictInputs) -> dict[str, Any]:
     return _also_check(healthy_verdict(inputs.healthy), unmeasured)
 
 
-def _also_check(result: dict[str, Any], unmeasured: list[Finding]) -> dict[str, Any]:
-    if unmeasured and result.get("kind") != "none":
+def _also_check(result: Verdict, unmeasured: list[Finding]) -> Verdict:
+    if unmeasured and result.kind != "none":
         names = "; ".join(f.title for f in unmeasured[:3])
-        result["text"] += f". To check, its cost not measured here: {names}"
+        return replace(result, text=f"{result.text}. To check, its cost not measured here: {names}")
     return result
 
 
-def _with_checks(result: dict[str, Any], symptom: Finding, inputs: VerdictInputs
-                 ) -> dict[str, Any]:
+def _with_checks(result: Verdict, symptom: Finding, inputs: VerdictInputs) -> Verdict:
     """A queue named as the verdict with no cause: which of the server's own limits were
     checked and what each read (a queue behind no limit, with the GPU's busy share unknown,
     cannot be told from capacity), never a pointer to a finding that is not there."""
     if symptom.id == QUEUE and inputs.checks:
-        result["text"] += (". No limit of the server's own was found binding; checked: "
-                           + "; ".join(inputs.checks))
+        return replace(result, text=result.text + ". No limit of the server's own was found "
+                       "binding; checked: " + "; ".join(inputs.checks))
     return result
 
 
@@ -131,7 +129,7 @@ def _unreliable_remainder(f: Finding) -> bool:
     return f.id == "latency.http_frontend" and (f.impact or {}).get("client_reliable") is False
 
 
-def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str, Any]:
+def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> Verdict:
     impact = top.impact or {}
     proof = next((e for e in inputs.experiments if e.finding_id == top.id), None)
     if impact.get("share") is None and proof is not None and proof.helped:
@@ -180,10 +178,10 @@ def _finding_verdict(top: Finding, inputs: VerdictInputs, kind: str) -> dict[str
     untried = _untried_fix(top, inputs, proof)
     if untried:
         text += f". Not measured here, to try next: {untried}"
-    return {"text": text, "kind": kind, "finding_id": top.id, "healthy": False,
-            "severity": top.severity.value, "share": impact.get("share"),
-            "target": impact.get("target"), "measured_at": impact.get("measured_at"),
-            "impact": describe(impact)}
+    return Verdict(text=text, kind=kind, finding_id=top.id, healthy=False,
+                   severity=top.severity.value, share=impact.get("share"),
+                   target=impact.get("target"), measured_at=impact.get("measured_at"),
+                   impact=describe(impact))
 
 
 def _at_load(exp: ABResult) -> str:
@@ -198,10 +196,10 @@ def _cost_elsewhere(f: Finding) -> str:
         else ""
 
 
-def _capacity_verdict(f: Finding) -> dict[str, Any]:
-    return {"text": f.title + (f". {f.fix}" if f.fix else ""), "kind": "capacity",
-            "finding_id": f.id, "healthy": True, "severity": f.severity.value,
-            "measured_at": (f.impact or {}).get("measured_at")}
+def _capacity_verdict(f: Finding) -> Verdict:
+    return Verdict(text=f.title + (f". {f.fix}" if f.fix else ""), kind="capacity",
+                   finding_id=f.id, healthy=True, severity=f.severity.value,
+                   measured_at=(f.impact or {}).get("measured_at"))
 
 
 def _untried_fix(top: Finding, inputs: VerdictInputs, proof: ABResult | None) -> str | None:
@@ -215,15 +213,17 @@ def _untried_fix(top: Finding, inputs: VerdictInputs, proof: ABResult | None) ->
                  if p.finding_id == top.id and p.change not in measured), None)
 
 
-def healthy_verdict(healthy: HealthySplit | None) -> dict[str, Any]:
+def healthy_verdict(healthy: HealthySplit | None) -> Verdict:
     if not healthy:
-        return {"text": "No verdict: no load was measured (see the stages for why)",
-                "kind": "none", "finding_id": None, "healthy": False}
+        return no_verdict("No verdict: no load was measured (see the stages for why)")
     text = (f"No configuration fault found. {at_words(healthy.where)}: {healthy.rps:.2f} req/s, "
             f"mean TTFT {healthy.ttft_ms:.0f} ms ({healthy.split})")
-    # keys in the order of every verdict (results.Verdict's fields)
-    return {"text": text, "kind": "healthy", "finding_id": None, "healthy": True,
-            "measured_at": healthy.where}
+    return Verdict(text=text, kind="healthy", finding_id=None, healthy=True,
+                   measured_at=healthy.where)
+
+
+def no_verdict(why: str) -> Verdict:
+    return Verdict(text=why, kind="none", finding_id=None, healthy=False)
 
 
 def at_words(where: str) -> str:

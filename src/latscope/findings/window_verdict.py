@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec.structs import replace
+
 from latscope.analysis.spanwindow import SpanWindow
 from latscope.analysis.traffic import WindowFacts
+from latscope.analysis.window import BucketedQuantile
 from latscope.findings.causes import ACTING
 from latscope.findings.traffic import covers
-from latscope.findings.verdict import HealthySplit, VerdictInputs, at_words, verdict
+from latscope.findings.verdict import HealthySplit, VerdictInputs, at_words, no_verdict, verdict
 from latscope.model import Finding
-from latscope.results import Verdict, _plain, section
+from latscope.results import Verdict
 
 STALL = "server.stall"
 _PARTS = {"queue": "queue", "prefill": "prefill", "other": "tokenization + IPC + output"}
@@ -32,55 +35,45 @@ BUDGET_SHOWN = 0.1  # the budget's use is named in the operating point from this
 
 def verdict_of_window(ranked: list[Finding], facts: WindowFacts,
                       spans: SpanWindow | None = None) -> Verdict:
-    return section(_verdict_of_window(ranked, facts, spans), Verdict)
-
-
-def _verdict_of_window(ranked: list[Finding], facts: WindowFacts,
-                       spans: SpanWindow | None) -> dict[str, Any]:
     w = facts.window
     if w.scrapes < 2:
-        return _none(f"No verdict: {w.scrapes} /metrics scrape(s) could be read, a window needs "
-                     "two (see the scrape notes for why)")
+        return no_verdict(f"No verdict: {w.scrapes} /metrics scrape(s) could be read, a "
+                          "window needs two (see the scrape notes for why)")
     if not w.has_vllm:
         return _stats_disabled(ranked, facts, spans)
     if not facts.has_traffic:
-        return _none(f"No traffic: the server finished no request and computed no token over "
-                     f"{facts.label.removeprefix('the ')} ({w.scrapes} scrapes): nothing to "
-                     "diagnose, no verdict")
+        return no_verdict(f"No traffic: the server finished no request and computed no token "
+                          f"over {facts.label.removeprefix('the ')} ({w.scrapes} scrapes): "
+                          "nothing to diagnose, no verdict")
     split = spans.split if spans is not None and covers(spans, facts) else facts.split
     stall = next((f for f in ranked if f.id == STALL and f.severity in ACTING), None)
     # a stall first: the requests caught in it have not finished, so no histogram holds their
     # wait and no share can be measured; every other figure of the window is beside it
     result = (_stall_verdict(stall) if stall is not None
-              else _plain(verdict(ranked, VerdictInputs(healthy=_healthy(facts, split)))))
-    result["text"] += ". " + traffic_words(facts, spans) + ". " + unmeasured_words(facts)
-    return result
+              else verdict(ranked, VerdictInputs(healthy=_healthy(facts, split))))
+    return replace(result, text=f"{result.text}. {traffic_words(facts, spans)}. "
+                                f"{unmeasured_words(facts)}")
 
 
-def _stall_verdict(f: Finding) -> dict[str, Any]:
-    return {"text": f"{f.title}: the requests in it had not finished, so no latency "
-                    "histogram holds their wait yet", "kind": "cause", "finding_id": f.id,
-            "healthy": False, "severity": f.severity.value}
-
-
-def _none(text: str) -> dict[str, Any]:
-    return {"text": text, "kind": "none", "finding_id": None, "healthy": False}
+def _stall_verdict(f: Finding) -> Verdict:
+    return Verdict(text=f"{f.title}: the requests in it had not finished, so no latency "
+                        "histogram holds their wait yet", kind="cause", finding_id=f.id,
+                   healthy=False, severity=f.severity.value)
 
 
 def _stats_disabled(ranked: list[Finding], facts: WindowFacts,
-                    spans: SpanWindow | None) -> dict[str, Any]:
+                    spans: SpanWindow | None) -> Verdict:
     """--disable-log-stats: no vllm:* series. What remains (doctor, the log, spans) may still
     name a cause; the queue, prefill and the server's TTFT cannot be seen from /metrics."""
     split = spans.split if spans is not None else None
     healthy = _healthy(facts, split) if split else None
-    result: dict[str, Any] = _plain(verdict(ranked, VerdictInputs(healthy=healthy)))
+    result = verdict(ranked, VerdictInputs(healthy=healthy))
     unseen = ("the server exposes no vllm:* series (started with --disable-log-stats): its "
               "queue, batch, KV cache and TTFT over the window could not be seen"
               + ("" if spans else " (spans, --otlp-listen, would show each request's)"))
-    if result.get("kind") == "none":
-        return _none(f"No verdict: {unseen}; doctor's checks and the log found no fault")
-    result["text"] += f". Not seen: {unseen}"
-    return result
+    if result.kind == "none":
+        return no_verdict(f"No verdict: {unseen}; doctor's checks and the log found no fault")
+    return replace(result, text=f"{result.text}. Not seen: {unseen}")
 
 
 def _healthy(facts: WindowFacts, split: Any) -> HealthySplit | None:
@@ -95,16 +88,16 @@ def _healthy(facts: WindowFacts, split: Any) -> HealthySplit | None:
                         facts.traffic.finished_rps or 0.0)
 
 
-def ms_words(q: dict[str, Any] | None) -> str:
+def ms_words(q: BucketedQuantile | None) -> str:
     """A bucketed quantile in words, with its bucket as the error bound: ``466 ms [250-500]``,
     ``<= 300 ms`` in the first bucket, ``> 2560 s`` above the top one."""
     if not q:
         return "n/a"
-    if q.get("upper") is None:
-        return f"> {_ms(q['lower'])}"
-    if not q.get("lower"):
-        return f"<= {_ms(q['upper'])}"
-    return f"{_ms(q['value'])} [{_ms(q['lower'], unit=False)}-{_ms(q['upper'])}]"
+    if q.upper is None:
+        return f"> {_ms(q.lower)}"
+    if not q.lower:
+        return f"<= {_ms(q.upper)}"
+    return f"{_ms(q.value)} [{_ms(q.lower, unit=False)}-{_ms(q.upper)}]"
 
 
 def _ms(value: float, unit: bool = True) -> str:

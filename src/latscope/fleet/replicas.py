@@ -56,7 +56,7 @@ class ReplicaScrapers:
 
     def status(self) -> dict[str, str]:
         """Each replica's scrape status (``ok``, ``unreachable``, ``stats_disabled``, ...)."""
-        return {name: s.summary()["status"] for name, s in self.scrapers.items()}
+        return {name: s.summary().status for name, s in self.scrapers.items()}
 
 
 def read_replica_snapshots(run_dir: Path, names: list[str]) -> dict[str, list[MetricSnapshot]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,6 +17,7 @@ from latscope.load.clocks import ClockOffset, shift_record
 from latscope.load.runner import _Run, client_warnings
 from latscope.load.shares import Share
 from latscope.load.summary import off_cpu_share
+from latscope.load.worker import HostFacts
 from latscope.model import RequestRecord
 from latscope.rundir import REQUESTS, mend_torn_lines, record_without_times
 from latscope.stats import RunStats, distribution
@@ -27,7 +28,7 @@ class WorkerState:
     index: int
     handle: Any
     share: Share
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: HostFacts | None = None  # sent when it was ready
     clock: ClockOffset | None = None
     clock_after: ClockOffset | None = None
     figures: dict[str, Any] | None = None
@@ -41,10 +42,13 @@ class WorkerState:
     stats: RunStats | None = None
     groups: dict[str, RunStats] | None = None
 
+    def host_fields(self) -> dict[str, str | int | None]:
+        return self.facts.fields() if self.facts is not None else {}
+
     def report(self) -> dict[str, Any]:
         fig = self.figures or {}
         lost = (self.share.size - self.measured) if self.error and self.share.size else None
-        return {"worker": self.index, **self.facts, "requests": self.received,
+        return {"worker": self.index, **self.host_fields(), "requests": self.received,
                 "measured": self.measured,
                 "share": self.share.size, "concurrency": self.share.concurrency,
                 "records_written_by": "worker" if self.appends else "driver",

@@ -12,6 +12,7 @@ last started on this machine, else a new local one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Callable
@@ -19,7 +20,15 @@ from typing import Any, Callable
 import ray
 import ray.exceptions
 
-from latscope.load.worker import WorkerDied, WorkerRun, WorkerSpec, host_facts, run_loop
+from latscope.load.worker import (
+    HostFacts,
+    WorkerDied,
+    WorkerResult,
+    WorkerRun,
+    WorkerSpec,
+    host_facts,
+    run_loop,
+)
 
 _POLL_S = 0.1
 
@@ -42,14 +51,15 @@ def alive_nodes() -> int:
 # ray's annotations list no overload of remote() with actor options (max_concurrency, max_restarts)
 @ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)  # type: ignore[call-overload]
 class BenchActor:
-    def setup(self, spec: WorkerSpec) -> dict[str, Any]:
+    def setup(self, spec: WorkerSpec) -> HostFacts:
         self.worker = WorkerRun(spec)
-        return {**host_facts(), "node_id": ray.get_runtime_context().get_node_id()}
+        return dataclasses.replace(host_facts(),
+                                   node_id=ray.get_runtime_context().get_node_id())
 
     def ping(self) -> int:
         return time.perf_counter_ns()
 
-    def run(self, start_ns: int) -> dict[str, Any]:
+    def run(self, start_ns: int) -> WorkerResult:
         spec = self.worker.spec
         return run_loop(lambda: self.worker.measure(start_ns), spec.config.use_uvloop)
 
@@ -84,9 +94,9 @@ class RayWorker:
             raise WorkerDied(f"{self.name} on {self.host} failed: "
                              f"{type(cause).__name__}: {_first_line(cause)}") from None
 
-    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
-        facts = self._get(self._ready, timeout_s)
-        self.host = facts.get("host", "?")
+    def wait_ready(self, timeout_s: float) -> HostFacts:
+        facts: HostFacts = self._get(self._ready, timeout_s)
+        self.host = facts.host
         return facts
 
     def ping(self) -> int:
@@ -97,7 +107,7 @@ class RayWorker:
     def go(self, start_ns: int) -> None:
         self._result = self.actor.run.remote(start_ns)
 
-    def stream(self, sink: Callable[[bytes], None]) -> dict[str, Any]:
+    def stream(self, sink: Callable[[bytes], None]) -> WorkerResult:
         while True:
             done, _ = ray.wait([self._result], timeout=_POLL_S)
             # polled after the run returned: this poll drains the last records

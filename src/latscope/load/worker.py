@@ -29,6 +29,7 @@ from latscope.load.shares import Share
 from latscope.load.workload import Prompt, Workload
 from latscope.model import RequestRecord
 from latscope.rundir import RunWriter, record_line
+from latscope.stats import RunStats
 
 _FLUSH_S = 0.1  # how often a worker appends (or sends back) its finished records
 
@@ -71,8 +72,37 @@ class _LinesForTheDriver(RunWriter):
         return b"".join([self._lines.popleft() for _ in range(len(self._lines))])
 
 
-def host_facts() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": boot_id()}
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """Where a worker runs, sent when it is ready: its boot id tells whether it shares the
+    driver's clock."""
+
+    host: str
+    pid: int
+    boot_id: str | None
+    node_id: str | None = None  # a Ray actor's node
+
+    def fields(self) -> dict[str, str | int | None]:
+        """As the manifest and summary.json record a worker (node_id only for Ray's)."""
+        out: dict[str, str | int | None] = {"host": self.host, "pid": self.pid,
+                                            "boot_id": self.boot_id}
+        if self.node_id is not None:
+            out["node_id"] = self.node_id
+        return out
+
+
+@dataclass(slots=True)
+class WorkerResult:
+    """What a worker sends back at its end: its client figures (summary.json's ``client`` keys,
+    the requests it sent and the stagger its closed loop drew) and its share's statistics."""
+
+    figures: dict[str, Any]
+    stats: RunStats
+    groups: dict[str, RunStats] | None  # per group, where the workload has groups
+
+
+def host_facts() -> HostFacts:
+    return HostFacts(socket.gethostname(), os.getpid(), boot_id())
 
 
 def boot_id() -> str | None:
@@ -115,7 +145,8 @@ class WorkerRun:
         """The records finished since the last call, as their ``requests.jsonl`` lines."""
         return self.lines.take()
 
-    async def measure(self, start_ns: int, flush: Callable[[], None] | None = None) -> dict:
+    async def measure(self, start_ns: int, flush: Callable[[], None] | None = None
+                      ) -> WorkerResult:
         """Send this share from ``start_ns`` (this process's clock); the worker's own client
         figures (CPU, event-loop lag, send lag) when done."""
         run, share, cfg = self.run, self.spec.share, self.spec.config
@@ -163,8 +194,7 @@ class WorkerRun:
         figures["requests"] = run.stats.total + run.stats.warmup
         figures["stagger"] = run.staggers
         # this share's statistics, for the driver to merge (it writes the lines, counts none)
-        figures["stats"], figures["groups"] = run.stats, run.groups
-        return figures
+        return WorkerResult(figures, run.stats, run.groups)
 
     def stop(self) -> None:
         """From any thread: end the load now; ``measure`` then returns as at its end."""

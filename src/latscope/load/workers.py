@@ -70,7 +70,15 @@ from latscope.load.runner import (
     add_staggers,
 )
 from latscope.load.shares import plan_shares
-from latscope.load.worker import WorkerDied, WorkerSpec, _local_main, boot_id, run_loop
+from latscope.load.worker import (
+    HostFacts,
+    WorkerDied,
+    WorkerResult,
+    WorkerSpec,
+    _local_main,
+    boot_id,
+    run_loop,
+)
 from latscope.load.workload import build_workload
 from latscope.model import RunContext, RunObserver
 from latscope.rundir import REQUESTS
@@ -84,13 +92,13 @@ _STOP_GRACE_S = 10.0
 class WorkerHandle(Protocol):
     name: str
 
-    def wait_ready(self, timeout_s: float) -> dict[str, Any]: ...
+    def wait_ready(self, timeout_s: float) -> HostFacts: ...
 
     def ping(self) -> int: ...
 
     def go(self, start_ns: int) -> None: ...
 
-    def stream(self, sink: Callable[[bytes], None]) -> dict[str, Any]: ...
+    def stream(self, sink: Callable[[bytes], None]) -> WorkerResult: ...
 
     def stop(self) -> None: ...
 
@@ -131,8 +139,9 @@ class LocalWorker:
                 return f"killed by {signal.Signals(-code).name}"
         return f"exit code {code}"
 
-    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
-        return self._recv(timeout_s)[1]
+    def wait_ready(self, timeout_s: float) -> HostFacts:
+        facts: HostFacts = self._recv(timeout_s)[1]
+        return facts
 
     def ping(self) -> int:
         self.conn.send(("ping",))
@@ -143,13 +152,14 @@ class LocalWorker:
         file itself instead of sending them (``_appends_itself``)."""
         self.conn.send(("go", start_ns, records_path))
 
-    def stream(self, sink: Callable[[bytes], None]) -> dict[str, Any]:
+    def stream(self, sink: Callable[[bytes], None]) -> WorkerResult:
         while True:
             msg = self._recv()
             if msg[0] == "records":
                 sink(msg[1])
             elif msg[0] == "done":
-                return msg[1]
+                result: WorkerResult = msg[1]
+                return result
 
     def request_stop(self) -> None:
         """Asks the worker to end its run now: it sends what it finished and its statistics
@@ -277,7 +287,8 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
         ctx = RunContext(base_url=base_url, run_dir=run.writer.run_dir, headers=headers,
                          start_ns=start_ns, start_wall=time.time() + _START_MARGIN_NS / 1e9)
         manifest.update(start_ns=ctx.start_ns, start_wall=ctx.start_wall)
-        manifest["workers"]["clocks"] = [{"worker": s.index, **s.facts, **s.clock.to_dict()}
+        manifest["workers"]["clocks"] = [{"worker": s.index, **s.host_fields(),
+                                          **s.clock.to_dict()}
                                          for s in states if s.clock]
         run.writer.write_manifest(manifest)
         for obs in observers:
@@ -336,7 +347,7 @@ def _start(make: Callable[[int, WorkerSpec], Any], specs: list[WorkerSpec]) -> l
         for state in states:
             state.facts = state.handle.wait_ready(max(deadline - time.monotonic(), 1.0))
             state.clock = measure_offset(state.handle.ping)
-            same_clock = state.facts.get("boot_id") and state.facts["boot_id"] == boot_id()
+            same_clock = state.facts.boot_id and state.facts.boot_id == boot_id()
             state.clock.applied_ns = 0 if same_clock else state.clock.offset_ns
     except BaseException:
         for state in states:
@@ -360,9 +371,8 @@ async def _drive(run: _Run, states: list[WorkerState], start_ns: int, inbox: Inb
 
     def follow(state: WorkerState) -> None:
         try:
-            figures = state.handle.stream(lambda data: inbox.put((state, data)))
-            state.stats, state.groups = figures.pop("stats", None), figures.pop("groups", None)
-            state.figures = figures
+            result = state.handle.stream(lambda data: inbox.put((state, data)))
+            state.stats, state.groups, state.figures = result.stats, result.groups, result.figures
         except WorkerDied as exc:
             state.error = str(exc)
         except Exception as exc:  # a backend error: still "this worker, this reason"

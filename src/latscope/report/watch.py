@@ -50,8 +50,8 @@ def _gpu(frame: Any) -> str:
     g = frame.gpu
     if not g:
         return "-"
-    util = f"busy {g['util_pct']:.0f}%" if g.get("util_pct") is not None else ""
-    mem = f"mem {g['mem_used_pct']:.0f}%" if g.get("mem_used_pct") is not None else ""
+    util = f"busy {g.util_pct:.0f}%" if g.util_pct is not None else ""
+    mem = f"mem {g.mem_used_pct:.0f}%" if g.mem_used_pct is not None else ""
     return " ".join(p for p in (util, mem) if p) or "-"
 
 

@@ -25,12 +25,14 @@ import contextlib
 import json
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
+import msgspec
 import numpy as np
 import orjson
+from msgspec import UNSET, UnsetType
 
 from latscope.errors import ScrapeError
 from latscope.model import MetricSnapshot, RunContext
@@ -44,6 +46,54 @@ _MAX_FAILURES_TIMED = 1000  # scrape.json's failure_log: when each failed, for a
 # A vLLM page is ~50 kB (~1 MB with many LoRA adapters or engines); a page far larger is not
 # one to parse every few seconds (prometheus_client's parser: ~1 s a MB): it is refused
 MAX_PAGE_BYTES = 16 << 20
+
+
+class ScrapeFailure(msgspec.Struct):
+    wall_time: float
+    error: str
+
+
+class ScrapeSummary(msgspec.Struct, kw_only=True):
+    """``metrics/scrape.json``: the scraper's status and its own cost (what it cost the server
+    and the client). The figures are ``{mean, p50, max}`` (None: no scrape was parsed); the
+    span and busy share only from two scrapes on. ``read_scrape_summary`` reads it back."""
+
+    status: str  # ok | stats_disabled | unreachable | unparsable | no_metrics_endpoint
+    path: str = "/metrics"
+    interval_s: int | float | None = None
+    scrapes: int = 0
+    failures: int = 0
+    errors: list[str] = []  # the first few failures' messages
+    vllm_series: bool = False
+    parsed: str = ""  # during the run | after the run
+    failure_log: list[ScrapeFailure] = []  # when each failed (a window's gaps)
+    renamed: dict[str, str] = {}  # old vLLM names seen -> the names read
+    scrape_ms: dict[str, float] | None = None
+    parse_ms: dict[str, float] | None = None
+    bytes: dict[str, float] | None = None
+    span_s: float | UnsetType = UNSET
+    busy_fraction: float | None | UnsetType = UNSET
+
+
+def read_scrape_summary(run_dir: Path) -> ScrapeSummary | None:
+    """A run directory's ``metrics/scrape.json``; None where it has none (or one that does not
+    fit: its notes then say no scrape was recorded)."""
+    path = Path(run_dir) / "metrics" / "scrape.json"
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=ScrapeSummary, strict=False)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RawPage:
+    """One scrape as it came, before its page is parsed (a line of ``raw.jsonl``, its text
+    beside these)."""
+
+    t_ns: int  # perf_counter_ns when the response headers arrived
+    wall_time: float
+    scrape_ms: float = 0.0
+    bytes: int = 0
 
 
 class MetricsScraper:
@@ -70,7 +120,7 @@ class MetricsScraper:
         self.snapshots: list[MetricSnapshot] = []
         self._stats: list[dict[str, float]] = []  # per scrape: scrape_ms, parse_ms, bytes
         self._errors: list[str] = []
-        self.failure_log: list[dict[str, Any]] = []  # {"wall_time", "error"} per failure
+        self.failure_log: list[ScrapeFailure] = []
         self.renamed: dict[str, str] = {}  # old vLLM names seen -> the names read
         self._failures = 0
         self._missing_endpoint = False
@@ -158,7 +208,7 @@ class MetricsScraper:
             return
         scrape_ms = (done_ns - sent_ns) / 1e6
         text = body.decode("utf-8", errors="replace")
-        raw = {"t_ns": t_ns, "wall_time": wall, "scrape_ms": scrape_ms, "bytes": len(body)}
+        raw = RawPage(t_ns, wall, scrape_ms, len(body))
         if not self.parse_during_run:
             self._raw_count += 1
             await asyncio.to_thread(self._append_raw, raw, text, first or self._raw_count == 1)
@@ -168,11 +218,11 @@ class MetricsScraper:
         except ScrapeError as exc:
             self._note_error(f"{url}: {exc}")
 
-    def _append_raw(self, raw: dict[str, Any], text: str, first: bool) -> None:
+    def _append_raw(self, raw: RawPage, text: str, first: bool) -> None:
         """Worker thread, during the run: keep the page as it came (no parsing)."""
         assert self._dir is not None
         with self._ingest_lock, (self._dir / RAW).open("ab") as fh:
-            fh.write(orjson.dumps({**raw, "text": text}) + b"\n")
+            fh.write(orjson.dumps({**asdict(raw), "text": text}) + b"\n")
         if first:
             (self._dir / "first.prom").write_text(text)
         self._last_raw = text
@@ -181,23 +231,23 @@ class MetricsScraper:
         """Worker thread, after the run: parse every stored page into snapshots.jsonl."""
         assert self._dir is not None
         raw_path = self._dir / RAW
-        for raw in iter_jsonl(raw_path):
-            text = raw.pop("text")
+        for line in iter_jsonl(raw_path):
+            text = line.pop("text")
             try:
-                self._ingest(text, raw, False)
+                self._ingest(text, msgspec.convert(line, RawPage, strict=False), False)
             except ScrapeError as exc:
-                self._note_error(f"page at t_ns={raw.get('t_ns')}: {exc}")
+                self._note_error(f"page at t_ns={line.get('t_ns')}: {exc}")
         if not self.keep_raw:
             raw_path.unlink(missing_ok=True)
 
     def _note_error(self, message: str) -> None:
         self._failures += 1
         if len(self.failure_log) < _MAX_FAILURES_TIMED:
-            self.failure_log.append({"wall_time": time.time(), "error": message})
+            self.failure_log.append(ScrapeFailure(time.time(), message))
         if len(self._errors) < _MAX_ERRORS_KEPT:
             self._errors.append(message)
 
-    def _ingest(self, text: str, raw: dict[str, Any], first: bool) -> None:
+    def _ingest(self, text: str, raw: RawPage, first: bool) -> None:
         """Parse one page, append it to snapshots.jsonl (and keep it as first/last raw page)."""
         with self._ingest_lock:  # a scrape cancelled at stop() may still be in its thread
             parse_start = time.perf_counter_ns()
@@ -206,7 +256,7 @@ class MetricsScraper:
             self._has_vllm = bool(self._has_vllm) or has_vllm_series(snap)
             assert self._dir is not None
             with (self._dir / SNAPSHOTS).open("ab") as fh:
-                fh.write(orjson.dumps({**snap.to_dict(), "bytes": raw["bytes"],
+                fh.write(orjson.dumps({**snap.to_dict(), "bytes": raw.bytes,
                                        "parse_ms": parse_ms}) + b"\n")
             if first:
                 (self._dir / "first.prom").write_text(text)
@@ -216,17 +266,18 @@ class MetricsScraper:
             self._first_t_ns = self._first_t_ns or snap.t_ns
             if self.keep_last is not None and len(self.snapshots) > 2 * self.keep_last:
                 del self.snapshots[:-self.keep_last]
-            self._stats.append({"scrape_ms": raw["scrape_ms"], "parse_ms": parse_ms,
-                                "bytes": raw["bytes"]})
+            self._stats.append({"scrape_ms": raw.scrape_ms, "parse_ms": parse_ms,
+                                "bytes": raw.bytes})
 
     def _write_summary(self) -> None:
         if self._dir is None:
             return
         if self._last_raw:
             (self._dir / "last.prom").write_text(self._last_raw)
-        (self._dir / "scrape.json").write_text(json.dumps(self.summary(), indent=2))
+        (self._dir / "scrape.json").write_text(
+            json.dumps(msgspec.to_builtins(self.summary()), indent=2))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ScrapeSummary:
         """Status and the scraper's own overhead (what it cost the server and the client)."""
         if self._missing_endpoint:
             status = "no_metrics_endpoint"
@@ -236,23 +287,26 @@ class MetricsScraper:
             status = "stats_disabled"  # a page, but no vllm:* series (--disable-log-stats)
         else:
             status = "ok"
-        out: dict[str, Any] = {"status": status, "path": self.path, "interval_s": self.interval_s,
-                               "scrapes": self._scrapes, "failures": self._failures,
-                               "errors": self._errors, "vllm_series": bool(self._has_vllm),
-                               "parsed": ("during the run" if self.parse_during_run
-                                          else "after the run"),
-                               "failure_log": self.failure_log, "renamed": self.renamed}
-        for key in ("scrape_ms", "parse_ms", "bytes"):
-            values = np.array([s[key] for s in self._stats], dtype=float)
-            out[key] = ({"mean": float(values.mean()), "p50": float(np.median(values)),
-                         "max": float(values.max())} if values.size else None)
+        out = ScrapeSummary(status=status, path=self.path, interval_s=self.interval_s,
+                            scrapes=self._scrapes, failures=self._failures, errors=self._errors,
+                            vllm_series=bool(self._has_vllm),
+                            parsed="during the run" if self.parse_during_run else "after the run",
+                            failure_log=self.failure_log, renamed=self.renamed,
+                            scrape_ms=self._cost("scrape_ms"), parse_ms=self._cost("parse_ms"),
+                            bytes=self._cost("bytes"))
         if self._scrapes >= 2:
             span_s = (self.snapshots[-1].t_ns - self._first_t_ns) / 1e9
             busy_s = sum(s["scrape_ms"] + s["parse_ms"] for s in self._stats) / 1e3
-            out["span_s"] = span_s
+            out.span_s = span_s
             # share of wall time spent scraping+parsing (I/O mostly overlaps the load)
-            out["busy_fraction"] = busy_s / span_s if span_s > 0 else None
+            out.busy_fraction = busy_s / span_s if span_s > 0 else None
         return out
+
+    def _cost(self, key: str) -> dict[str, float] | None:
+        """One of the scrapes' figures (``scrape_ms``, ``parse_ms``, ``bytes``): mean, p50, max."""
+        values = np.array([s[key] for s in self._stats], dtype=float)
+        return ({"mean": float(values.mean()), "p50": float(np.median(values)),
+                 "max": float(values.max())} if values.size else None)
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
@@ -272,13 +326,13 @@ def _size_words(length: int | None) -> str:
     return f"{length / (1 << 20):.0f} MB announced" if length else "streamed, no length given"
 
 
-def _snapshot(text: str, raw: dict[str, Any],
+def _snapshot(text: str, raw: RawPage,
               renamed: dict[str, str] | None = None) -> MetricSnapshot:
     page = parse_metrics_text(text)
     if renamed is not None:
         renamed.update(page.renamed)
-    return MetricSnapshot(t_ns=raw["t_ns"], wall_time=raw["wall_time"], samples=page.samples,
-                          scrape_ms=raw.get("scrape_ms", 0.0))
+    return MetricSnapshot(t_ns=raw.t_ns, wall_time=raw.wall_time, samples=page.samples,
+                          scrape_ms=raw.scrape_ms)
 
 
 def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
@@ -294,7 +348,8 @@ def read_snapshots(run_dir: Path) -> list[MetricSnapshot]:
         except (KeyError, TypeError):
             break
     if not out:
-        for raw in iter_jsonl(metrics / RAW):
-            with contextlib.suppress(ScrapeError, KeyError):
-                out.append(_snapshot(raw.pop("text"), raw))
+        for line in iter_jsonl(metrics / RAW):
+            with contextlib.suppress(ScrapeError, KeyError, msgspec.ValidationError):
+                out.append(_snapshot(line.pop("text"),
+                                     msgspec.convert(line, RawPage, strict=False)))
     return sorted(out, key=lambda s: s.t_ns)

@@ -107,13 +107,13 @@ async def test_stats_disabled_and_unreachable(fixtures_dir, tmp_path):
         await scraper.stop(_ctx(url, tmp_path / "a"))
     finally:
         await runner.cleanup()
-    assert scraper.summary()["status"] == "stats_disabled"
+    assert scraper.summary().status == "stats_disabled"
     dead = MetricsScraper(interval_s=1.0, timeout_s=0.5)
     ctx = _ctx(url, tmp_path / "b")  # the server is gone now
     await dead.start(ctx)
     await dead.stop(ctx)
     summary = dead.summary()
-    assert summary["status"] == "unreachable" and summary["failures"] == 2
+    assert summary.status == "unreachable" and summary.failures == 2
 
 
 async def test_live_parsing_and_interrupted_run(fixtures_dir, tmp_path):

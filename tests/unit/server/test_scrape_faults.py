@@ -83,11 +83,11 @@ async def test_a_50_mb_page_and_a_timeout_are_lines_and_lose_no_other_scrape(fix
     finally:
         await server.stop()
     assert ended == ""
-    errors = [f["error"] for f in scraper.failure_log]
+    errors = [f.error for f in scraper.failure_log]
     assert sum("over 16 MB" in e and "announced" in e for e in errors) == 1, errors
     assert sum("over 16 MB" in e and "streamed" in e for e in errors) == 1, errors
     assert sum("TimeoutError" in e for e in errors) == 1, errors
-    assert all(isinstance(f["wall_time"], float) for f in scraper.failure_log)
+    assert all(isinstance(f.wall_time, float) for f in scraper.failure_log)
     ok = server.served.count("ok")
     assert len(scraper.snapshots) == ok >= 4  # every page that came whole was kept
     assert len(read_snapshots(tmp_path)) == ok  # and is on disk
