@@ -19,11 +19,20 @@ it, so a missing vLLM is a broken setup, not a reason to skip.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from latscope.server.target import LocalTarget, free_port
+
+# Every vLLM these tests start (the session servers, diagnose's and tune's own, the fleet's
+# replicas) runs its model in its engine-core process instead of a third process: vLLM's CPU
+# build otherwise spawns a worker that imports torch and vLLM once more. Measured here, a start
+# to /health of the tiny model: 110.6 s -> 63.5 s on this 2-core box under other work; the same
+# engine, one OMP thread bound as before (its log says so). Users' servers are not touched: only
+# the environment of this test session sets it.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 CONSTRAINED_ARGS = ("--max-num-seqs", "2", "--enable-log-requests")
 # stats lines every 2 s, not 10: a log rule reads the batch at those instants, and the two or
