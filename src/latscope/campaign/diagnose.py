@@ -19,15 +19,21 @@ target, and one verdict line names the dominant cause with its share and where i
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import time
 from typing import Any, Callable, Iterator
 
 from latscope.campaign import proofs, stages
 from latscope.campaign.conclude import conclude
 from latscope.campaign.document import build_report, unmodelled_report
 from latscope.campaign.servers import CommandControl, HeldServer, LocalControl, Running, ServerControl
-from latscope.campaign.state import Budget, DiagnoseFailed, DiagnoseOptions, Diagnosis, Progress, StageRecord
+from latscope.campaign.state import (
+    Budget,
+    DiagnoseFailed,
+    DiagnoseOptions,
+    Diagnosis,
+    Progress,
+    StageRecord,
+    run_stage,
+)
 from latscope.errors import ConfigError, LatscopeError
 from latscope.results import Verdict
 from latscope.rundir import RunDir
@@ -133,24 +139,7 @@ def _bench_base(state: Diagnosis, running: Running | None) -> Any:
 
 
 def _stage(state: Diagnosis, name: str, work: Callable[[], str | None]) -> None:
-    """Run one stage; a failed stage is recorded and the others still run."""
-    record = StageRecord(name)
-    state.stages.append(record)
-    state.progress(f"[{len(state.stages)}] {name} ...")
-    t0 = time.monotonic()
-    try:
-        record.note = work() or ""
-    except KeyboardInterrupt:
-        record.status, record.note = "interrupted", "Ctrl-C"
-        raise
-    except LatscopeError as exc:
-        record.status, record.note = "failed", str(exc)
-        state.progress(f"    {name} failed: {exc}")
-    finally:
-        record.seconds = round(time.monotonic() - t0, 1)
-        if record.note.startswith(("skipped", "cut")):
-            record.status = record.note.split(":")[0]
-        state.run.write("stages.json", [dataclasses.asdict(s) for s in state.stages])
+    run_stage(state.stages, state.run, state.progress, name, work)
 
 
 def _finish(state: Diagnosis, status: str) -> dict[str, Any]:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from latscope.campaign.stages import _same_host
-from latscope.campaign.state import DiagnoseFailed, StageRecord
+from latscope.campaign.state import DiagnoseFailed, StageRecord, run_stage
 from latscope.errors import ConfigError, LatscopeError
 from latscope.model import RunContext
 from latscope.rundir import RunDir
@@ -130,23 +129,7 @@ def _check(opts: PassiveOptions) -> None:
 
 
 def _stage(state: PassiveRun, name: str, work: Callable[[], str | None]) -> None:
-    record = StageRecord(name)
-    state.stages.append(record)
-    state.progress(f"[{len(state.stages)}] {name} ...")
-    t0 = time.monotonic()
-    try:
-        record.note = work() or ""
-    except KeyboardInterrupt:
-        record.status, record.note = "interrupted", "Ctrl-C or SIGTERM"
-        raise
-    except LatscopeError as exc:
-        record.status, record.note = "failed", str(exc)
-        state.progress(f"    {name} failed: {exc}")
-    finally:
-        record.seconds = round(time.monotonic() - t0, 1)
-        if record.note.startswith("skipped"):
-            record.status = "skipped"
-        state.run.write("stages.json", [dataclasses.asdict(s) for s in state.stages])
+    run_stage(state.stages, state.run, state.progress, name, work)
 
 
 def _headers(opts: PassiveOptions) -> dict[str, str]:

@@ -4,6 +4,7 @@ it, ``document`` writes it as report.json, and ``replay`` rebuilds it from a run
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 import time
@@ -64,6 +65,30 @@ class StageRecord:
     status: str = "ok"  # ok | failed | skipped | cut | interrupted
     seconds: float = 0.0
     note: str = ""
+
+
+def run_stage(stages: list[StageRecord], run: RunDir, progress: Callable[[str], None],
+              name: str, work: Callable[[], str | None]) -> None:
+    """Run one stage of a diagnosis (active or passive): a failed stage is recorded and the
+    others still run; a note that starts "skipped" or "cut" is that stage's status; stages.json
+    is written after each, so that an interrupted run keeps what it did."""
+    record = StageRecord(name)
+    stages.append(record)
+    progress(f"[{len(stages)}] {name} ...")
+    t0 = time.monotonic()
+    try:
+        record.note = work() or ""
+    except KeyboardInterrupt:
+        record.status, record.note = "interrupted", "Ctrl-C or SIGTERM"
+        raise
+    except LatscopeError as exc:
+        record.status, record.note = "failed", str(exc)
+        progress(f"    {name} failed: {exc}")
+    finally:
+        record.seconds = round(time.monotonic() - t0, 1)
+        if record.note.startswith(("skipped", "cut")):
+            record.status = record.note.split(":")[0]
+        run.write("stages.json", [dataclasses.asdict(s) for s in stages])
 
 
 @dataclass

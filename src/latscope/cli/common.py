@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any
 
 
@@ -31,6 +32,25 @@ def bench_base_config(args: argparse.Namespace, url: str, model: str | None) -> 
                        num_requests=None if args.duration else args.num_requests,
                        duration_s=args.duration, seed=args.seed, tokenizer=args.tokenizer,
                        api_key=api_key(args))
+
+
+_UNITS = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_seconds(text: str, flag: str, *, minimum: float = 0.0) -> float:
+    """A duration flag's value in seconds: ``240``, ``90s``, ``10m``, ``1h``, ``2d``, ``500ms``;
+    a value at or below zero, or below ``minimum``, is refused in one line naming the flag."""
+    from latscope.errors import ConfigError
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*", str(text))
+    if not match:
+        raise ConfigError(f"{flag} {text!r}: use seconds or a unit: 90s, 10m, 1h")
+    value = float(match.group(1)) * _UNITS[match.group(2)]
+    if value <= 0:
+        raise ConfigError(f"{flag} {text!r}: must be above zero")
+    if value < minimum:
+        raise ConfigError(f"{flag} {text!r}: at least {minimum:g} s")
+    return value
 
 
 def parse_loads(text: str | None) -> list[float] | None:

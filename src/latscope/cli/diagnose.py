@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from latscope.cli.common import parse_seconds
+
 if TYPE_CHECKING:
     from latscope.campaign.diagnose import DiagnoseOptions
 
@@ -83,15 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_duration(text: str) -> float:
-    from latscope.errors import ConfigError
-
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", str(text))
-    if not match:
-        raise ConfigError(f"--budget {text!r}: use seconds (240, 90s) or minutes (4m)")
-    value = float(match.group(1)) * {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
-    if value < 20:
-        raise ConfigError(f"--budget {text!r}: at least 20 s")
-    return value
+    """--budget: at least 20 s (doctor, net and one sweep step)."""
+    return parse_seconds(text, "--budget", minimum=20)
 
 
 def _env(pairs: list[str]) -> dict[str, str]:

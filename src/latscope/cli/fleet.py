@@ -6,12 +6,12 @@ replica scraped): the flags, their checks and the printing. The work is in
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from latscope.cli.common import parse_seconds
 from latscope.errors import ConfigError, LatscopeError
 
 DEFAULT_SINCE = "1h"
@@ -62,14 +62,7 @@ def wants_fleet(args: argparse.Namespace) -> bool:
 
 
 def parse_duration(text: str, flag: str) -> float:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*", str(text))
-    if not match:
-        raise ConfigError(f"{flag} {text!r}: use seconds or a unit: 90s, 10m, 1h")
-    scale = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-    value = float(match.group(1)) * scale[match.group(2)]
-    if value <= 0:
-        raise ConfigError(f"{flag} {text!r}: must be above zero")
-    return value
+    return parse_seconds(text, flag)
 
 
 def parse_time(text: str, flag: str) -> float:

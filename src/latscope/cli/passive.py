@@ -4,25 +4,18 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
+
+from latscope.cli.common import parse_seconds
 
 # flags of a load run that mean nothing without load: refused with --passive, not ignored
 _LOAD_ONLY = (("serve_cmd", "--serve-cmd"), ("concurrency", "-c/--concurrency"),
               ("mix", "--mix"), ("dataset", "--dataset"), ("slo", "--slo"))
 
 
-def parse_window(text: str) -> float:
+def parse_window(text: str, flag: str = "--window") -> float:
     """``30``, ``30s``, ``10m``, ``1h`` -> seconds (at least 2)."""
-    from latscope.errors import ConfigError
-
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", str(text))
-    if not match:
-        raise ConfigError(f"--window {text!r}: use seconds (30, 90s) or minutes (10m)")
-    value = float(match.group(1)) * {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
-    if value < 2:
-        raise ConfigError(f"--window {text!r}: at least 2 s")
-    return value
+    return parse_seconds(text, flag, minimum=2)
 
 
 def passive_options(args: argparse.Namespace) -> object:

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise ConfigError("--interval must be above 0")
     opts = WatchOptions(url=args.url, interval_s=args.interval,
-                        duration_s=parse_window(args.duration) if args.duration else None,
+                        duration_s=parse_window(args.duration, "--duration") if args.duration else None,
                         log=args.log, output_dir=args.output_dir, api_key=api_key(args),
                         argv=sys.argv[1:])
     view = view_for(sys.stderr if args.json else sys.stdout, args.url)
