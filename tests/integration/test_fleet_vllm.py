@@ -145,8 +145,11 @@ def test_the_balancers_part_is_measured_beside_the_replicas_own(fleet, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     router = report["router"]
-    # every request the client completed through nginx was counted by one replica, no other
-    assert router["front_count"] > 0 and router["replica_count"] == router["front_count"]
+    # every request whose first token the client got through nginx between the scrapes was
+    # counted by one replica, no other: exactly, but for one whose first token came within the
+    # few ms between the replica's count and the client's read of it, as a scrape was taken
+    assert router["front_count"] > 0
+    assert abs(router["replica_count"] - router["front_count"]) <= 1, router
     # the front's TTFT holds the replicas' own: what is left is the balancer's and the path's
     assert router["front_ttft_ms"] > router["replica_ttft_ms"] > 0
     assert router["router_ms"] == pytest.approx(

@@ -137,11 +137,12 @@ def router_facts(records: list[RequestRecord], snaps: dict[str, list[MetricSnaps
                 total, count = total + d.sum, count + d.count
             first_ns = min(first_ns or series[0].t_ns, series[0].t_ns)
             last_ns = max(last_ns or series[-1].t_ns, series[-1].t_ns)
-    # the requests the replicas' histograms counted: every one that ended between the scrapes
-    # that bracket the run, the closed loop's ramp (warm-up, sent before the first scrape)
-    # among them, so that both means are over the same requests
+    # the requests the replicas' TTFT histograms counted: every one whose first token came
+    # between the scrapes that bracket the run (vLLM observes TTFT at the first token), the
+    # closed loop's ramp (warm-up, sent before the first scrape) among them, so that both means
+    # are over the same requests
     done = [r for r in records if r.ok and r.first_token_ns is not None
-            and (first_ns is None or first_ns < (r.end_ns or 0) <= (last_ns or 0))]
+            and (first_ns is None or first_ns < r.first_token_ns <= (last_ns or 0))]
     ttfts = [t for r in done if (t := ttft_ms(r)) is not None]
     if not ttfts:
         return None

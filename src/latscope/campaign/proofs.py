@@ -150,17 +150,19 @@ def _gateway_fit(state: Diagnosis) -> tuple[Any, Finding | None]:
         obs = state.observations.get(float(load)) if load is not None else None
         if obs is None:
             continue
-        sizes = _measured_sizes(obs)
+        sizes = _sizes_for_shape(obs)
         if len(sizes) >= 2:
             return gateway_fits(f.impact["share"], sizes), f
     return None, None
 
 
 def _sizes_for_shape(obs: Any) -> list[int]:
-    """The sizes an A/B's run length is cut to: the measured ones, or those the workload's own
-    definition gives where their 95th percentile is the larger. A CI sweep step of 32 requests
-    of a mix with 10% long ones sent one long request, so the measured p95 was a short one's and
-    the runs were cut to the 64-request minimum where the long class needed ~100."""
+    """The sizes a short-first fix is judged on and its A/B's run length cut to: the measured
+    ones, or those the workload's own definition gives where their 95th percentile is the
+    larger. A CI sweep step of 32 requests of a mix with 10% long ones sent one long request,
+    so the measured p95 was a short one's and the runs were cut to the 64-request minimum where
+    the long class needed ~100; another sent none, and the measured sizes' CV of 0 refused the
+    fit of a mix whose definition spreads them (CV 1.7)."""
     from latscope.load.config import WorkloadSpec
     from latscope.load.promptsource import planned_sizes
 
@@ -282,7 +284,7 @@ def _prove_priority(state: Diagnosis, control: ServerControl | None, running: Ru
     from latscope.gateway.fits import gateway_run_shape
 
     obs = state.observations.get(float(load))
-    sizes = _measured_sizes(obs) if obs else []
+    sizes = _sizes_for_shape(obs) if obs else []
     throughput = obs.summary.throughput if obs else None
     rps = throughput.requests_per_s if throughput else None
     tok_s = throughput.total_tokens_per_s if throughput else None
