@@ -92,6 +92,11 @@ def _gain_words(gain: float) -> str:
     return f"rose only {gain:+.0%}" if gain >= 0 else f"fell {-gain:.0%}"
 
 
+def _throughput(p: Point) -> Evidence:
+    return Evidence(f"throughput at c={p.load:g}", round(p.requests_per_s, 3), "req/s",
+                    "the sweep's steady window")
+
+
 def capacity_finding(points: list[Point], knee: float | None, recommended: float | None,
                      findings: list[Finding], gpu: GpuBusy | None, split_at_knee: str,
                      knee_label: str) -> Finding | None:
@@ -134,8 +139,10 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
         sentences.append(f"The API server's own processing was {frontend.impact['share']:.0%} "
                          f"of mean TTFT at {frontend.impact.get('measured_at', 'the top')}: a "
                          "second API server (--api-server-count 2) may add capacity; measure it")
-    evidence = [Evidence(f"throughput at c={p.load:g}", round(p.requests_per_s, 3), "req/s",
-                         "the sweep's steady window") for p in sorted(points, key=lambda p: p.load)]
+    # what the sentence rests on first (the knee, the top, the gain, the queue, the GPU): a
+    # terminal shows a finding's first few lines of evidence, the rest of the curve after them
+    lead = [at, last] if at is not last else [last]
+    evidence = [_throughput(p) for p in lead]
     evidence.append(Evidence("throughput gain per doubling, last step", round(gain, 4), "",
                              f"c={prev.load:g} -> c={last.load:g}"))
     if queue is not None and queue.impact:
@@ -145,6 +152,8 @@ def capacity_finding(points: list[Point], knee: float | None, recommended: float
     if gpu is not None:
         evidence.append(Evidence(f"GPU busy at {gpu.where}", round(gpu.share, 4),
                                  f"share of {gpu.of_what}", gpu.source))
+    evidence += [_throughput(p) for p in sorted(points, key=lambda p: -p.load)
+                 if p not in lead]
     return Finding(
         id="capacity.saturated", severity=Severity.WARNING, layer="capacity",
         title=". ".join(sentences),
