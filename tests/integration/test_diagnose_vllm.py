@@ -46,10 +46,18 @@ def _check_run_dir(report: dict) -> None:
 def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
     # 3 pairs: the fewest whose t interval (4.3 x sd / sqrt(3)) can lie below zero on this
     # box's scatter (2 pairs: t = 12.7); the default 4 only made the test longer (#22)
+    # CUDA_LAUNCH_BLOCKING=1 rides along (diagnose's serve_env reaching the server it starts,
+    # read back from its /proc): it costs nothing on the CPU build
     report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=240,
+                                      serve_env={"CUDA_LAUNCH_BLOCKING": "1"},
                                       loads=(1, 4, 16), output_dir=str(tmp_path / "run"),
                                       max_proofs=1, pairs=3))
     _check_run_dir(report)
+    blocking = {f["id"]: f for f in report["findings"]}["gpu.launch_blocking"]
+    assert any(e["name"] == "CUDA_LAUNCH_BLOCKING" and "/proc/" in e["source"]
+               for e in blocking["evidence"])
+    # nothing to measure it by on the CPU build: information here, and it says so
+    assert blocking["severity"] == "info" and "could not be measured here" in blocking["why"]
     top = _top_cause(report)
     assert top["id"] == "server.queue_max_num_seqs", [f["id"] for f in _acting(report)]
     # vLLM's counters (Running 2 = max_num_seqs 2 with a queue) guarantee the finding and its
@@ -171,14 +179,13 @@ def _check_gateway_ab(report: dict) -> None:
           exp["guard"]["ci95_pct"])
 
 
-def test_a_kv_cache_too_small_for_the_load_is_named_first_and_launch_blocking_is_listed(
-        tmp_path):
-    # 17 blocks of 128 tokens: 2-block requests (128 + 64 tokens) fit eight at a time, so 16
-    # in flight are admitted on their first block and preempted when they need the second.
-    # CUDA_LAUNCH_BLOCKING=1 rides along (diagnose's serve_env reaching the server it starts):
-    # a vLLM start is ~35 s here, and the flag costs nothing on the CPU build
-    report = diagnose(DiagnoseOptions(serve_args=("--num-gpu-blocks-override", "17"),
-                                      serve_env={"CUDA_LAUNCH_BLOCKING": "1"},
+def test_a_kv_cache_too_small_for_the_load_is_named_first(vllm_target_kv, tmp_path):
+    # the session's server of 17 blocks of 128 tokens (conftest): 2-block requests (128 + 64
+    # tokens) fit eight at a time, so 16 in flight are admitted on their first block and
+    # preempted when they need the second. Its flag is read from /proc of the pid found from
+    # its port: a server latscope did not start
+    target = vllm_target_kv
+    report = diagnose(DiagnoseOptions(url=target.url, log=str(target.log_path),
                                       loads=(1, 16), budget_s=150, prove=False,
                                       output_dir=str(tmp_path / "run")))
     _check_run_dir(report)
@@ -188,11 +195,6 @@ def test_a_kv_cache_too_small_for_the_load_is_named_first_and_launch_blocking_is
     ids = {f["id"] for f in report["findings"]}
     assert "server.preemptions" in ids
     assert any("--num-gpu-blocks-override" in p["change"] for p in report["proposals"])
-    blocking = {f["id"]: f for f in report["findings"]}["gpu.launch_blocking"]
-    assert any(e["name"] == "CUDA_LAUNCH_BLOCKING" and "/proc/" in e["source"]
-               for e in blocking["evidence"])
-    # it costs nothing on the CPU build, so it is information here, and says so
-    assert blocking["severity"] == "info" and "could not be measured here" in blocking["why"]
 
 
 def test_debug_and_request_logging_of_a_server_latscope_did_not_start_are_named(

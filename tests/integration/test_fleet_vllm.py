@@ -25,22 +25,11 @@ import pytest
 
 from fleet_parts import NginxBalancer, PrometheusServer
 from independent_traffic import BenchServeTraffic
-from latscope.server.target import LocalTarget
 
 pytestmark = pytest.mark.integration
 TOKEN = "fleet-test-t0ken-4c1d"
 ALIKE_IDS = {"fleet.ttft_imbalance", "fleet.itl_imbalance", "fleet.load_imbalance",
              "fleet.config_mismatch", "fleet.replica_preemptions", "fleet.replica_stall"}
-
-
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory):
-    """A second replica with the default flags: the first one's twin."""
-    target = LocalTarget(log_dir=tmp_path_factory.mktemp("vllm_twin")).start()
-    try:
-        yield target
-    finally:
-        target.stop()
 
 
 def _instance(target) -> str:
@@ -70,8 +59,8 @@ def _traffic(url: str, target, *, prompts: int, rate: float) -> dict:
 
 
 @pytest.fixture(scope="module")
-def fleet(vllm_target, vllm_target_constrained, twin):
-    replicas = [vllm_target, twin, vllm_target_constrained]
+def fleet(vllm_target, vllm_target_constrained, vllm_target_twin, traffic_generator):
+    replicas = [vllm_target, vllm_target_twin, vllm_target_constrained]
     with PrometheusServer([_instance(t) for t in replicas], interval_s=1) as prom, \
             NginxBalancer([_instance(t) for t in replicas]) as lb:
         prom.scraped()

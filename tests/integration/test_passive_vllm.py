@@ -25,7 +25,9 @@ from latscope.campaign.replay import replay
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from independent_traffic import BenchServeTraffic  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# traffic_generator: vllm bench serve imported while the session servers start (conftest)
+pytestmark = [pytest.mark.integration, pytest.mark.slow,
+              pytest.mark.usefixtures("traffic_generator")]
 REPO = Path(__file__).resolve().parents[2]
 WINDOW_S = 15.0
 INFERENCE = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/generate")
@@ -132,17 +134,14 @@ def test_debug_and_request_logging_are_named_under_light_traffic(vllm_target_con
     assert_nothing_sent(report)
 
 
-def test_a_kv_cache_too_small_is_named_first_with_its_preemptions(tmp_path):
-    from latscope.server.target import LocalTarget
-
-    # 17 blocks of 128 tokens; 100-token prompts that grow past a block while decoding 100
-    with LocalTarget(serve_args=("--num-gpu-blocks-override", "17"),
-                     log_dir=tmp_path / "server") as target:
-        before = finished(target.url)
-        with traffic_of(target, num_prompts=100, rate=6.0, input_len=100,
-                        output_len=100) as traffic:
-            wait_for_traffic(target.url, traffic, before)
-            report = passive(target, tmp_path)
+def test_a_kv_cache_too_small_is_named_first_with_its_preemptions(vllm_target_kv, tmp_path):
+    # 17 blocks of 128 tokens (conftest); 100-token prompts that grow past a block while
+    # decoding 100
+    target = vllm_target_kv
+    before = finished(target.url)
+    with traffic_of(target, num_prompts=100, rate=6.0, input_len=100, output_len=100) as traffic:
+        wait_for_traffic(target.url, traffic, before)
+        report = passive(target, tmp_path)
     verdict = report["verdict"]
     assert verdict["finding_id"] in ("server.kv_saturation", "server.preemptions"), \
         verdict["text"]

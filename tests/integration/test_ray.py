@@ -49,7 +49,8 @@ if importlib.util.find_spec("ray") is None:  # find_spec: importing Ray here cos
 from fakeserver import FakeServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# untimed: what its processes did, never a timing or a verdict (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]
 _START_TIMEOUT_S = 150
 _ATTEMPTS = 2
 

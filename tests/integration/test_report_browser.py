@@ -26,7 +26,8 @@ import pytest
 from latscope.report.write import write_reports
 from report_samples import HOSTILE, full_report, hostile_report
 
-pytestmark = pytest.mark.slow
+# untimed: what its processes did, never a timing or a verdict (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]
 
 # As root in a container: no sandbox, no GPU; and nothing that phones home on start, so any
 # request seen is the page's own.

@@ -76,6 +76,7 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+@pytest.mark.untimed
 def test_tune_local_restarts_vllm_per_trial_and_resumes_after_interrupt(tmp_path):
     out = tmp_path / "tune"
     cmd = [sys.executable, "-m", "latscope", "tune", "--local", "--param", "max_num_seqs=2,8",

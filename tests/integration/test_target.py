@@ -166,6 +166,7 @@ def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constra
     assert "Received request" in log or "Added request" in log
 
 
+@pytest.mark.untimed
 def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path):
     from latscope.errors import TargetError
     from latscope.server.target import LocalTarget
@@ -180,6 +181,7 @@ def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path):
     assert not group_members(target.pid)
 
 
+@pytest.mark.untimed
 def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
     pid_file = tmp_path / "latscope" / "target.json"
@@ -228,6 +230,7 @@ def test_cli_up_survives_a_crash_and_down_leaves_nothing(tmp_path):
     assert gone.returncode == 3
 
 
+@pytest.mark.untimed
 def test_sigterm_while_vllm_starts_stops_it_and_exits_130_with_the_cause(tmp_path):
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path)}
     pid_file = tmp_path / "latscope" / "target.json"

@@ -18,7 +18,8 @@ import pytest
 from latscope.campaign.parallel_tune import visible_gpus
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# untimed: what its processes did, never a timing or a verdict (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.untimed]
 
 
 def test_tune_parallel_runs_two_local_servers_at_once(tmp_path):
