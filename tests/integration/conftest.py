@@ -90,7 +90,7 @@ class SessionServers:
             self.started = True
             if self.traffic:  # vllm bench serve's imports (its forkserver's) beside the starts
                 independent_traffic.warm()
-            self._start_all([n for n in self.names if n != name] + [name])
+            self._start_all([name] + [n for n in self.names if n != name])
         if name in self.failed:
             raise self.failed[name]
         if name not in self.targets:  # not among the selected tests' servers: one more start
@@ -128,24 +128,18 @@ def session_servers(request: pytest.FixtureRequest,
         servers.stop()
 
 
-@pytest.fixture(scope="session")
-def vllm_target(session_servers: SessionServers) -> LocalTarget:
-    return session_servers.get("vllm_target")
+def _session_server(name: str):
+    """The session fixture ``name``: that server, from the session's ``SessionServers``."""
+    @pytest.fixture(scope="session", name=name)
+    def server(session_servers: SessionServers) -> LocalTarget:
+        return session_servers.get(name)
+    return server
 
 
-@pytest.fixture(scope="session")
-def vllm_target_constrained(session_servers: SessionServers) -> LocalTarget:
-    return session_servers.get("vllm_target_constrained")
-
-
-@pytest.fixture(scope="session")
-def vllm_target_kv(session_servers: SessionServers) -> LocalTarget:
-    return session_servers.get("vllm_target_kv")
-
-
-@pytest.fixture(scope="session")
-def vllm_target_twin(session_servers: SessionServers) -> LocalTarget:
-    return session_servers.get("vllm_target_twin")
+vllm_target = _session_server("vllm_target")
+vllm_target_constrained = _session_server("vllm_target_constrained")
+vllm_target_kv = _session_server("vllm_target_kv")
+vllm_target_twin = _session_server("vllm_target_twin")
 
 
 @pytest.fixture(scope="session")

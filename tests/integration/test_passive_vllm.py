@@ -3,7 +3,8 @@ not send: vLLM's own `vllm bench serve` (tests/independent_traffic.py). Each pla
 be named first, with its share of the real traffic's server TTFT; the healthy server must get no
 false alarm; and the server's own request counter must rise by exactly the generator's requests
 (latscope sends no inference request). Windows are short (15 s) and traffic small: each test's
-cost is the generator's start (~20 s of imports on 2 cores), the window, and the drain."""
+cost is the window and the drain (the generator forks from a forkserver that imported it while
+the session's servers started: its own start was ~20 s of imports on 2 cores)."""
 
 from __future__ import annotations
 
