@@ -34,6 +34,20 @@ def _compare(capsys, base: str, new: str, out, *extra: str) -> tuple[int, dict, 
     return code, orjson.loads(captured.out), captured.err
 
 
+def test_the_same_configuration_twice_is_no_regression(base_run, vllm_target, tmp_path, capsys):
+    # first, right after the base run: run 5 s after the planted test's, this test once read
+    # TTFT +43% [+20, +70] (#52), while that server (DEBUG logging, spans exported to a port
+    # nobody listens on) was still retrying its span exports, on a 2-core box
+    again = _bench(vllm_target.url, tmp_path / "again", seed=13)
+    code, data, _ = _compare(capsys, base_run, again, tmp_path / "cmp")
+    assert code in (0, 2), data["reasons"]
+    if code == 2:  # undecided or refused, and it says why
+        assert data["reasons"] and all(":" in r for r in data["reasons"])
+    refused = {d["group"] for d in data["differences"] if d["action"] == "refuse"}
+    assert refused <= {"host", "client"}  # only a measurement other work made unreliable
+    assert (data["status"] == "not comparable") == bool(refused)
+
+
 def test_a_planted_max_num_seqs_2_is_a_regression_named_queueing(base_run, vllm_target_constrained,
                                                                 tmp_path, capsys):
     new = _bench(vllm_target_constrained.url, tmp_path / "new", seed=12)
@@ -51,17 +65,6 @@ def test_a_planted_max_num_seqs_2_is_a_regression_named_queueing(base_run, vllm_
     assert state["running_max"]["base"] > 2
     ttft = next(m for m in data["metrics"] if m["metric"] == "ttft_mean")
     assert ttft["verdict"] == "regression" and ttft["within"][0] > 0.10
-
-
-def test_the_same_configuration_twice_is_no_regression(base_run, vllm_target, tmp_path, capsys):
-    again = _bench(vllm_target.url, tmp_path / "again", seed=13)
-    code, data, _ = _compare(capsys, base_run, again, tmp_path / "cmp")
-    assert code in (0, 2), data["reasons"]
-    if code == 2:  # undecided or refused, and it says why
-        assert data["reasons"] and all(":" in r for r in data["reasons"])
-    refused = {d["group"] for d in data["differences"] if d["action"] == "refuse"}
-    assert refused <= {"host", "client"}  # only a measurement other work made unreliable
-    assert (data["status"] == "not comparable") == bool(refused)
 
 
 def test_another_workload_is_refused_with_the_difference_listed(base_run, vllm_target, tmp_path,
