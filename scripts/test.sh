@@ -45,7 +45,7 @@ echo "phase 1 (unit and untimed integration tests, ${workers} workers): exit ${u
 # The 20 slowest serial tests are printed (#22 tracks the suite's time); the summary stays the
 # run's last line (CI reads it)
 mapfile -t serial_units < <(grep -rl --include='test_*.py' 'mark\.serial' tests/unit | sort)
-"$PY" -m pytest -q -m serial --durations=20 tests/integration "${serial_units[@]}"
+"$PY" -m pytest -q -m serial --durations=20 "${serial_units[@]}" tests/integration
 serial_rc=$?
 set -e
 [ "$unit_rc" -ne 0 ] && exit "$unit_rc"

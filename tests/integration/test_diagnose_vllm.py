@@ -43,64 +43,16 @@ def _check_run_dir(report: dict) -> None:
         assert share is None or 0.0 <= share <= 1.0
 
 
-# The two diagnoses that start their own servers (and their A/B's B servers): each start is one
-# core busy for ~35 s, so the two runs go side by side in their starts and one at a time in
-# everything they measure (tests/stepped.py); the max_num_seqs one first
-OWN_SERVERS = ("test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven",
-               "test_queueing_under_a_spread_mix_gets_priority_and_the_gateway_proven_by_ab")
-
-
-def _max_num_seqs_options(out: Path) -> DiagnoseOptions:
+def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
     # 3 pairs: the fewest whose t interval (4.3 x sd / sqrt(3)) can lie below zero on this
     # box's scatter (2 pairs: t = 12.7); the default 4 only made the test longer (#22)
     # CUDA_LAUNCH_BLOCKING=1 rides along (diagnose's serve_env reaching the server it starts,
     # read back from its /proc): it costs nothing on the CPU build. Loads up to 8: two slots
     # leave 6 of 8 waiting there (c=16 took 15 s of the sweep and was never the A/B's load)
-    return DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=240,
-                           serve_env={"CUDA_LAUNCH_BLOCKING": "1"},
-                           loads=(1, 4, 8), output_dir=str(out), max_proofs=1, pairs=3)
-
-
-def _spread_mix_options(out: Path) -> DiagnoseOptions:
-    # 90% short (16 in, 4 out), 10% long (192 in, 96 out): size CV ~1.7, past the 1 the
-    # gateway asks for; two sequences at a time make a queue at c=16. The flag fix is only
-    # proposed here (max_proofs=0), so the prove time goes to the two short-first fixes, each
-    # its own A/B: vLLM's priority policy with the gateway's cost tags (first: in-engine, the
-    # likelier one), then the gateway's queue, with what the budget has left. Each run is sized
-    # to five aging horizons of the long requests after one of warm-up (~100 requests), so the
-    # long class sets the test's time: at 512/256 (CV 1.9) it took 218 s with one core busy
-    # (#22), at 256/128 352 s in a whole serial run (#52: hence 192/96). Two pairs each, what
-    # the checks of structure need (the gains are not asserted: this box's figures are in
-    # docs/gateway.md). The budget holds the ~70 s this run waits, paused, for the other's.
-    return DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=720,
-                           loads=(1, 16), mix="short:0.9:16:4,long:0.1:192:96",
-                           output_dir=str(out), max_proofs=0, pairs=2)
-
-
-@pytest.fixture(scope="module")
-def own_server_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """The selected ones of the two diagnoses, by test name; both selected, they are
-    interleaved: the max_num_seqs run ends here, the spread-mix run waits before its A/B."""
-    from functools import partial
-
-    from stepped import DIAGNOSE_PAUSES, SteppedRun, interleave
-
-    options = dict(zip(OWN_SERVERS, (_max_num_seqs_options, _spread_mix_options)))
-    selected = {item.name for item in request.session.items}
-    runs = {name: SteppedRun(name, partial(diagnose, options[name](
-                tmp_path_factory.mktemp("diagnose") / "run")), DIAGNOSE_PAUSES)
-            for name in OWN_SERVERS if name in selected}
-    try:
-        if len(runs) == 2:
-            interleave(*runs.values())
-        yield runs
-    finally:
-        for run in runs.values():  # one whose test never read it: its servers stopped
-            run.abandon()
-
-
-def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(own_server_runs):
-    report = own_server_runs[OWN_SERVERS[0]].finish()
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=240,
+                                      serve_env={"CUDA_LAUNCH_BLOCKING": "1"},
+                                      loads=(1, 4, 8), output_dir=str(tmp_path / "run"),
+                                      max_proofs=1, pairs=3))
     _check_run_dir(report)
     blocking = {f["id"]: f for f in report["findings"]}["gpu.launch_blocking"]
     assert any(e["name"] == "CUDA_LAUNCH_BLOCKING" and "/proc/" in e["source"]
@@ -143,9 +95,19 @@ def _client_reliable(run_dir: str) -> bool:
     return client_reliability(summary, None).reliable
 
 
-def test_queueing_under_a_spread_mix_gets_priority_and_the_gateway_proven_by_ab(
-        own_server_runs):
-    report = own_server_runs[OWN_SERVERS[1]].finish()
+def test_queueing_under_a_spread_mix_gets_priority_and_the_gateway_proven_by_ab(tmp_path):
+    # 90% short (16 in, 4 out), 10% long (192 in, 96 out): size CV ~1.7, past the 1 the
+    # gateway asks for; two sequences at a time make a queue at c=16. The flag fix is only
+    # proposed here (max_proofs=0), so the prove time goes to the two short-first fixes, each
+    # its own A/B: vLLM's priority policy with the gateway's cost tags (first: in-engine, the
+    # likelier one), then the gateway's queue, with what the budget has left. Each run is sized
+    # to five aging horizons of the long requests after one of warm-up (~100 requests), so the
+    # long class sets the test's time: at 512/256 (CV 1.9) it took 218 s with one core busy
+    # (#22), at 256/128 352 s in a whole serial run (#52: hence 192/96). Two pairs each, what the checks of structure need (the gains are not asserted:
+    # this box's figures are in docs/gateway.md).
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=720,
+                                      loads=(1, 16), mix="short:0.9:16:4,long:0.1:192:96",
+                                      output_dir=str(tmp_path / "run"), max_proofs=0, pairs=2))
     _check_run_dir(report)
     _check_priority_ab(report)
     _check_gateway_ab(report)
