@@ -23,8 +23,9 @@ from latscope.server.process import group_members
 
 pytestmark = pytest.mark.integration
 
-# a long request: max_model_len is 2048 and the prompt a few tokens
-LONG_TOKENS = 1900
+# a long request (max_model_len is 2048 and the prompt a few tokens): 1900 took 15-23 s of
+# the serial phase at DEBUG logging; 1000 hold the state the test reads as long as it needs
+LONG_TOKENS = 1000
 
 
 def _post(url: str, body: dict, timeout: float = 120) -> dict:
@@ -128,8 +129,8 @@ def test_constrained_target_caps_the_batch_and_logs_requests(vllm_target_constra
     # things took (six short requests raced the box: the running gauge was once seen to peak at
     # 0, and a queue-time bound, a ratio of two timings, failed on a faster CI machine). Two
     # long requests and four short ones at once: whenever three are in the engine, one scrape
-    # shows running == 2 with some waiting, and the long ones (1900 tokens: ~0.5 s on a fast
-    # box, 1-3 s here) hold that state far longer than a 10 ms poll needs. Sending the short
+    # shows running == 2 with some waiting, and the long ones (1000 tokens: ~0.3 s on a fast
+    # box, ~8 s here) hold that state far longer than a 10 ms poll needs. Sending the short
     # ones only once both long ones ran failed beside a busy core (load average 24): the API
     # server was too starved to start both long ones together.
     target = vllm_target_constrained
