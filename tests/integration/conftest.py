@@ -112,10 +112,8 @@ class SessionServers:
             list(pool.map(start, names))
 
     def stop(self) -> None:
-        """All at once: a stop can wait out its grace (the constrained server's exporter still
-        retries its spans: 14 s), and one after another those waits add up."""
-        with ThreadPoolExecutor(max_workers=max(1, len(self.targets))) as pool:
-            list(pool.map(LocalTarget.stop, self.targets.values()))
+        for target in self.targets.values():
+            target.stop()
 
 
 @pytest.fixture(scope="session")
