@@ -40,7 +40,7 @@ set +e
 unit_rc=$?
 echo "phase 1 (unit and untimed integration tests, ${workers} workers): exit ${unit_rc} in" \
   "$(( $(date +%s) - start )) s; phase 2: the serial tests"
-# Only the files that hold serial tests are collected (8 s for all 1,500 tests, ~3 s for these):
+# Only the files that hold serial tests are collected (8-13 s for all 1,500 tests, 2 s these):
 # every integration test (conftest marks them) and the unit files that say `mark.serial`.
 # The 20 slowest serial tests are printed (#22 tracks the suite's time); the summary stays the
 # run's last line (CI reads it)
