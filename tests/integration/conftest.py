@@ -69,9 +69,9 @@ def _server_kwargs() -> dict[str, dict]:
 
 class SessionServers:
     """The session servers the selected tests use, all started at the first ask, two at a time
-    (a start is one core busy for ~33 s: two side by side take about as long as one on a
-    2-core box; four take 72 s so, ~132 s one after another), and waited for before any test
-    goes on, so that no test is timed beside a start. Stopped (each its process group) at session end."""
+    (a start is one core busy for ~33 s; on a 2-core box four take 72-87 s so, ~132 s one after
+    another), and waited for before any test goes on, so that no test is timed beside a start.
+    Stopped (each its process group) at session end."""
 
     def __init__(self, names: list[str], tmp_path_factory: pytest.TempPathFactory,
                  traffic: bool = False) -> None:
