@@ -9,19 +9,29 @@ pinned commits in its manifest); the vLLM server recordings under ``vllm/`` are 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+SHIMS = REPO / "tests" / "shims"
 
 # Test this checkout's code, also in the `python -m latscope` subprocesses some tests start, even
 # when the installed (editable) latscope points at another checkout.
+_paths = [str(REPO / "src")]
+# Where rfc3987-syntax is installed (Jupyter's jsonschema extra), every process of the session,
+# this one, each vLLM, Ray node and CLI it starts, sees it absent: its import alone took ~10 s of
+# every vLLM start (tests/shims/rfc3987_syntax says what was measured)
+if importlib.util.find_spec("rfc3987_syntax") is not None:
+    _paths.insert(0, str(SHIMS))
+    sys.path.insert(0, str(SHIMS))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)
+    p for p in (*_paths, os.environ.get("PYTHONPATH", "")) if p)
 
 # The Ctrl-C tests send SIGINT to `python -m latscope` subprocesses. A suite started in the
 # background by a script (`nohup .ci/run &`) inherits SIGINT ignored, and so would those

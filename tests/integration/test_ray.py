@@ -10,8 +10,9 @@ Why the start is arranged as it is (Ray 2.60, measured on a 2-core box at load 1
   ``rfc3987-syntax`` is installed (``jsonschema[format-nongpl]``, pulled in by Jupyter), that
   import builds ~40 Earley parsers: 3.2 s CPU instead of 0.8 s, 13 s wall under that load, so
   the raylet died. The nodes started here therefore see a ``rfc3987_syntax`` that raises
-  ImportError (a PYTHONPATH entry of this fixture), which jsonschema treats as the optional
-  package being absent; nothing in Ray or latscope checks the ``iri`` format.
+  ImportError (tests/shims, on the PYTHONPATH of the whole test session: tests/conftest.py),
+  which jsonschema treats as the optional package being absent; nothing in Ray or latscope
+  checks the ``iri`` format.
 - The agent ports are left to the agent (0): the raylet then waits for the three files one
   after the other, 15 s each, instead of one 15 s window for the last of them.
 - No log monitor (``--include-log-monitor=false``), no dashboard: fewer Python processes
@@ -65,21 +66,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cluster_env(base: Path) -> dict[str, str]:
-    """The environment of the nodes and of the latscope drivers: this checkout's latscope and,
-    where it is installed, a ``rfc3987_syntax`` that is absent (see the module docstring; for
-    the drivers it only saves the test ~8 s of ``import ray`` each)."""
-    paths = [str(REPO / "src")]
-    if importlib.util.find_spec("rfc3987_syntax") is not None:
-        shim = base / "shim" / "rfc3987_syntax"
-        shim.mkdir(parents=True, exist_ok=True)
-        (shim / "__init__.py").write_text(
-            'raise ImportError("hidden from the test cluster: its import costs the Ray '
-            'agent the raylet\'s 15 s start window")\n')
-        paths.insert(0, str(shim.parent))
-    if os.environ.get("PYTHONPATH"):
-        paths.append(os.environ["PYTHONPATH"])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+def _cluster_env() -> dict[str, str]:
+    """The environment of the nodes and of the latscope drivers: the session's, whose
+    PYTHONPATH holds this checkout's latscope and, where it is installed, hides
+    ``rfc3987_syntax`` (tests/conftest.py; see the module docstring)."""
+    return dict(os.environ)
 
 
 def _start_node(args: list[str], temp_dir: Path, log: Path, env: dict[str, str]
@@ -155,7 +146,7 @@ def ray_cluster(tmp_path_factory):
     base = Path(f"/tmp/lsray-{os.getpid()}")  # short: Ray's unix socket paths must fit 107 chars
     base.mkdir(exist_ok=True)
     logs = tmp_path_factory.mktemp("raylogs")
-    env = _cluster_env(base)
+    env = _cluster_env()
     port = _free_port()
     procs: list[subprocess.Popen] = []
     try:
