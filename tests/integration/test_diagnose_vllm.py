@@ -43,45 +43,22 @@ def _check_run_dir(report: dict) -> None:
         assert share is None or 0.0 <= share <= 1.0
 
 
-def test_max_num_seqs_queueing_under_a_spread_mix_is_named_and_each_fix_proven_by_ab(tmp_path):
-    """One server with two sequences at a time, diagnosed under a spread mix, and every fix
-    diagnose can prove on it, each its own A/B against the same A server: the flag
-    (--max-num-seqs), vLLM's priority policy with the gateway's cost tags, and the gateway's
-    queue. One diagnosis, not one a fix: the A server's start and the sweep were 47-77 s of a
-    2-core box in each of the two diagnoses this test replaced (#52)."""
-    # 90% short (16 in, 4 out), 10% long (192 in, 96 out): size CV ~1.7, past the 1 the
-    # gateway asks for; two sequences at a time make a queue at c=16, the proof load of all
-    # three. Each short-first run is sized to five aging horizons of the long requests after
-    # one of warm-up (~100 requests), so the long class sets their time: at 512/256 (CV 1.9) the
-    # priority and gateway A/Bs took 218 s with one core busy (#22), at 256/128 352 s in a whole
-    # serial run (#52: hence 192/96). Two pairs each: the flag's gain at c=16 keeps its
-    # interval far below zero even at t = 12.7 (TTFT -85.8%, 95% CI -91.3% .. -76.9% here), and
-    # the short-first fixes' gains are not asserted (this box's figures are in docs/gateway.md).
-    # The whole test took 214 s here; the two diagnoses it replaced, 304 and 350 s in the last
-    # two whole runs before it (#52).
+def test_max_num_seqs_queueing_is_named_first_and_the_fix_is_proven(tmp_path):
+    # 3 pairs: the fewest whose t interval (4.3 x sd / sqrt(3)) can lie below zero on this
+    # box's scatter (2 pairs: t = 12.7); the default 4 only made the test longer (#22)
     # CUDA_LAUNCH_BLOCKING=1 rides along (diagnose's serve_env reaching the server it starts,
-    # read back from its /proc): it costs nothing on the CPU build.
-    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=900,
+    # read back from its /proc): it costs nothing on the CPU build. Loads up to 8: two slots
+    # leave 6 of 8 waiting there (c=16 took 15 s of the sweep and was never the A/B's load)
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=240,
                                       serve_env={"CUDA_LAUNCH_BLOCKING": "1"},
-                                      loads=(1, 16), mix="short:0.9:16:4,long:0.1:192:96",
-                                      output_dir=str(tmp_path / "run"), max_proofs=1, pairs=2))
+                                      loads=(1, 4, 8), output_dir=str(tmp_path / "run"),
+                                      max_proofs=1, pairs=3))
     _check_run_dir(report)
-    _check_launch_blocking(report)
-    _check_max_num_seqs_ab(report)
-    _check_priority_ab(report)
-    _check_gateway_ab(report)
-
-
-def _check_launch_blocking(report: dict) -> None:
     blocking = {f["id"]: f for f in report["findings"]}["gpu.launch_blocking"]
     assert any(e["name"] == "CUDA_LAUNCH_BLOCKING" and "/proc/" in e["source"]
                for e in blocking["evidence"])
     # nothing to measure it by on the CPU build: information here, and it says so
     assert blocking["severity"] == "info" and "could not be measured here" in blocking["why"]
-
-
-def _check_max_num_seqs_ab(report: dict) -> None:
-    """Queueing behind max_num_seqs named first, and raising the flag proven by an A/B."""
     top = _top_cause(report)
     assert top["id"] == "server.queue_max_num_seqs", [f["id"] for f in _acting(report)]
     # vLLM's counters (Running 2 = max_num_seqs 2 with a queue) guarantee the finding and its
@@ -90,11 +67,11 @@ def _check_max_num_seqs_ab(report: dict) -> None:
     assert top["impact"]["share"] >= 0.5
     assert report["verdict"]["finding_id"] == top["id"] and not report["verdict"]["healthy"]
     assert "queueing" in report["verdict"]["text"] and "max_num_seqs" in report["verdict"]["text"]
-    [exp] = [e for e in report["experiments"] if e["finding_id"] == top["id"]
-             and e["change"].startswith("--max-num-seqs")]
-    assert exp["arms"][:4] == ["A", "B", "A", "B"]
-    # the lowest load where queueing is half of TTFT, of the two the sweep ran
-    assert exp["load"] == 16
+    [exp] = [e for e in report["experiments"] if e["finding_id"] == top["id"]]
+    assert exp["change"].startswith("--max-num-seqs") and exp["arms"][:4] == ["A", "B", "A", "B"]
+    # the lowest load where queueing is half of TTFT: c=4 on most boxes; on a fast one the
+    # spread sizes and staggered starts left c=4's queue below half, and the next was chosen
+    assert exp["load"] in (4, 8)
     assert all(r is None or r < 0.5 for r in exp["prefix_cache_hit_rate"]["B"])
     # the fix's gain is asserted where latscope's client could time the runs: on a 2-core box
     # at load average ~10 (two CPU vLLMs side by side), 6 of 8 runs had event-loop lag p99 up
@@ -107,7 +84,6 @@ def _check_max_num_seqs_ab(report: dict) -> None:
     else:
         assert exp["b_mean"] < exp["a_mean"], exp  # the direction holds even then
         assert f"unreliable in {len(unreliable)} of {len(exp['arms'])} runs" in exp["note"]
-    print("max_num_seqs A/B:", exp["change"], exp["change_pct"], exp["ci95_pct"])
 
 
 def _client_reliable(run_dir: str) -> bool:
@@ -117,6 +93,24 @@ def _client_reliable(run_dir: str) -> bool:
 
     summary = summary_of(read_json(Path(run_dir) / "summary.json"))
     return client_reliability(summary, None).reliable
+
+
+def test_queueing_under_a_spread_mix_gets_priority_and_the_gateway_proven_by_ab(tmp_path):
+    # 90% short (16 in, 4 out), 10% long (192 in, 96 out): size CV ~1.7, past the 1 the
+    # gateway asks for; two sequences at a time make a queue at c=16. The flag fix is only
+    # proposed here (max_proofs=0), so the prove time goes to the two short-first fixes, each
+    # its own A/B: vLLM's priority policy with the gateway's cost tags (first: in-engine, the
+    # likelier one), then the gateway's queue, with what the budget has left. Each run is sized
+    # to five aging horizons of the long requests after one of warm-up (~100 requests), so the
+    # long class sets the test's time: at 512/256 (CV 1.9) it took 218 s with one core busy
+    # (#22), at 256/128 352 s in a whole serial run (#52: hence 192/96). Two pairs each, what the checks of structure need (the gains are not asserted:
+    # this box's figures are in docs/gateway.md).
+    report = diagnose(DiagnoseOptions(serve_args=("--max-num-seqs", "2"), budget_s=720,
+                                      loads=(1, 16), mix="short:0.9:16:4,long:0.1:192:96",
+                                      output_dir=str(tmp_path / "run"), max_proofs=0, pairs=2))
+    _check_run_dir(report)
+    _check_priority_ab(report)
+    _check_gateway_ab(report)
 
 
 def _check_priority_ab(report: dict) -> None:
