@@ -6,6 +6,14 @@ Rules of the experiment (each one a way A/B results are commonly wrong):
 - every run has its own prompts (its own seed, ``arm_seed``), so no arm is served from another
   arm's prefix cache, nor from an earlier experiment's or campaign's; each run's prefix-cache
   hit rate is recorded beside it;
+- the two runs of a pair send requests of the same sizes in the same order (``pair_size_seed``,
+  texts of their own): under a spread mix a run's mean moves with how many long requests it
+  drew, and a pair whose A drew few and whose B many read that as the fix's effect (two pairs
+  of 64 requests at c=16, 10% long: B/A 0.10 and 0.29, a 95% interval from -100% to +14,136%
+  for a fix that took mean TTFT from ~930 to ~160 ms). Measured on the CPU target with that
+  fix and mix, 12 pairs each way in alternated blocks: the SD of the pairs' log ratios was
+  0.249 and 0.248 with the same sizes, 0.366 and 0.389 without, so intervals a third narrower
+  (as from ~2.3x the pairs); what is left is the runs' own timing;
 - the change is the pair-wise ratio B/A of the finding's metric, with a 95% t interval on the log
   ratios (``analysis.tune.paired_change``); a fix whose interval includes zero "did not
   measurably help", and the report says so.
@@ -20,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
 from latscope.analysis.tune import PairedChange
-from latscope.campaign.observe import observe, with_load
+from latscope.campaign.observe import observe, run_seed, with_load
 from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Running, ServerControl
 from latscope.errors import LatscopeError
@@ -127,6 +135,12 @@ def arm_seed(out_dir: Path, pair: int, arm: str, attempt: int, seed0: int = 10_0
     return experiment * 100_000 + seed0 + 2 * pair + (arm == "B") + 1000 * attempt
 
 
+def pair_size_seed(base: BenchConfig, out_dir: Path, pair: int, seed0: int = 10_000) -> int:
+    """The request sizes' seed of both runs of A/B pair ``pair`` (and of their re-runs): their
+    A run's first seed, so that sizes differ from pair to pair as they would between runs."""
+    return run_seed(base.seed, arm_seed(out_dir, pair, "A", 0, seed0))
+
+
 def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                    base: BenchConfig, load: int, out_dir: Path, *, pairs: int = 3,
                    requests: int | None = None, progress: Progress = lambda _: None,
@@ -150,6 +164,7 @@ def run_experiment(proposal: Proposal, control: ServerControl, current: Running,
                         cfg = with_load(_at(base, url, model, tokenizer), concurrency=load,
                                         num_requests=n, output_dir=run_dir, warmup=warmup,
                                         seed=arm_seed(out_dir, i, arm, attempt, seed0))
+                        cfg.size_seed = pair_size_seed(base, out_dir, i, seed0)
                         obs = observe(cfg, scrape_interval_s=scrape_interval_s,
                                       metrics_url=metrics_url)
                         if (obs.client.reliable or attempt == RERUNS_UNRELIABLE

@@ -103,6 +103,10 @@ class BenchConfig:
     duration_s: float | None = None
     warmup: int = 0  # requests sent (and waited for) before measuring, excluded from stats
     seed: int = 0
+    # the request sizes' own seed (mix entry, lengths, shared prefix or not; the texts stay the
+    # seed's): an A/B gives both runs of a pair the same one (campaign.experiment). None: the
+    # sizes come from ``seed`` too
+    size_seed: int | None = None
     # closed loop: the slots' first sends spread over one request time (latscope.load.stagger);
     # False sends them all at once (a burst, on purpose)
     stagger: bool = True

@@ -34,6 +34,7 @@ _AHEAD_PROMPTS = 65_536  # prompts built ahead of the sends, at most
 _AHEAD_TOKENS = 8 << 20  # prompt tokens built ahead, at most (~6 B of text each: ~50 MB)
 _REFILL_SLICE_NS = 500_000  # building during a run: at most this much of one loop turn
 _PREFIX_STREAM = 2**62  # the shared prefix's random stream (indices stay below it)
+_SIZE_STREAM = 2**62 + 1  # the sizes' stream where they have a seed of their own
 
 
 @dataclass(slots=True)
@@ -164,10 +165,14 @@ class FixedPrompts(list[Prompt]):
 
 
 class SyntheticPrompts:
-    """Prompt k of a synthetic workload, built from (seed, k) when the run needs it."""
+    """Prompt k of a synthetic workload, built from (seed, k) when the run needs it; its size
+    (mix entry, lengths, shared prefix or not) from (size_seed, k) where that is given, so that
+    two runs send requests of the same sizes in the same order with texts of their own."""
 
-    def __init__(self, spec: WorkloadSpec, maker: PromptMaker, seed: int, count: int) -> None:
+    def __init__(self, spec: WorkloadSpec, maker: PromptMaker, seed: int, count: int,
+                 size_seed: int | None = None) -> None:
         self.spec, self.maker, self.seed, self.count = spec, maker, seed, count
+        self.size_seed = size_seed
         self.mix = spec.mix or [MixEntry("default", 1.0, LengthDist.parse(spec.input_len),
                                          LengthDist.parse(spec.output_len))]
         weights = np.asarray([m.weight for m in self.mix], dtype=np.float64)
@@ -208,12 +213,15 @@ class SyntheticPrompts:
 
     def build(self, index: int) -> Prompt:
         """Prompt ``index``: its mix entry, lengths, shared prefix and text, from its own
-        random stream."""
+        random stream (the first three from the size seed's, where there is one)."""
         rng = np.random.default_rng([self.seed, index])
+        sizes = rng if self.size_seed is None else np.random.default_rng(
+            [self.size_seed, index, _SIZE_STREAM])
         entry = self.mix[0] if len(self.mix) == 1 else self.mix[min(
-            int(np.searchsorted(self._cumulative, rng.random(), side="right")), len(self.mix) - 1)]
-        n_in, n_out = _length(entry.input_len, rng), _length(entry.output_len, rng)
-        if self.spec.prefix_len and rng.random() < self.spec.prefix_fraction:
+            int(np.searchsorted(self._cumulative, sizes.random(), side="right")),
+            len(self.mix) - 1)]
+        n_in, n_out = _length(entry.input_len, sizes), _length(entry.output_len, sizes)
+        if self.spec.prefix_len and sizes.random() < self.spec.prefix_fraction:
             n_in = max(n_in, self.spec.prefix_len + 1)
             text, actual = self.maker.make(rng, n_in, self.prefix_ids)
             group = "shared_prefix" if len(self.mix) == 1 else f"{entry.name}+shared_prefix"

@@ -148,7 +148,7 @@ async def arun_bench(config: BenchConfig, observers: Iterable[RunObserver] = (),
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
-                                       tokenizer, config.seed)
+                                       tokenizer, config.seed, config.size_seed)
     # indices are sent in order from 0 (warm-up first): the first are built before the run.
     # Only a closed-loop --duration run has no last index; building past the last index of the
     # others doubled an -n run's prompt building (the refill kept the unsent half topped up).

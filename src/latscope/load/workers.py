@@ -258,7 +258,7 @@ async def arun_workers(config: BenchConfig, workers: int | None, *, backend: str
     tokenizer = await asyncio.to_thread(pick_tokenizer, config, base_url, model, headers)
     await asyncio.to_thread(check_lengths, config, base_url, headers)
     workload = await asyncio.to_thread(build_workload, config.workload, prompt_count(config),
-                                       tokenizer, config.seed)
+                                       tokenizer, config.seed, config.size_seed)
     shares = plan_shares(config, workers, len(workload.prompts))
     # the driver sends the warm-up; each worker builds its own share's prompts
     await asyncio.to_thread(workload.prompts.prebuild, range(config.warmup), config.warmup)

@@ -180,9 +180,12 @@ class Workload:
     notes: list[str] = field(default_factory=list)
 
 
-def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: int) -> Workload:
-    """``count`` prompts for ``spec``, reproducible from ``seed``: synthetic ones with a local
-    tokenizer are built as the run sends them (``prebuild`` builds the first), the others now."""
+def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: int,
+                   size_seed: int | None = None) -> Workload:
+    """``count`` prompts for ``spec``, reproducible from ``seed`` (their sizes from
+    ``size_seed`` where it is given, synthetic ones only: a dataset's prompts are their own
+    sizes): synthetic ones with a local tokenizer are built as the run sends them (``prebuild``
+    builds the first), the others now."""
     maker = PromptMaker(tokenizer)
     notes: list[str] = []
     prompts: FixedPrompts | SyntheticPrompts
@@ -191,7 +194,7 @@ def build_workload(spec: WorkloadSpec, count: int, tokenizer: Tokenizer, seed: i
             prompts = FixedPrompts(_dataset_prompts(spec, count, tokenizer,
                                                     np.random.default_rng(seed), notes))
         else:
-            prompts = SyntheticPrompts(spec, maker, seed, count)
+            prompts = SyntheticPrompts(spec, maker, seed, count, size_seed)
             if isinstance(tokenizer, ServerTokenizer):  # never asked during the measurement
                 prompts = FixedPrompts(prompts.build(k) for k in range(count))
     finally:  # a server tokenizer's kept connection is not held through the run

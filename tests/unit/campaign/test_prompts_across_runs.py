@@ -71,3 +71,42 @@ def test_every_ab_run_of_a_campaign_has_prompts_of_its_own():
              for arm in "AB" for attempt in range(2)]
     assert len(set(seeds)) == len(seeds)
     assert arm_seed(Path("a/gateway"), 1, "B", 0) == arm_seed(Path("b/gateway"), 1, "B", 0)
+
+
+@pytest.mark.slow
+def test_the_runs_of_an_ab_pair_send_the_same_sizes_with_texts_of_their_own(tmp_path):
+    """Under a spread mix a run's mean moves with how many long requests it drew: both runs of
+    a pair draw the same sizes in the same order (and so compare the fix, not the draw), each
+    with prompts of its own; pairs draw sizes of their own, as separate runs would."""
+    from latscope.campaign.experiment import run_experiment
+    from latscope.campaign.proofs import _NoControl
+    from latscope.campaign.proposals import Proposal
+    from latscope.campaign.servers import Change, Running
+    from latscope.load import WorkloadSpec, read_run
+    from latscope.load.config import parse_mix
+
+    mix = parse_mix("short:0.8:8..16:4,long:0.2:48..64:12..20")
+    with FakeServer(ttft_ms=2, itl_ms=1) as server:
+        base = BenchConfig(url=server.url, workload=WorkloadSpec(mix=mix))
+        current = Running(url=server.url, model=None, pid=None, log_path=None,
+                          tokenizer_dir=None, start_s=0.0)
+        # B through latscope's gateway: an A/B that needs no server restart
+        proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
+                            gateway={"policy": "sjf", "max_inflight": 2}, requests=40, warmup=4)
+        exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
+                             scrape_interval_s=0)
+        sent = [t.prompt for t in server.truth().values()]
+    assert len(sent) >= 4 * 44 and len(set(sent)) == len(sent)  # every prompt its own
+
+    def sizes(run_dir: str) -> dict[int, tuple]:
+        """Each request's size by its index (a run's stagger ramp may add a warm-up request
+        or two, so its measured ones start an index later: the sizes of an index still match)."""
+        return {r.index: (r.group, r.prompt_tokens, r.expected_output_tokens)
+                for r in read_run(Path(run_dir))[1]}
+
+    a1, b1, a2, b2 = (sizes(d) for d in exp.ab_result().run_dirs)  # re-runs included
+    for a, b in ((a1, b1), (a2, b2)):
+        both = a.keys() & b.keys()
+        assert len(both) >= 42 and all(a[k] == b[k] for k in both)
+    assert [a1[k] for k in range(44)] != [a2[k] for k in range(44)]
+    assert {g for g, _, _ in a1.values()} == {"short", "long"}

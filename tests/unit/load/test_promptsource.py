@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from latscope.load import prepare, promptsource
-from latscope.load.config import BenchConfig, WorkloadSpec
+from latscope.load.config import BenchConfig, WorkloadSpec, parse_mix
 from latscope.load.promptsource import FixedPrompts, SyntheticPrompts
 from latscope.load.runner import run_bench
 from latscope.load.workers import run_workers
@@ -162,3 +162,27 @@ def test_the_manifest_counts_groups_only_where_every_prompt_was_built_before_the
     longer = build_workload(spec, 50, WordTokenizer(), seed=2).prompts
     longer.prebuild(range(10), 10)  # a driver that builds only the warm-up
     assert longer.groups_built() is None
+
+
+def test_a_size_seed_of_its_own_keeps_the_sizes_and_changes_only_the_texts():
+    """Two runs with one size seed send requests of the same mix entries and lengths in the same
+    order (an A/B pair: campaign.experiment), each with texts of its own (no prefix cache
+    between them); another size seed draws other sizes."""
+    spec = WorkloadSpec(mix=parse_mix("short:0.8:8..24:2..6,long:0.2:64..96:20..40"))
+    spec.prefix_len, spec.prefix_fraction = 4, 0.3
+
+    def prompts(seed: int, size_seed: int | None) -> list:
+        built = build_workload(spec, 60, WordTokenizer(), seed=seed, size_seed=size_seed).prompts
+        return [built[k] for k in range(60)]
+
+    def sizes(run: list) -> list[tuple]:
+        return [(p.group, p.prompt_tokens, p.output_tokens) for p in run]
+
+    a, b = prompts(11, size_seed=7), prompts(12, size_seed=7)
+    assert sizes(a) == sizes(b)
+    assert {p.group for p in a} == {"short", "long", "short+shared_prefix", "long+shared_prefix"}
+    assert not {p.text for p in a} & {p.text for p in b}  # nothing for a prefix cache to serve
+    assert sizes(prompts(11, size_seed=8)) != sizes(a)
+    # without one the seed draws both, as before: the same seed, the same prompts
+    assert [p.text for p in prompts(11, None)] == [p.text for p in prompts(11, None)]
+    assert sizes(prompts(11, None)) != sizes(prompts(12, None))
