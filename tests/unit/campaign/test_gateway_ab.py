@@ -18,8 +18,8 @@ from latscope.campaign.experiment import metric_of, run_experiment, size_class
 from latscope.campaign.proposals import Proposal
 from latscope.campaign.servers import Change, Running
 from latscope.load import BenchConfig, WorkloadSpec
-from latscope.load.config import parse_mix
 from latscope.model import RequestRecord
+from abresults import gateway_ab  # tests/
 from summaries import bench_summary  # tests/
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: fakeserver
@@ -58,16 +58,9 @@ def test_uniform_sizes_have_no_long_class():
 
 @pytest.mark.slow
 def test_gateway_ab_alternates_direct_and_gateway_runs(tmp_path):
-    mix = parse_mix("short:0.8:8:4,long:0.2:64:40")
     with FakeServer(ttft_ms=5, itl_ms=1) as server:
-        base = BenchConfig(url=server.url, workload=WorkloadSpec(mix=mix))
-        current = Running(url=server.url, model=None, pid=None, log_path=None,
-                          tokenizer_dir=None, start_s=0.0)
-        proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
-                            guard="long_e2e_mean_ms", gateway={"policy": "sjf", "max_inflight": 2},
-                            requests=30, warmup=7)
-        exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
-                             scrape_interval_s=0)
+        exp = gateway_ab(server.url, "short:0.8:8:4,long:0.2:64:40", tmp_path, requests=30,
+                         warmup=7)
     result = exp.ab_result().to_dict()
     assert result["arms"] == ["A", "B", "A", "B"]
     assert result["change"] == "latscope gateway --policy sjf --max-inflight 2"

@@ -78,23 +78,13 @@ def test_the_runs_of_an_ab_pair_send_the_same_sizes_with_texts_of_their_own(tmp_
     """Under a spread mix a run's mean moves with how many long requests it drew: both runs of
     a pair draw the same sizes in the same order (and so compare the fix, not the draw), each
     with prompts of its own; pairs draw sizes of their own, as separate runs would."""
-    from latscope.campaign.experiment import run_experiment
-    from latscope.campaign.proofs import _NoControl
-    from latscope.campaign.proposals import Proposal
-    from latscope.campaign.servers import Change, Running
-    from latscope.load import WorkloadSpec, read_run
-    from latscope.load.config import parse_mix
+    from abresults import gateway_ab  # tests/
 
-    mix = parse_mix("short:0.8:8..16:4,long:0.2:48..64:12..20")
+    from latscope.load import read_run
+
     with FakeServer(ttft_ms=2, itl_ms=1) as server:
-        base = BenchConfig(url=server.url, workload=WorkloadSpec(mix=mix))
-        current = Running(url=server.url, model=None, pid=None, log_path=None,
-                          tokenizer_dir=None, start_s=0.0)
-        # B through latscope's gateway: an A/B that needs no server restart
-        proposal = Proposal("latency.queue", Change(), metric="short_ttft_mean_ms",
-                            gateway={"policy": "sjf", "max_inflight": 2}, requests=40, warmup=4)
-        exp = run_experiment(proposal, _NoControl(), current, base, 4, tmp_path, pairs=2,
-                             scrape_interval_s=0)
+        exp = gateway_ab(server.url, "short:0.8:8..16:4,long:0.2:48..64:12..20", tmp_path,
+                         requests=40, warmup=4)
         sent = [t.prompt for t in server.truth().values()]
     assert len(sent) >= 4 * 44 and len(set(sent)) == len(sent)  # every prompt its own
 
